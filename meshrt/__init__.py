@@ -1,0 +1,77 @@
+"""meshrt: a remote-object runtime for Python and PyTorch.
+
+Ray's programming model on an asyncio core: ``@meshrt.remote`` functions and
+classes, ObjectRefs you ``await`` or ``meshrt.get()``, actors with restarts and
+names. Code written for Ray runs after ``import meshrt as ray``.
+
+This module is the whole public surface; everything under ``meshrt._private`` is
+implementation.
+"""
+
+from __future__ import annotations
+
+from . import exceptions
+from ._private.api import ActorClass, ActorHandle, ActorMethod, RemoteFunction, method, remote
+from ._private.driver import init, is_initialized, shutdown
+from ._private.refs import ObjectRef, ObjectRefGenerator
+from ._private.toplevel import (
+    RuntimeContext,
+    available_resources,
+    cancel,
+    cluster_resources,
+    get,
+    get_actor,
+    get_gpu_ids,
+    get_runtime_context,
+    kill,
+    nodes,
+    put,
+    wait,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "init",
+    "shutdown",
+    "is_initialized",
+    "remote",
+    "method",
+    "get",
+    "put",
+    "wait",
+    "kill",
+    "cancel",
+    "get_actor",
+    "get_runtime_context",
+    "get_gpu_ids",
+    "available_resources",
+    "cluster_resources",
+    "nodes",
+    "ObjectRef",
+    "ObjectRefGenerator",
+    "ActorHandle",
+    "ActorClass",
+    "ActorMethod",
+    "RemoteFunction",
+    "RuntimeContext",
+    "exceptions",
+    "actor",
+    "util",
+]
+
+
+def _fixup_module_metadata() -> None:
+    """Public objects say ``meshrt.X`` in reprs and tracebacks, not their private home."""
+    for name in __all__:
+        obj = globals().get(name)
+        if getattr(obj, "__module__", "").startswith("meshrt._private"):
+            try:
+                obj.__module__ = __name__
+            except (AttributeError, TypeError):
+                pass
+
+
+_fixup_module_metadata()
+
+from . import actor, util  # noqa: E402  (both import names defined above)

@@ -1,0 +1,120 @@
+"""The caller's side of one actor: ordering, delivery across restarts, failure.
+
+Calls from one process to one actor leave in submission order: a call whose ref
+arguments are not ready yet holds back the calls behind it (head-of-line), so the
+actor sees them in the order they were made. While the actor is being created or
+restarted, calls wait here. Calls in flight when it dies are retried on the next
+incarnation if ``max_task_retries`` allows, and otherwise fail with ActorDiedError.
+"""
+
+from __future__ import annotations
+
+import collections
+
+from . import messages as m
+
+
+class ActorClient:
+    def __init__(self, core, actor_id: int, class_name: str) -> None:
+        self.core = core
+        self.actor_id = actor_id
+        self.class_name = class_name
+        self.state = "unknown"
+        self.worker_id: int | None = None
+        self.incarnation = -1
+        self.queue: collections.deque = collections.deque()
+        self.inflight: dict[int, object] = {}
+        self.death = None
+        self.released = False
+        self.creation_pins = None
+
+    def subscribe(self) -> None:
+        self.core.send_controller(m.WatchActor(self.actor_id))
+
+    def submit(self, pt) -> None:
+        if self.state == "dead":
+            self.core.fail_pending(pt, self.death)
+            return
+        self.queue.append(pt)
+        pt.then = self._pump
+        self.core._start_pending(pt)
+
+    def _pump(self) -> None:
+        if self.state != "alive":
+            return
+        core = self.core
+        queue = self.queue
+        while queue:
+            pt = queue[0]
+            if core.pending.get(pt.task_id) is not pt:
+                queue.popleft()  # failed or cancelled while waiting
+                continue
+            if not pt.ready:
+                break  # keep submission order: later calls wait for this one's arguments
+            queue.popleft()
+            self.inflight[pt.task_id] = pt
+            pt.sent = True
+            core.send_to(
+                self.worker_id,
+                m.ActorCall(pt.task_id, self.actor_id, pt.method, pt.args,
+                            core._dep_payloads(pt), pt.num_returns),
+            )
+
+    def replied(self, pt) -> None:
+        self.inflight.pop(pt.task_id, None)
+
+    def cancel(self, pt) -> bool:
+        """True when the call never left (the caller fails it); else ask the actor."""
+        if pt.task_id in self.inflight:
+            self.core.send_to(self.worker_id, m.CancelTask(pt.task_id, False))
+            return False
+        return True
+
+    def on_state(self, st: m.ActorState) -> None:
+        if st.incarnation < self.incarnation:
+            return
+        if st.state == "alive":
+            if self.state == "alive" and st.incarnation == self.incarnation:
+                return
+            self.incarnation = st.incarnation
+            self.worker_id = st.worker_id
+            self.core.note_address(st.worker_id, st.address)
+            self.state = "alive"
+            self._pump()
+            return
+        self.incarnation = max(self.incarnation, st.incarnation)
+        self.state = st.state
+        self.death = st.death
+        lost = list(self.inflight.values())
+        self.inflight.clear()
+        retry = []
+        for pt in lost:
+            if st.state == "restarting" and pt.retries_left != 0:
+                if pt.retries_left > 0:
+                    pt.retries_left -= 1
+                pt.sent = False
+                retry.append(pt)
+            else:
+                self.core.fail_pending(pt, st.death)
+        self.queue.extendleft(reversed(retry))
+        if st.state == "dead":
+            self.creation_pins = None
+            waiting, self.queue = list(self.queue), collections.deque()
+            for pt in waiting:
+                self.core.fail_pending(pt, st.death)
+
+    def release(self) -> None:
+        """Every handle is gone: queue a terminate behind the calls already made."""
+        if self.released or self.state == "dead":
+            return
+        self.released = True
+        from .core import PendingTask
+        from ..objstore.serialization import serialize
+
+        pt = PendingTask(0, f"{self.class_name}.__meshrt_release__", serialize(((), {}))[0], [], [], 0)
+        pt.method = "__meshrt_release__"
+        pt.kind = "call"
+        pt.task_id = -self.actor_id  # never collides with a real task id
+        self.core.pending[pt.task_id] = pt
+        pt.client = self
+        self.submit(pt)

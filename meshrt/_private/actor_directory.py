@@ -1,0 +1,235 @@
+"""The controller's half that knows actors: placement, names, restarts, deaths.
+
+An actor moves pending -> alive -> (restarting -> alive)* -> dead. Every change is
+published as an ActorState to the processes that watch it (its callers), which is
+how they learn where to send calls and when to fail or retry them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import exceptions as exc
+from ..objstore.serialization import Payload, error_from_payload, system_error_payload
+from ..scheduler.resources import Allocation
+from . import ids
+from . import messages as m
+
+log = logging.getLogger("meshrt")
+
+
+@dataclass
+class ActorRecord:
+    spec: m.ActorSpec
+    restarts_left: int
+    state: str = "pending"  # pending | alive | restarting | dead
+    worker: int | None = None
+    incarnation: int = 0
+    alloc: Allocation | None = None
+    death: Payload | None = None
+    subscribers: set = field(default_factory=set)
+    kill_reason: str | None = None
+    kill_restart: bool = False
+    exit_reason: str | None = None
+
+
+class ActorDirectory:
+    """Mixed into the Controller (which provides workers, scheduler, send_worker ...)."""
+
+    def __init__(self) -> None:
+        self.actors: dict[int, ActorRecord] = {}
+        self.names: dict[tuple[str, str], int] = {}
+        self.early_watchers: dict[int, set[int]] = {}
+
+    def actor_handlers(self) -> dict:
+        return {
+            m.CreateActor: self.on_create_actor,
+            m.ActorStarted: self.on_actor_started,
+            m.WatchActor: self.on_watch_actor,
+            m.KillActor: self.on_kill_actor,
+            m.ActorExiting: self.on_actor_exiting,
+        }
+
+    # -- creation ------------------------------------------------------------------------
+
+    def on_create_actor(self, conn, msg: m.CreateActor) -> None:
+        spec = msg.spec
+        rec = ActorRecord(spec, spec.max_restarts)
+        rec.subscribers.add(spec.owner)
+        rec.subscribers |= self.early_watchers.pop(spec.actor_id, set())
+        self.actors[spec.actor_id] = rec
+        if spec.deps and any(p.is_error for _, p in spec.deps):
+            bad = next(p for _, p in spec.deps if p.is_error)
+            self._actor_dead(rec, f"an argument of its constructor failed: {error_from_payload(bad)}")
+            return
+        try:
+            self.check_feasible(spec.resources, f"actor {spec.class_name}", actor=True)
+        except exc.ActorUnschedulableError as err:
+            self._actor_dead(rec, str(err))
+            return
+        self.scheduler.submit_actor(spec.actor_id, spec.resources)
+        self.schedule()
+
+    def place_actor(self, actor_id: int, alloc: Allocation) -> None:
+        rec = self.actors.get(actor_id)
+        if rec is None or rec.state == "dead":
+            self.node.release(alloc)
+            return
+        rec.alloc = alloc
+        w = self.spawn_worker("actor", ("actor", actor_id), alloc.gpu_ids, label=rec.spec.class_name)
+        w.actor_id = actor_id
+        rec.worker = w.id
+
+    def actor_worker_ready(self, w) -> None:
+        rec = self.actors.get(w.actor_id)
+        if rec is None or rec.worker != w.id or rec.state == "dead":
+            w.conn.send(m.Exit("its actor is gone"))
+            return
+        w.state = "busy"
+        self.send_code(w, rec.spec.code_id)
+        w.conn.send(m.StartActor(rec.spec, rec.incarnation, rec.alloc.gpu_ids if rec.alloc else ()))
+
+    def on_actor_started(self, conn, msg: m.ActorStarted) -> None:
+        rec = self.actors.get(msg.actor_id)
+        if rec is None or msg.incarnation != rec.incarnation or rec.state == "dead":
+            return
+        if msg.error is not None:
+            err = error_from_payload(msg.error)
+            cause = getattr(err, "cause", None) or err
+            self._actor_dead(rec, f"its constructor raised {type(cause).__name__}: {cause}", creation_error=err)
+            w = self.workers.get(rec.worker) if rec.worker is not None else None
+            if w is not None and w.conn is not None:
+                w.conn.send(m.Exit("its actor failed to start"))
+            return
+        rec.state = "alive"
+        self._publish(rec)
+
+    # -- watching ------------------------------------------------------------------------
+
+    def on_watch_actor(self, conn, msg: m.WatchActor) -> None:
+        caller = conn.peer_id
+        rec = self.actors.get(msg.actor_id)
+        if rec is None:  # the handle overtook its creation message
+            self.early_watchers.setdefault(msg.actor_id, set()).add(caller)
+            return
+        rec.subscribers.add(caller)
+        if rec.state != "pending":
+            self.send_worker(caller, self._state_msg(rec))
+
+    def _state_msg(self, rec: ActorRecord) -> m.ActorState:
+        w = self.workers.get(rec.worker) if rec.worker is not None else None
+        return m.ActorState(
+            rec.spec.actor_id, rec.state, rec.worker or 0,
+            w.address if w is not None else None, rec.incarnation, rec.death,
+        )
+
+    def _publish(self, rec: ActorRecord) -> None:
+        msg = self._state_msg(rec)
+        for sub in list(rec.subscribers):
+            self.send_worker(sub, msg)
+
+    # -- ending ----------------------------------------------------------------------------
+
+    def on_kill_actor(self, conn, msg: m.KillActor) -> None:
+        rec = self.actors.get(msg.actor_id)
+        if rec is None or rec.state == "dead":
+            return
+        w = self.workers.get(rec.worker) if rec.worker is not None else None
+        if w is None:  # not placed yet (pending or between incarnations)
+            if not msg.restart:
+                self.scheduler.remove_actor(rec.spec.actor_id)
+                self._actor_dead(rec, msg.reason)
+            return
+        rec.kill_reason = msg.reason
+        rec.kill_restart = msg.restart
+        if w.pid:
+            from .controller import _kill
+
+            _kill(w.pid)
+        elif w.conn is not None:
+            w.conn.send(m.Exit(msg.reason))
+
+    def on_actor_exiting(self, conn, msg: m.ActorExiting) -> None:
+        rec = self.actors.get(msg.actor_id)
+        if rec is not None:
+            rec.exit_reason = msg.reason
+
+    def actor_worker_died(self, w, cause: str) -> None:
+        rec = self.actors.get(w.actor_id)
+        if rec is None or rec.worker != w.id:
+            return
+        if rec.alloc is not None:
+            self.node.release(rec.alloc)
+            rec.alloc = None
+        rec.worker = None
+        if rec.state == "dead":
+            return
+        reason = rec.exit_reason or rec.kill_reason or cause
+        tail = () if (rec.exit_reason or rec.kill_reason) else tuple(w.stderr_tail)
+        restart = (
+            rec.exit_reason is None
+            and (rec.kill_reason is None or rec.kill_restart)
+            and rec.restarts_left != 0
+        )
+        rec.kill_reason = None
+        rec.exit_reason = None
+        if not restart:
+            self._actor_dead(rec, reason, tail)
+            return
+        if rec.restarts_left > 0:
+            rec.restarts_left -= 1
+        rec.incarnation += 1
+        rec.state = "restarting"
+        rec.death = system_error_payload(exc.ActorDiedError(
+            ids.to_hex(rec.spec.actor_id), rec.spec.class_name, f"{reason}; it is being restarted", tail))
+        self._publish(rec)
+        self.scheduler.submit_actor(rec.spec.actor_id, rec.spec.resources)
+
+    def _actor_dead(self, rec: ActorRecord, reason: str, tail=(), creation_error=None) -> None:
+        rec.state = "dead"
+        rec.death = system_error_payload(exc.ActorDiedError(
+            ids.to_hex(rec.spec.actor_id), rec.spec.class_name, reason, tail, creation_error))
+        self._publish(rec)
+        key = (rec.spec.namespace, rec.spec.name)
+        if rec.spec.name and self.names.get(key) == rec.spec.actor_id:
+            del self.names[key]
+
+    def owner_died_actors(self, worker_id: int) -> None:
+        """Actors share their owner's fate unless named or detached (Ray's rule)."""
+        for rec in list(self.actors.values()):
+            spec = rec.spec
+            if spec.owner == worker_id and not spec.detached and not spec.name and rec.state != "dead":
+                self.on_kill_actor(None, m.KillActor(spec.actor_id, False, f"its owner (worker {worker_id}) died"))
+
+    # -- names -------------------------------------------------------------------------------
+
+    def rpc_register_actor_name(self, caller, name: str, namespace: str, actor_id: int, get_if_exists: bool):
+        existing = self.names.get((namespace, name))
+        if existing is not None:
+            rec = self.actors.get(existing)
+            if rec is not None and rec.state != "dead":
+                if get_if_exists:
+                    return ("exists", existing, rec.spec.meta, rec.spec.owner)
+                raise exc.ActorNameTakenError(name, namespace)
+        self.names[(namespace, name)] = actor_id
+        return ("created", actor_id, None, None)
+
+    def rpc_get_actor(self, caller, name: str, namespace: str):
+        actor_id = self.names.get((namespace, name))
+        rec = self.actors.get(actor_id) if actor_id is not None else None
+        if rec is None or rec.state == "dead":
+            raise exc.ActorNotFoundError(name, namespace)
+        return (actor_id, rec.spec.meta, rec.spec.owner)
+
+    def rpc_list_named_actors(self, caller, namespace: str | None) -> list:
+        return [
+            {"name": n, "namespace": ns} if namespace is None else n
+            for (ns, n), aid in self.names.items()
+            if (namespace is None or ns == namespace) and self.actors[aid].state != "dead"
+        ]
+
+    def rpc_actor_info(self, caller, actor_id: int) -> Any:
+        rec = self.actors.get(actor_id)
+        return None if rec is None else (rec.state, rec.spec.class_name, rec.incarnation)

@@ -1,0 +1,304 @@
+"""What ``@meshrt.remote`` makes: RemoteFunction, ActorClass, ActorHandle, ActorMethod."""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import pickle
+import secrets
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..objstore.serialization import dumps_code
+from . import state
+from .args import CallChecker
+from .options import ActorOptions, TaskOptions
+from .refs import ObjectRef
+
+_METHOD_OPTIONS = "__meshrt_method_options__"
+
+
+def _new_code_id() -> int:
+    return secrets.randbits(63)
+
+
+class RemoteFunction:
+    """A function made remote: call ``f.remote(...)`` to run it in a worker."""
+
+    def __init__(self, function: Callable, options: dict, code_id: int | None = None, blob: bytes | None = None):
+        if not callable(function):
+            raise TypeError(f"@remote needs a function or a class, got {type(function).__name__}")
+        self._function = function
+        self._options = dict(options)
+        self._name = getattr(function, "__name__", "function")
+        self._is_generator = inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function)
+        if inspect.iscoroutinefunction(function):
+            raise TypeError(
+                f"@remote on async function {self._name}: tasks are plain functions; "
+                "use an actor with async def methods for asyncio code"
+            )
+        self._opts = TaskOptions.build(self._options, self._name, self._is_generator)
+        self._checker = CallChecker.for_callable(function, self._name)
+        self.code_id = code_id if code_id is not None else _new_code_id()
+        self._blob = blob
+        self.__name__ = self._name
+        self.__qualname__ = getattr(function, "__qualname__", self._name)
+        self.__module__ = getattr(function, "__module__", None)
+        self.__doc__ = getattr(function, "__doc__", None)
+        self.__wrapped__ = function
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(
+            f"remote functions cannot be called directly: instead of {self._name}(...), "
+            f"use {self._name}.remote(...) and get() the result"
+        )
+
+    def remote(self, *args, **kwargs):
+        """Submit a call; returns an ObjectRef (or refs / a generator, by num_returns)."""
+        self._checker.check(args, kwargs)
+        core = state.core()
+        if core.is_driver:
+            core.check_feasible(self._opts.resources, f"task {self._opts.name}")
+        return core.submit_task(self, args, kwargs, self._opts)
+
+    def options(self, **options) -> RemoteFunction:
+        """A copy with some options changed (``f.options(num_cpus=2).remote()``)."""
+        merged = {**self._options, **options}
+        return RemoteFunction(self._function, merged, self.code_id, self._blob)
+
+    def code_blob(self) -> bytes:
+        if self._blob is None:
+            self._blob = dumps_code(self._function)
+        return self._blob
+
+    def __reduce__(self):
+        return (RemoteFunction, (self._function, self._options, self.code_id))
+
+    def __repr__(self) -> str:
+        return f"<meshrt remote function {self.__qualname__}>"
+
+
+@dataclass
+class MethodMeta:
+    num_returns: int
+    checker: CallChecker
+    is_async: bool
+
+
+@dataclass
+class ActorMeta:
+    """What a handle needs to validate calls: travels with every handle."""
+
+    class_name: str
+    methods: dict
+    is_async: bool
+    max_task_retries: int
+
+
+def _method_meta(cls: type, class_name: str) -> tuple[dict, bool]:
+    methods: dict[str, MethodMeta] = {}
+    any_async = False
+    for name, member in inspect.getmembers(cls):
+        if not (inspect.isfunction(member) or inspect.ismethod(member)):
+            continue
+        if name in ("__init__", "__new__", "__init_subclass__", "__class_getitem__", "__subclasshook__"):
+            continue
+        static = isinstance(inspect.getattr_static(cls, name, None), staticmethod)
+        opts = getattr(member, _METHOD_OPTIONS, {})
+        is_async = inspect.iscoroutinefunction(member) or inspect.isasyncgenfunction(member)
+        is_gen = inspect.isgeneratorfunction(member) or inspect.isasyncgenfunction(member)
+        any_async = any_async or is_async
+        num_returns = opts.get("num_returns")
+        if num_returns == "streaming" or (num_returns is None and is_gen):
+            nr = -1
+        else:
+            nr = 1 if num_returns is None else num_returns
+        checker = CallChecker.for_callable(member, f"{class_name}.{name}",
+                                           drop_self=not static and not inspect.ismethod(member))
+        methods[name] = MethodMeta(nr, checker, is_async)
+    for builtin in ("__ray_ready__", "__ray_terminate__"):
+        methods.setdefault(builtin, MethodMeta(1 if builtin == "__ray_ready__" else 0,
+                                               CallChecker(builtin, inspect.Signature()), False))
+    methods.setdefault("__ray_call__", MethodMeta(1, CallChecker("__ray_call__", None), False))
+    return methods, any_async
+
+
+class ActorClass:
+    """A class made remote: ``Cls.remote(...)`` starts an actor and returns its handle."""
+
+    def __init__(self, cls: type, options: dict, code_id: int | None = None, blob: bytes | None = None,
+                 meta: tuple | None = None):
+        self._cls = cls
+        self._options = dict(options)
+        self._name = cls.__name__
+        if meta is None:
+            methods, is_async = _method_meta(cls, self._name)
+        else:
+            methods, is_async = meta
+        self._methods = methods
+        self._is_async = is_async
+        self._opts = ActorOptions.build(self._options, self._name, is_async)
+        self._meta = ActorMeta(self._name, methods, is_async, self._opts.max_task_retries)
+        self._meta_blob = pickle.dumps(self._meta, protocol=5)
+        init = cls.__dict__.get("__init__") or getattr(cls, "__init__", None)
+        self._init_checker = (
+            CallChecker.for_callable(init, f"{self._name}.__init__", drop_self=True)
+            if inspect.isfunction(init) else CallChecker(self._name, None)
+        )
+        self.code_id = code_id if code_id is not None else _new_code_id()
+        self._blob = blob
+        self.__name__ = self._name
+        self.__qualname__ = cls.__qualname__
+        self.__module__ = cls.__module__
+        self.__doc__ = cls.__doc__
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(
+            f"actor classes cannot be instantiated directly: instead of {self._name}(...), "
+            f"use {self._name}.remote(...)"
+        )
+
+    def remote(self, *args, **kwargs) -> ActorHandle:
+        """Start the actor; returns its handle at once (calls queue until it is up)."""
+        self._init_checker.check(args, kwargs)
+        core = state.core()
+        if core.is_driver:
+            core.check_feasible(self._opts.resources, f"actor {self._name}", actor=True)
+        return core.create_actor(self, args, kwargs, self._opts)
+
+    def options(self, **options) -> ActorClass:
+        merged = {**self._options, **options}
+        return ActorClass(self._cls, merged, self.code_id, self._blob, (self._methods, self._is_async))
+
+    def code_blob(self) -> bytes:
+        if self._blob is None:
+            self._blob = dumps_code(self._cls)
+        return self._blob
+
+    def __reduce__(self):
+        return (ActorClass, (self._cls, self._options, self.code_id))
+
+    def __repr__(self) -> str:
+        return f"<meshrt actor class {self.__qualname__}>"
+
+
+_META_CACHE: dict[int, ActorMeta] = {}
+
+
+class ActorHandle:
+    """A reference to a live actor; picklable, so tasks and other actors can call it too."""
+
+    def __init__(self, actor_id: int, meta: ActorMeta, handle_ref: ObjectRef | None, meta_blob: bytes | None = None):
+        self._actor_id = actor_id
+        self._meta = meta
+        self._meta_blob = meta_blob
+        self._handle_ref = handle_ref
+        self._class_name = meta.class_name
+        self._max_task_retries = meta.max_task_retries
+
+    def __getattr__(self, name: str) -> ActorMethod:
+        if name.startswith("_") and not name.startswith("__ray_"):
+            methods = self.__dict__.get("_meta")
+            if methods is None or name not in methods.methods:
+                raise AttributeError(name)
+        meta = self.__dict__["_meta"].methods.get(name)
+        if meta is None:
+            known = [n for n in self._meta.methods if not n.startswith("__")]
+            hint = difflib.get_close_matches(name, known, n=1)
+            extra = f"; did you mean {hint[0]!r}?" if hint else f"; it has {', '.join(sorted(known)) or 'no methods'}"
+            raise AttributeError(f"actor {self._class_name} has no method {name!r}{extra}")
+        method = ActorMethod(self, name, meta.num_returns, meta.checker)
+        self.__dict__[name] = method  # later lookups skip __getattr__
+        return method
+
+    def __reduce__(self):
+        blob = self._meta_blob or pickle.dumps(self._meta, protocol=5)
+        return (_rebuild_handle, (self._actor_id, blob, self._handle_ref))
+
+    def __hash__(self) -> int:
+        return hash(self._actor_id)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ActorHandle) and other._actor_id == self._actor_id
+
+    def __repr__(self) -> str:
+        return f"Actor({self._class_name}, {self._actor_id:x})"
+
+    @property
+    def _ray_actor_id(self):
+        return self._actor_id
+
+
+def _rebuild_handle(actor_id: int, meta_blob: bytes, handle_ref) -> ActorHandle:
+    meta = _META_CACHE.get(actor_id)
+    if meta is None:
+        meta = _META_CACHE[actor_id] = pickle.loads(meta_blob)
+    return ActorHandle(actor_id, meta, handle_ref, meta_blob)
+
+
+class ActorMethod:
+    """``handle.method``: call ``.remote(...)`` on it."""
+
+    __slots__ = ("_handle", "_name", "_num_returns", "_checker")
+
+    def __init__(self, handle: ActorHandle, name: str, num_returns: int, checker: CallChecker):
+        self._handle = handle
+        self._name = name
+        self._num_returns = num_returns
+        self._checker = checker
+
+    def remote(self, *args, **kwargs):
+        self._checker.check(args, kwargs)
+        return state.core().call_actor(self._handle, self._name, args, kwargs, self._num_returns)
+
+    def options(self, num_returns: Any = None, **other) -> ActorMethod:
+        unknown = set(other) - {"name", "concurrency_group", "max_task_retries", "retry_exceptions",
+                                "enable_task_events", "tensor_transport"}
+        if unknown:
+            raise ValueError(f"invalid option(s) {sorted(unknown)} for actor method {self._name}")
+        from .options import num_returns_value
+
+        nr = self._num_returns if num_returns is None else num_returns_value(num_returns, self._name, False)
+        return ActorMethod(self._handle, self._name, nr, self._checker)
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(
+            f"actor methods cannot be called directly: instead of {self._name}(...), "
+            f"use .{self._name}.remote(...)"
+        )
+
+    def __repr__(self) -> str:
+        return f"<meshrt actor method {self._handle._class_name}.{self._name}>"
+
+
+def method(*, num_returns: Any = None, concurrency_group: str | None = None, **_ray_options: Any):
+    """Set per-method options: ``@meshrt.method(num_returns=2)``."""
+    if concurrency_group is not None:
+        raise ValueError("concurrency groups are not supported by meshrt yet; use max_concurrency")
+
+    def decorate(fn):
+        setattr(fn, _METHOD_OPTIONS, {"num_returns": num_returns})
+        return fn
+
+    return decorate
+
+
+def remote(*args, **options):
+    """``@remote`` or ``@remote(num_cpus=..., ...)`` on a function or a class."""
+    if len(args) == 1 and not options and callable(args[0]):
+        return _make_remote(args[0], {})
+    if args:
+        raise TypeError("remote() takes options as keyword arguments only, e.g. @meshrt.remote(num_cpus=2)")
+
+    def decorate(target):
+        return _make_remote(target, options)
+
+    return decorate
+
+
+def _make_remote(target, options: dict):
+    if inspect.isclass(target):
+        return ActorClass(target, options)
+    if callable(target):
+        return RemoteFunction(target, options)
+    raise TypeError(f"@remote needs a function or a class, got {type(target).__name__}")

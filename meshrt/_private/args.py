@@ -1,0 +1,158 @@
+"""Arguments at the call site: signature checks and packing into one payload.
+
+Top-level ObjectRef arguments are dependencies: the caller resolves them before the
+call goes out and the callee receives their values (Ray's rule). Refs nested inside
+lists or dicts travel as refs.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+from ..objstore.serialization import Payload, serialize
+from .refs import ObjectRef
+
+_HAS_DEFAULT = object()
+EMPTY_ARGS, _ = serialize(((), {}))
+
+
+class CallChecker:
+    """Checks ``(args, kwargs)`` against a signature at ``.remote()``, as Ray does.
+
+    Picklable (defaults and annotations are dropped), so actor handles carry one per
+    method to every process that receives them.
+    """
+
+    __slots__ = ("name", "sig", "simple", "names", "n_required", "index")
+
+    def __init__(self, name: str, sig: inspect.Signature | None) -> None:
+        self.name = name
+        self.sig = sig
+        self.simple = False
+        self.names: tuple = ()
+        self.n_required = 0
+        self.index: dict = {}
+        if sig is not None:
+            params = list(sig.parameters.values())
+            if all(p.kind is p.POSITIONAL_OR_KEYWORD for p in params):
+                self.simple = True
+                self.names = tuple(p.name for p in params)
+                self.index = {n: i for i, n in enumerate(self.names)}
+                self.n_required = sum(1 for p in params if p.default is p.empty)
+                if any(p.default is p.empty for p in params[self.n_required :]):
+                    self.simple = False  # required after optional cannot happen; be safe
+
+    @classmethod
+    def for_callable(cls, fn: Callable, name: str, drop_self: bool = False) -> CallChecker:
+        try:
+            sig = inspect.signature(fn)
+        except (TypeError, ValueError):
+            return cls(name, None)
+        params = list(sig.parameters.values())
+        if drop_self and params and params[0].kind in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        ):
+            params = params[1:]
+        params = [
+            p.replace(annotation=p.empty, default=_HAS_DEFAULT if p.default is not p.empty else p.empty)
+            for p in params
+        ]
+        return cls(name, inspect.Signature(params))
+
+    def __getstate__(self):
+        return (self.name, self.sig)
+
+    def __setstate__(self, state):
+        self.__init__(*state)
+
+    def check(self, args: tuple, kwargs: dict) -> None:
+        if self.sig is None:
+            return
+        if self.simple and self._fast_ok(args, kwargs):
+            return
+        try:
+            self.sig.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{self.name}.remote(): {exc}") from None
+
+    def _fast_ok(self, args: tuple, kwargs: dict) -> bool:
+        n = len(args)
+        if n > len(self.names):
+            return False
+        if kwargs:
+            index = self.index
+            for key in kwargs:
+                at = index.get(key)
+                if at is None or at < n:
+                    return False
+        if n < self.n_required:
+            for i in range(n, self.n_required):
+                if self.names[i] not in kwargs:
+                    return False
+        return True
+
+
+def pack(args: tuple, kwargs: dict, what: str) -> tuple[Payload, list, list]:
+    """Serialize a call's arguments; returns (payload, [(position, dep_ref)], pins).
+
+    ``pins`` are every ObjectRef the payload mentions: the caller keeps them alive
+    until the call has finished, so the values cannot be freed under the callee.
+    Raises TypeError naming the argument that cannot be serialized.
+    """
+    if not args and not kwargs:
+        return EMPTY_ARGS, [], []
+    deps: list = []
+    for i, value in enumerate(args):
+        if type(value) is ObjectRef:
+            deps.append((i, value))
+    if kwargs:
+        for key, value in kwargs.items():
+            if type(value) is ObjectRef:
+                deps.append((key, value))
+    if deps:
+        args = list(args)
+        kwargs = dict(kwargs)
+        for pos, _ in deps:
+            if isinstance(pos, int):
+                args[pos] = None
+            else:
+                kwargs[pos] = None
+        args = tuple(args)
+    try:
+        payload, pins = serialize((args, kwargs))
+    except TypeError:
+        _name_bad_argument(args, kwargs, what)
+        raise
+    if deps:
+        pins = pins + [ref for _, ref in deps]
+    return payload, deps, pins
+
+
+def _name_bad_argument(args: tuple, kwargs: dict, what: str) -> None:
+    for label, value in [(f"argument {i}", v) for i, v in enumerate(args)] + [
+        (f"keyword argument {k!r}", v) for k, v in kwargs.items()
+    ]:
+        try:
+            serialize(value)
+        except TypeError as exc:
+            raise TypeError(
+                f"{what}: {label} of type {type(value).__qualname__} cannot be serialized "
+                f"to send to another process ({exc.__cause__ or exc}); pass something picklable, "
+                "or create it inside the task instead"
+            ) from None
+
+
+def unpack(payload: Payload, deps: tuple, deserialize: Callable[[Payload], Any]) -> tuple[tuple, dict]:
+    """The callee's side of :func:`pack`: arguments with dependency values put back."""
+    args, kwargs = deserialize(payload)
+    if deps:
+        args = list(args)
+        for pos, value_payload in deps:
+            value = deserialize(value_payload)
+            if isinstance(pos, int):
+                args[pos] = value
+            else:
+                kwargs[pos] = value
+    return args, kwargs

@@ -1,0 +1,65 @@
+"""Who is running: the runtime context behind ``get_runtime_context()``.
+
+The current call lives in a ContextVar, so each coroutine of an async actor and each
+thread of a threaded actor sees its own call.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+from typing import Any
+
+from . import ids
+
+_call: contextvars.ContextVar = contextvars.ContextVar("meshrt_call", default=None)
+process: dict[str, Any] = {
+    "job_id": None, "node_id": None, "namespace": "default", "worker_id": 0,
+    "actor_id": None, "actor_name": None, "actor_class": None, "incarnation": 0,
+    "resources": {},
+}
+
+
+def enter(call, core) -> contextvars.Token:
+    return _call.set(call)
+
+
+def leave(token: contextvars.Token) -> None:
+    try:
+        _call.reset(token)
+    except ValueError:  # reset from another context (thread hand-off): just clear
+        _call.set(None)
+
+
+def set_actor(spec, core, incarnation: int = 0) -> None:
+    process["actor_id"] = spec.actor_id
+    process["actor_name"] = spec.name
+    process["actor_class"] = spec.class_name
+    process["incarnation"] = incarnation
+    process["resources"] = dict(_units_to_floats(spec.resources))
+
+
+def current_call():
+    return _call.get()
+
+
+def _units_to_floats(units):
+    from ..scheduler.resources import from_units
+
+    return [(k, from_units(v)) for k, v in units]
+
+
+def gpu_ids() -> list[int]:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    out = []
+    for part in visible.split(","):
+        part = part.strip()
+        if part and part.lstrip("-").isdigit() and int(part) >= 0:
+            out.append(int(part))
+        elif part and not part.lstrip("-").isdigit():
+            out.append(part)  # a UUID-style device name
+    return out
+
+
+def hex_or_none(value: int | None) -> str | None:
+    return None if value is None else ids.to_hex(value)

@@ -1,0 +1,500 @@
+"""The single controller: worker registry, task scheduling glue, supervision.
+
+It runs on the driver's core loop, beside the driver's own Core. Placement
+decisions come from the pure :class:`~meshrt.scheduler.policy.Scheduler`; this
+module only moves messages and processes. Actors live in actor_directory.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import exceptions as exc
+from ..objstore.serialization import system_error_payload
+from ..scheduler.policy import Dispatch, PlaceActor, Scheduler, StartWorkers
+from ..scheduler.resources import Allocation, NodeResources, from_units
+from . import gpus, ids, wire
+from . import messages as m
+from .actor_directory import ActorDirectory
+from .spawn import Zygote, attach_pipes, new_tail
+
+log = logging.getLogger("meshrt")
+
+_UNSET = object()
+FINALIZE_GRACE_S = 2.0
+IDLE_TRIM_S = 30.0
+MAX_STARTUP_FAILURES = 3
+
+
+@dataclass
+class WorkerRecord:
+    id: int
+    kind: str  # "task" | "actor"
+    pool_key: tuple
+    gpu_ids: tuple = ()
+    pid: int | None = None
+    conn: Any = None
+    address: str | None = None
+    state: str = "starting"  # starting | idle | busy | dead
+    task: Any = None
+    actor_id: int | None = None
+    label: str = "worker"
+    code_sent: set = field(default_factory=set)
+    stderr_tail: Any = field(default_factory=new_tail)
+    exit_code: Any = _UNSET
+    conn_closed: bool = False
+    pipes_open: int = 2
+    blocked: bool = False
+    finalized: bool = False
+    idle_since: float = 0.0
+    grace_timer: Any = None
+    pipes: list = field(default_factory=list)
+
+
+@dataclass
+class TaskRecord:
+    spec: m.TaskSpec
+    units: tuple
+    worker: int | None = None
+    alloc: Allocation | None = None
+    cancelled: bool = False
+    force_killed: bool = False
+
+
+class Controller(ActorDirectory):
+    def __init__(self, core, io, config: dict) -> None:
+        self.core = core
+        self.io = io
+        self.loop = io.loop
+        self.config = config
+        self.token: bytes = config["token"]
+        self.node = NodeResources.create(config["resources"])
+        self.scheduler = Scheduler(self.node)
+        self.workers: dict[int, WorkerRecord] = {}
+        self.by_pid: dict[int, WorkerRecord] = {}
+        self._ids = itertools.count(1)
+        self.code: dict[int, bytes] = {}
+        self.tasks: dict[int, TaskRecord] = {}
+        self.address = wire.new_unix_address("ctl")
+        self.tcp_address: str | None = config.get("tcp_address")
+        self.servers: list = []
+        self.zygote: Zygote | None = None
+        self.startup_failures = 0
+        self.stopping = False
+        self._trim_timer = None
+        ActorDirectory.__init__(self)
+        self.handlers = {
+            m.Hello: self.on_hello,
+            m.SubmitTask: self.on_submit_task,
+            m.TaskDone: self.on_task_done,
+            m.WorkerBlocked: self.on_worker_blocked,
+            m.CancelTask: self.on_cancel_task,
+            m.DefineCode: self.on_define_code,
+            m.Request: self.on_request,
+            **self.actor_handlers(),
+        }
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.servers.append(await wire.listen(self.address, self.token, self._conn_kwargs))
+        if self.tcp_address:
+            self.servers.append(await wire.listen(self.tcp_address, self.token, self._conn_kwargs))
+        env = dict(os.environ)
+        env.update({
+            "MESHRT_CONTROLLER": self.address,
+            "MESHRT_TOKEN": self.token.hex(),
+            "PYTHONUNBUFFERED": "1",
+            "MESHRT_SESSION": self.config["session"],
+        })
+        self.zygote = Zygote(self.loop, env, self._on_spawned, self._on_exited, self._on_zygote_lost)
+        self.zygote.start()
+        prestart = self.config.get("prestart", 0)
+        if prestart:
+            self._start_workers((), prestart)
+        self._trim_timer = self.loop.call_later(IDLE_TRIM_S, self._trim_idle)
+
+    def _conn_kwargs(self) -> dict:
+        return {"on_messages": self.core.on_messages, "on_close": self._on_conn_close}
+
+    async def stop(self) -> None:
+        self.stopping = True
+        if self._trim_timer is not None:
+            self._trim_timer.cancel()
+        for server in self.servers:
+            server.close()
+        for w in self.workers.values():
+            if w.conn is not None and not w.conn.closed:
+                w.conn.send(m.Exit("the driver is shutting down"))
+                w.conn.close()
+        deadline = self.loop.time() + 1.0
+        while any(w.pid and w.exit_code is _UNSET for w in self.workers.values()) and self.loop.time() < deadline:
+            await asyncio.sleep(0.005)
+        for w in self.workers.values():
+            if w.pid and w.exit_code is _UNSET:
+                _kill(w.pid)
+        if self.zygote is not None:
+            await self.zygote.close()
+        for w in self.workers.values():
+            for transport in w.pipes:
+                transport.close()
+        for server in self.servers:
+            await server.wait_closed()
+
+    # -- workers -----------------------------------------------------------------------
+
+    def _start_workers(self, pool_key: tuple, count: int) -> None:
+        for _ in range(count):
+            self.spawn_worker("task", pool_key, pool_key)
+            self.scheduler.worker_starting(pool_key)
+
+    def spawn_worker(self, kind: str, pool_key: tuple, gpu_ids: tuple, label: str = "worker") -> WorkerRecord:
+        w = WorkerRecord(next(self._ids), kind, pool_key, gpu_ids, label=label)
+        self.workers[w.id] = w
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(gpus.physical_ids(gpu_ids))}
+        out_fd, err_fd = self.zygote.spawn(w.id, env, kind)
+
+        def eof():
+            w.pipes_open -= 1
+            self._maybe_finalize(w)
+
+        async def attach():
+            w.pipes = await attach_pipes(self.loop, w, out_fd, err_fd, self.config["log_to_driver"], eof)
+
+        self.loop.create_task(attach())
+        return w
+
+    def _on_spawned(self, worker_id: int, pid: int) -> None:
+        w = self.workers.get(worker_id)
+        if w is None:
+            _kill(pid)
+            return
+        w.pid = pid
+        self.by_pid[pid] = w
+
+    def _on_exited(self, pid: int, code: int) -> None:
+        w = self.by_pid.pop(pid, None)
+        if w is not None:
+            w.exit_code = code
+            self._maybe_finalize(w)
+
+    def _on_zygote_lost(self) -> None:
+        if not self.stopping:
+            log.error("meshrt: the worker zygote died; no new workers can start")
+
+    def on_hello(self, conn, msg: m.Hello) -> None:
+        w = self.workers.get(msg.worker_id)
+        if w is None or w.conn is not None or w.state == "dead":
+            log.warning("meshrt: dropped connection claiming to be unknown worker %s", msg.worker_id)
+            conn.abort()
+            return
+        conn.peer_id = w.id
+        conn.peer_pid = msg.pid
+        w.conn = conn
+        w.address = msg.address
+        if w.pid is None:
+            w.pid = msg.pid
+            self.by_pid[msg.pid] = w
+        self.startup_failures = 0
+        conn.send(m.Welcome(self.welcome_config()))
+        self.core.worker_connected(w.id, conn)
+        if w.kind == "task":
+            self.scheduler.worker_started(w.pool_key)
+            self._set_idle(w)
+            self.schedule()
+        else:
+            self.actor_worker_ready(w)
+
+    def welcome_config(self) -> dict:
+        c = self.config
+        return {
+            "job_id": c["job_id"], "node_id": c["node_id"], "namespace": c["namespace"],
+            "sys_path": c["sys_path"], "cwd": c["cwd"], "session": c["session"],
+        }
+
+    def _set_idle(self, w: WorkerRecord) -> None:
+        w.state = "idle"
+        w.task = None
+        w.idle_since = time.monotonic()
+        self.scheduler.worker_idle(w.id, w.pool_key)
+
+    def _on_conn_close(self, conn, _exc) -> None:
+        w = self.workers.get(conn.peer_id) if conn.peer_id is not None else None
+        if w is not None and w.conn is conn:
+            w.conn_closed = True
+            self._maybe_finalize(w)
+
+    def _maybe_finalize(self, w: WorkerRecord) -> None:
+        """A worker is dead once its exit status is known, its connection and pipes closed
+        (so the last stderr lines are in); a grace timer covers whatever never comes."""
+        if w.finalized:
+            return
+        exited = w.exit_code is not _UNSET
+        if exited and (w.conn is None or w.conn_closed) and w.pipes_open <= 0:
+            self._finalize(w)
+        elif w.grace_timer is None and (exited or w.conn_closed):
+            w.grace_timer = self.loop.call_later(FINALIZE_GRACE_S, self._finalize, w)
+
+    def _finalize(self, w: WorkerRecord) -> None:
+        if w.finalized:
+            return
+        w.finalized = True
+        if w.grace_timer is not None:
+            w.grace_timer.cancel()
+        previous = w.state
+        w.state = "dead"
+        self.workers.pop(w.id, None)
+        if w.pid is not None:
+            self.by_pid.pop(w.pid, None)
+        if w.exit_code is _UNSET and w.pid is not None:
+            _kill(w.pid)  # closed its connection but did not exit: make sure
+        if self.stopping:
+            return
+        self.scheduler.worker_busy_or_gone(w.id, w.pool_key)
+        if previous == "starting":
+            if w.kind == "task":
+                self.scheduler.worker_started(w.pool_key)
+            self.startup_failures += 1
+        cause = exc.describe_exit(None if w.exit_code is _UNSET else w.exit_code)
+        if w.task is not None:
+            self._task_worker_died(w, w.task, cause)
+        if w.actor_id is not None:
+            self.actor_worker_died(w, cause)
+        elif previous == "starting" and self.startup_failures >= MAX_STARTUP_FAILURES:
+            self._fail_queued_startup(w, cause)
+        self._owner_died(w.id)
+        gone = m.PeerGone(w.id)
+        self.core.local.send(gone)
+        for other in self.workers.values():
+            if other.conn is not None and not other.conn.closed:
+                other.conn.send(gone)
+        self.schedule()
+
+    def _trim_idle(self) -> None:
+        now = time.monotonic()
+        keep = self.config.get("prestart", 0)
+        idle = [w for w in self.workers.values() if w.kind == "task" and w.state == "idle"]
+        for w in idle[keep:]:
+            if now - w.idle_since > IDLE_TRIM_S:
+                self.scheduler.worker_busy_or_gone(w.id, w.pool_key)
+                w.state = "exiting"
+                w.conn.send(m.Exit("idle"))
+        self._trim_timer = self.loop.call_later(IDLE_TRIM_S, self._trim_idle)
+
+    def send_worker(self, worker_id: int, msg) -> None:
+        """Deliver to a worker, or to the driver's own core for id 0."""
+        if worker_id == 0:
+            self.core.local.send(msg)
+            return
+        w = self.workers.get(worker_id)
+        if w is not None and w.conn is not None:
+            w.conn.send(msg)
+
+    def send_code(self, w: WorkerRecord, code_id: int) -> None:
+        if code_id not in w.code_sent:
+            w.code_sent.add(code_id)
+            w.conn.send(m.DefineCode(code_id, self.code[code_id]))
+
+    def on_define_code(self, conn, msg: m.DefineCode) -> None:
+        self.code.setdefault(msg.code_id, msg.blob)
+
+    # -- tasks -------------------------------------------------------------------------
+
+    def check_feasible(self, units: tuple, what: str, actor: bool = False) -> None:
+        missing = self.node.infeasible(units)
+        if missing is not None:
+            name, requested, have = missing
+            klass = exc.ActorUnschedulableError if actor else exc.TaskUnschedulableError
+            raise klass(what, name, from_units(requested), from_units(have))
+
+    def on_submit_task(self, conn, msg: m.SubmitTask) -> None:
+        spec = msg.spec
+        try:
+            self.check_feasible(spec.resources, f"task {spec.name}")
+        except exc.TaskUnschedulableError as err:
+            self._fail_task(spec, system_error_payload(err))
+            return
+        self.tasks[spec.task_id] = TaskRecord(spec, spec.resources)
+        self.scheduler.submit_task(spec.task_id, spec.resources)
+        self.schedule()
+
+    def schedule(self) -> None:
+        if self.stopping:
+            return
+        for action in self.scheduler.schedule():
+            if type(action) is Dispatch:
+                self._dispatch(action)
+            elif type(action) is PlaceActor:
+                self.place_actor(action.actor_id, action.alloc)
+            elif type(action) is StartWorkers:
+                self._start_workers(action.pool_key, action.count)
+
+    def _dispatch(self, action: Dispatch) -> None:
+        rec = self.tasks.get(action.task_id)
+        w = self.workers.get(action.worker_id)
+        if rec is None or w is None or w.conn is None:
+            self.node.release(action.alloc)
+            if w is not None and w.conn is not None:
+                self._set_idle(w)
+            if rec is not None:
+                self.scheduler.submit_task(rec.spec.task_id, rec.units)
+            return
+        rec.worker = w.id
+        rec.alloc = action.alloc
+        w.task = rec
+        w.state = "busy"
+        w.label = rec.spec.name
+        self.send_code(w, rec.spec.code_id)
+        w.conn.send(m.ExecuteTask(rec.spec, action.alloc.gpu_ids))
+
+    def on_task_done(self, conn, msg: m.TaskDone) -> None:
+        w = self.workers.get(conn.peer_id)
+        rec = self.tasks.pop(msg.task_id, None)
+        if rec is not None and rec.alloc is not None:
+            if w is not None and w.blocked:
+                self.node.lend_cpu(rec.alloc)  # its CPU was already lent out; do not count it twice
+            self.node.release(rec.alloc)
+        if w is not None:
+            w.blocked = False
+            if w.state == "busy":
+                self._set_idle(w)
+        if rec is not None and msg.retry and not rec.cancelled:
+            self._requeue(rec)
+        self.schedule()
+
+    def _requeue(self, rec: TaskRecord) -> None:
+        spec = rec.spec._replace(attempt=rec.spec.attempt + 1)
+        self.tasks[spec.task_id] = TaskRecord(spec, rec.units)
+        self.scheduler.submit_task(spec.task_id, rec.units)
+
+    def on_worker_blocked(self, conn, msg: m.WorkerBlocked) -> None:
+        w = self.workers.get(conn.peer_id)
+        if w is None or w.task is None or w.task.alloc is None:
+            return
+        if msg.blocked and not w.blocked:
+            w.blocked = True
+            self.node.lend_cpu(w.task.alloc)
+            self.schedule()
+        elif not msg.blocked and w.blocked:
+            w.blocked = False
+            self.node.reclaim_cpu(w.task.alloc)
+
+    def on_cancel_task(self, conn, msg: m.CancelTask) -> None:
+        rec = self.tasks.get(msg.task_id)
+        if rec is None:
+            return
+        error = system_error_payload(exc.TaskCancelledError(ids.to_hex(msg.task_id)))
+        if rec.worker is None:
+            if self.scheduler.remove_task(msg.task_id):
+                del self.tasks[msg.task_id]
+                self._fail_task(rec.spec, error)
+            return
+        rec.cancelled = True
+        w = self.workers.get(rec.worker)
+        if w is None:
+            return
+        if msg.force:
+            rec.force_killed = True
+            if w.pid:
+                _kill(w.pid)
+        elif w.conn is not None:
+            w.conn.send(m.CancelTask(msg.task_id, False))
+
+    def _task_worker_died(self, w: WorkerRecord, rec: TaskRecord, cause: str) -> None:
+        self.tasks.pop(rec.spec.task_id, None)
+        if rec.alloc is not None:
+            if w.blocked:
+                self.node.lend_cpu(rec.alloc)
+            self.node.release(rec.alloc)
+        spec = rec.spec
+        if rec.cancelled:
+            self._fail_task(spec, system_error_payload(exc.TaskCancelledError(
+                ids.to_hex(spec.task_id), "its worker was killed (cancel(force=True))")))
+        elif spec.max_retries < 0 or spec.attempt < spec.max_retries:
+            self._requeue(rec)
+        else:
+            tail = "\n".join("    " + line for line in w.stderr_tail)
+            detail = f"\nlast lines of its stderr:\n{tail}" if tail else ""
+            self._fail_task(spec, system_error_payload(exc.WorkerCrashedError(
+                f"the worker running {spec.name} (pid {w.pid}) died: {cause}; "
+                f"no retries left (max_retries={spec.max_retries}){detail}")))
+
+    def _fail_queued_startup(self, w: WorkerRecord, cause: str) -> None:
+        tail = "\n".join("    " + line for line in w.stderr_tail)
+        error = system_error_payload(exc.WorkerCrashedError(
+            f"workers fail to start ({cause}); last lines of stderr:\n{tail}"))
+        for task_id in [t for t, rec in self.tasks.items() if rec.worker is None]:
+            if self.scheduler.remove_task(task_id):
+                self._fail_task(self.tasks.pop(task_id).spec, error)
+
+    def _fail_task(self, spec: m.TaskSpec, error) -> None:
+        if spec.num_returns == -1:
+            self.send_worker(spec.owner, m.StreamEnd(spec.task_id, -1, error))
+            self.send_worker(spec.owner, m.TaskReturn(spec.task_id, ()))
+        else:
+            self.send_worker(spec.owner, m.TaskReturn(spec.task_id, (error,) * spec.num_returns))
+
+    def _owner_died(self, worker_id: int) -> None:
+        """Tasks still queued for a dead owner have nobody to return to: drop them."""
+        for task_id in [t for t, rec in self.tasks.items() if rec.spec.owner == worker_id and rec.worker is None]:
+            if self.scheduler.remove_task(task_id):
+                del self.tasks[task_id]
+        self.owner_died_actors(worker_id)
+
+    # -- control-plane requests -----------------------------------------------------------
+
+    def on_request(self, conn, msg: m.Request) -> None:
+        self.loop.create_task(self._answer(conn, msg))
+
+    async def _answer(self, conn, msg: m.Request) -> None:
+        try:
+            value = await self.rpc(conn.peer_id, msg.method, msg.args)
+            reply = m.Response(msg.req_id, True, value)
+        except Exception as err:  # handed back to the caller
+            reply = m.Response(msg.req_id, False, err)
+        conn.send(reply)
+
+    async def rpc(self, caller: int, method: str, args: tuple) -> Any:
+        handler = getattr(self, "rpc_" + method, None)
+        if handler is None:
+            raise ValueError(f"unknown controller request {method!r}")
+        result = handler(caller, *args)
+        if asyncio.iscoroutine(result):
+            result = await result
+        return result
+
+    def rpc_worker_address(self, caller: int, worker_id: int) -> str | None:
+        if worker_id == 0:
+            return self.address
+        w = self.workers.get(worker_id)
+        return w.address if w is not None else None
+
+    def rpc_cluster_resources(self, caller: int) -> dict:
+        return self.node.as_floats("total")
+
+    def rpc_available_resources(self, caller: int) -> dict:
+        return self.node.as_floats("available")
+
+    def rpc_nodes(self, caller: int) -> list:
+        c = self.config
+        return [{
+            "NodeID": c["node_id"], "Alive": True, "NodeManagerAddress": "127.0.0.1",
+            "NodeManagerHostname": c["hostname"], "NodeName": c["hostname"],
+            "Resources": self.node.as_floats("total"), "MeshrtAddress": self.address,
+            "alive": True,
+        }]
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

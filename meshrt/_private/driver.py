@@ -1,0 +1,315 @@
+"""The driver: ``init`` and ``shutdown``, and the driver's core, which hosts the controller.
+
+The driver is worker 0. Its core and the controller share one event loop (a daemon
+thread), and talk through a LocalPipe: the same message records as on the wire,
+delivered in order on a later turn of the loop, never pickled.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import secrets
+import socket
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+from . import context, gpus, state
+from .controller import Controller
+from .core import Core
+from .portal import LoopThread
+
+log = logging.getLogger("meshrt")
+
+_atexit_registered = False
+
+# Ray's init() arguments that mean nothing here; accepted so Ray programs run unchanged.
+_IGNORED_INIT_ARGS = {
+    "include_dashboard", "dashboard_host", "dashboard_port", "configure_logging",
+    "logging_format", "log_to_driver_level", "runtime_env", "job_config", "_system_config",
+    "_temp_dir", "_plasma_directory", "_metrics_export_port", "storage", "_enable_object_reconstruction",
+    "_node_ip_address", "object_spilling_directory", "logging_config", "enable_resource_isolation",
+    "labels", "_memory", "_redis_password", "_tracing_startup_hook",
+}
+
+
+class LocalPipe:
+    """In-process delivery with the ordering and batching of a real connection."""
+
+    closed = False
+
+    def __init__(self, loop, deliver, peer_id: int = 0) -> None:
+        self.loop = loop
+        self.deliver = deliver
+        self.peer_id = peer_id
+        self._box: list = []
+        self._scheduled = False
+
+    def send(self, msg) -> None:
+        self._box.append(msg)
+        if not self._scheduled:
+            self._scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        box, self._box = self._box, []
+        self.deliver(self, box)
+
+
+class DriverCore(Core):
+    is_driver = True
+
+    def __init__(self, io: LoopThread, token: bytes) -> None:
+        super().__init__(0, io, token)
+        self.local = LocalPipe(io.loop, self.on_messages)
+        self.controller: Controller | None = None
+        self.worker_conns: dict[int, Any] = {}
+
+    def attach(self, controller: Controller) -> None:
+        self.controller = controller
+        self.handlers.update(controller.handlers)
+
+    def send_controller(self, msg) -> None:
+        self.local.send(msg)
+
+    def send_to(self, peer: int, msg) -> None:
+        if peer == 0:
+            self.local.send(msg)
+            return
+        conn = self.worker_conns.get(peer)
+        if conn is not None:
+            conn.send(msg)
+
+    def worker_connected(self, worker_id: int, conn) -> None:
+        self.worker_conns[worker_id] = conn
+
+    def forget_peer(self, peer: int) -> None:
+        self.worker_conns.pop(peer, None)
+
+    def note_address(self, peer: int, address) -> None:
+        pass
+
+    async def request(self, method: str, *args):
+        return await self.controller.rpc(0, method, args)
+
+    def define_code(self, code_id: int, blob_fn) -> None:
+        code = self.controller.code
+        if code_id not in code:
+            code[code_id] = blob_fn()
+
+    def address(self) -> str:
+        return self.controller.address
+
+    def check_feasible(self, units: tuple, what: str, actor: bool = False) -> None:
+        self.controller.check_feasible(units, what, actor)
+
+    def shutdown(self) -> None:
+        io = self.io
+
+        async def stop():
+            self.fail_everything_pending()
+            await self.controller.stop()
+
+        try:
+            io.run_sync(stop(), timeout=15)
+        finally:
+            self.close()
+            io.stop()
+
+    def fail_everything_pending(self) -> None:
+        from .. import exceptions as exc
+        from ..objstore.serialization import system_error_payload
+
+        error = system_error_payload(exc.RuntimeNotInitializedError(
+            "meshrt.shutdown() was called while this value was still being computed"))
+        for pt in list(self.pending.values()):
+            self.fail_pending(pt, error)
+        for entry in list(self.table.entries.values()):
+            if entry.payload is None:
+                self.table.resolve(entry, error)
+
+
+class RuntimeInfo(dict):
+    """What ``init`` returns: a dict (Ray's ``address_info``) with attribute access."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    @property
+    def address_info(self) -> dict:
+        return dict(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        shutdown()
+
+
+def init(
+    address: str | None = None,
+    *,
+    num_cpus: float | None = None,
+    num_gpus: float | None = None,
+    resources: dict | None = None,
+    object_store_memory: int | None = None,
+    local_mode: bool = False,
+    ignore_reinit_error: bool = False,
+    namespace: str | None = None,
+    log_to_driver: bool = True,
+    logging_level: int | None = None,
+    **ray_args: Any,
+) -> RuntimeInfo:
+    """Start meshrt in this process (the driver); see the README for the tour."""
+    unknown = sorted(set(ray_args) - _IGNORED_INIT_ARGS)
+    if unknown:
+        raise TypeError(f"init() got unexpected keyword argument(s) {', '.join(unknown)}")
+    with state.lock:
+        current = state.core_or_none()
+        if current is not None:
+            if ignore_reinit_error:
+                return _info(current)
+            raise RuntimeError(
+                "meshrt.init() was already called in this process; call meshrt.shutdown() "
+                "first, or pass ignore_reinit_error=True"
+            )
+        amounts = _node_resources(num_cpus, num_gpus, resources, object_store_memory)
+        token = _token()
+        config = {
+            "token": token,
+            "resources": amounts,
+            "job_id": uuid.uuid4().hex[:8],
+            "node_id": uuid.uuid4().hex,
+            "namespace": namespace or "default",
+            "sys_path": [p if p else os.getcwd() for p in sys.path],
+            "cwd": os.getcwd(),
+            "session": f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
+            "log_to_driver": log_to_driver,
+            "prestart": int(amounts.get("CPU", 0)),
+            "hostname": socket.gethostname(),
+            "tcp_address": _tcp_address(address),
+        }
+        if local_mode:
+            from .local_mode import LocalCore
+
+            core = LocalCore(config)
+        else:
+            io = LoopThread("meshrt-controller")
+            core = DriverCore(io, token)
+            controller = Controller(core, io, config)
+            core.attach(controller)
+            try:
+                io.run_sync(controller.start(), timeout=30)
+            except BaseException:
+                io.stop()
+                raise
+            io.post(core.start_timers)
+        context.process.update(
+            job_id=config["job_id"], node_id=config["node_id"], namespace=config["namespace"],
+            worker_id=0, resources=amounts,
+        )
+        core.config = config
+        state.set_core(core)
+        _register_atexit()
+        return _info(core)
+
+
+def _info(core) -> RuntimeInfo:
+    config = getattr(core, "config", {})
+    controller = getattr(core, "controller", None)
+    return RuntimeInfo(
+        address=controller.address if controller is not None else "local",
+        node_id=config.get("node_id"), namespace=config.get("namespace"),
+        job_id=config.get("job_id"), session=config.get("session"),
+    )
+
+
+def _node_resources(num_cpus, num_gpus, resources, object_store_memory) -> dict:
+    from ..scheduler.resources import validate_request
+
+    amounts: dict[str, float] = {}
+    amounts["CPU"] = (os.cpu_count() or 1) if num_cpus is None else num_cpus
+    amounts["GPU"] = gpus.detect_gpu_count() if num_gpus is None else num_gpus
+    for name, value in (resources or {}).items():
+        if name in ("CPU", "GPU"):
+            raise ValueError(f"init(resources={{{name!r}: ...}}): use num_cpus= / num_gpus= for {name}")
+        amounts[name] = value
+    validate_request(amounts, "init()")
+    if amounts["GPU"] != int(amounts["GPU"]):
+        raise ValueError(f"init(num_gpus={num_gpus}): a node has a whole number of GPUs")
+    total_ram = _total_memory()
+    amounts.setdefault("memory", int(total_ram * 0.7))
+    amounts["object_store_memory"] = (
+        int(object_store_memory) if object_store_memory is not None else int(total_ram * 0.3)
+    )
+    return amounts
+
+
+def _total_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def _token() -> bytes:
+    env = os.environ.get("MESHRT_TOKEN")
+    if env:
+        try:
+            return bytes.fromhex(env)
+        except ValueError:
+            return env.encode()
+    return secrets.token_bytes(32)
+
+
+def _tcp_address(address: str | None) -> str | None:
+    if address in (None, "", "auto", "local") or address.startswith("unix:"):
+        return None
+    if address.startswith("tcp:"):
+        return address
+    if ":" not in address:
+        raise ValueError(f"init(address={address!r}): expected HOST:PORT to listen on")
+    return "tcp:" + address
+
+
+def auto_init() -> None:
+    """``.remote()``/``get``/``put`` before ``init()``: start with defaults, as Ray does."""
+    with state.lock:
+        if state.core_or_none() is None:
+            init()
+
+
+def shutdown() -> None:
+    """Stop every worker and the controller; ``init()`` may be called again afterwards."""
+    with state.lock:
+        core = state.core_or_none()
+        if core is None:
+            return
+        state.set_core(None)
+        try:
+            core.shutdown()
+        finally:
+            context.process.update(actor_id=None)
+
+
+def _register_atexit() -> None:
+    global _atexit_registered
+    if not _atexit_registered:
+        _atexit_registered = True
+        atexit.register(shutdown)
+
+
+def is_initialized() -> bool:
+    return state.core_or_none() is not None
+
+
+def main_thread_is_current() -> bool:
+    return threading.current_thread() is threading.main_thread()

@@ -1,0 +1,379 @@
+"""Running user code inside a worker.
+
+The core loop (a daemon thread) does the I/O; user code never runs on it. Where user
+code runs:
+
+- pool tasks and plain actors: the main thread, one call at a time, in arrival
+  order. Being the main thread, a running call can be interrupted by a signal,
+  which is how ``cancel()`` stops a task blocked in ``time.sleep`` or C code;
+- actors with ``max_concurrency > 1``: a thread pool of that size;
+- async actors (any ``async def`` method): an asyncio loop on the main thread, with
+  ``max_concurrency`` coroutines at once; their plain ``def`` methods go to one
+  helper thread, so a slow sync method never stalls the loop.
+
+Results are serialized on the executing thread and handed to the core loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import pickle
+import queue
+import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from .. import exceptions as exc
+from ..objstore.serialization import (
+    deserialize,
+    error_payload,
+    serialize,
+    system_error_payload,
+)
+from . import args as argpack
+from . import context
+from . import messages as m
+
+_CANCEL_SIGNAL = signal.SIGUSR1
+
+
+class TaskInterrupted(KeyboardInterrupt):
+    """Raised inside a running call that ``cancel()`` stopped (a BaseException, so a broad
+    ``except Exception`` in user code does not swallow it, as with Ray's KeyboardInterrupt)."""
+
+
+class ActorExit(SystemExit):
+    """Raised by ``exit_actor()``: the actor finishes the current call and exits."""
+
+
+class Call:
+    """One unit of work for the executor: a pool task or an actor method call."""
+
+    __slots__ = ("task_id", "name", "method", "args", "deps", "num_returns", "dest", "held",
+                 "arg_refs", "spec", "is_task")
+
+    def __init__(self, task_id, name, method, args, deps, num_returns, dest, held, arg_refs, spec=None):
+        self.task_id = task_id
+        self.name = name
+        self.method = method
+        self.args = args
+        self.deps = deps
+        self.num_returns = num_returns
+        self.dest = dest
+        self.held = held
+        self.arg_refs = arg_refs
+        self.spec = spec
+        self.is_task = spec is not None
+
+
+class Executor:
+    def __init__(self, core) -> None:
+        self.core = core
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.main_ident = threading.main_thread().ident
+        self.running: int | None = None  # task id running on the main thread
+        self.cancel_requested: set[int] = set()
+        self.code: dict[int, Any] = {}
+        self.instance: Any = None
+        self.actor_spec: m.ActorSpec | None = None
+        self.pool: ThreadPoolExecutor | None = None
+        self.user_loop: asyncio.AbstractEventLoop | None = None
+        self.async_tasks: dict[int, asyncio.Task] = {}
+        self.semaphore: asyncio.Semaphore | None = None
+        self._async_inbox: list = []
+        self._async_wake = False
+        self.exiting = False
+
+    # -- main thread -----------------------------------------------------------------------
+
+    def run_forever(self) -> None:
+        signal.signal(_CANCEL_SIGNAL, self._on_cancel_signal)
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            item()
+            if self.user_loop is not None:  # became an async actor: the loop takes over
+                self.user_loop.run_forever()
+                return
+
+    def _on_cancel_signal(self, signum, frame) -> None:
+        running = self.running
+        if running is not None and running in self.cancel_requested:
+            self.cancel_requested.discard(running)
+            raise TaskInterrupted()
+
+    def load(self, code_id: int) -> Any:
+        obj = self.code.get(code_id)
+        if obj is None:
+            obj = self.code[code_id] = pickle.loads(self.core.code_blobs[code_id])
+        return obj
+
+    # -- submitting work (core loop) ----------------------------------------------------------
+
+    def submit(self, call: Call) -> None:
+        if self.user_loop is not None:
+            self._async_inbox.append(call)
+            if not self._async_wake:
+                self._async_wake = True
+                self.user_loop.call_soon_threadsafe(self._drain_async)
+        elif self.pool is not None:
+            self.pool.submit(self.run_call, call)
+        else:
+            self.queue.put(lambda: self.run_call(call))
+
+    def cancel(self, task_id: int) -> None:
+        """Core loop: stop a queued or running call (a no-op once it has finished)."""
+        self.cancel_requested.add(task_id)
+        task = self.async_tasks.get(task_id)
+        if task is not None and self.user_loop is not None:
+            self.user_loop.call_soon_threadsafe(task.cancel)
+        elif self.running == task_id:
+            signal.pthread_kill(self.main_ident, _CANCEL_SIGNAL)
+
+    # -- running one call (any executor thread) -------------------------------------------------
+
+    def _resolve_target(self, call: Call):
+        if call.is_task:
+            return self.load(call.spec.code_id)
+        method = call.method
+        if method == "__ray_ready__":
+            return lambda: True
+        if method == "__ray_call__":
+            return lambda fn, *a, **kw: fn(self.instance, *a, **kw)
+        if method in ("__ray_terminate__", "__meshrt_release__"):
+            return self._terminate_fn(method)
+        return getattr(self.instance, method)
+
+    def _terminate_fn(self, method: str):
+        reason = ("all handles to it went out of scope" if method == "__meshrt_release__"
+                  else "it was terminated with __ray_terminate__()")
+
+        def terminate():
+            raise ActorExit(reason)
+
+        return terminate
+
+    def run_call(self, call: Call) -> None:
+        if call.task_id in self.cancel_requested:
+            self.cancel_requested.discard(call.task_id)
+            self._finish(call, self._cancelled(call))
+            return
+        on_main = threading.get_ident() == self.main_ident
+        ctx = context.enter(call, self.core)
+        try:
+            fn = self._resolve_target(call)
+            args, kwargs = argpack.unpack(call.args, call.deps, deserialize)
+            if on_main:
+                self.running = call.task_id
+            try:
+                result = fn(*args, **kwargs)
+                if call.num_returns == -1:
+                    self._stream_sync(call, result)
+                    return
+            finally:
+                self.running = None
+            del args, kwargs
+            self._finish(call, self._pack_results(call, result))
+        except TaskInterrupted:
+            self._finish(call, self._cancelled(call))
+        except ActorExit as stop:
+            self._exit_actor(str(stop.code) if stop.code else "exit_actor() was called")
+        except BaseException as err:  # noqa: BLE001 - user errors travel to the caller
+            self._failed(call, err)
+        finally:
+            context.leave(ctx)
+
+    def _pack_results(self, call: Call, result: Any):
+        n = call.num_returns
+        if n == 1:
+            payload, held = serialize(result)
+            return (payload,), held
+        if n == 0:
+            return (), None
+        if not isinstance(result, (tuple, list)) or len(result) != n:
+            raise ValueError(
+                f"{call.name} returned {type(result).__name__}, but num_returns={n} expects "
+                f"a tuple or list of {n} values"
+            )
+        payloads, held = [], []
+        for value in result:
+            payload, refs = serialize(value)
+            payloads.append(payload)
+            held.extend(refs)
+        return tuple(payloads), held
+
+    def _cancelled(self, call: Call):
+        payload = system_error_payload(exc.TaskCancelledError(f"{call.task_id:x}"))
+        return (payload,) * max(call.num_returns, 0), None
+
+    def _failed(self, call: Call, err: BaseException) -> None:
+        if isinstance(err, TypeError) and "cannot serialize" in str(err):
+            err = TypeError(f"{call.name} returned a value that cannot be serialized: {err}")
+        spec = call.spec
+        if spec is not None and spec.retry_exceptions and self._may_retry(spec, err):
+            self.core.io.post(self.core.task_retry, call)
+            return
+        payload = error_payload(err, call.name, os.getpid(), skip_frames=1)
+        if call.num_returns == -1:
+            self.core.io.post(self.core.stream_end, call, -1, payload)
+            return
+        self._finish(call, ((payload,) * max(call.num_returns, 1) if call.num_returns else (), None), error=payload)
+
+    def _may_retry(self, spec: m.TaskSpec, err: BaseException) -> bool:
+        if not isinstance(err, Exception):
+            return False
+        if spec.max_retries >= 0 and spec.attempt >= spec.max_retries:
+            return False
+        allowed = spec.retry_exceptions
+        if allowed is True:
+            return True
+        try:
+            classes = pickle.loads(allowed)
+        except Exception:
+            return False
+        return isinstance(err, classes)
+
+    def _finish(self, call: Call, packed, error=None) -> None:
+        results, held = packed
+        self.core.io.post(self.core.call_finished, call, results, held, error)
+
+    # -- streaming ---------------------------------------------------------------------------
+
+    def _stream_sync(self, call: Call, gen) -> None:
+        post = self.core.io.post
+        index = 0
+        try:
+            for value in _as_iterator(gen, call.name):
+                payload, held = serialize(value)
+                post(self.core.stream_item, call, index, payload, held)
+                index += 1
+        except TaskInterrupted:
+            post(self.core.stream_end, call, index,
+                 system_error_payload(exc.TaskCancelledError(f"{call.task_id:x}")))
+            return
+        except BaseException as err:  # noqa: BLE001
+            post(self.core.stream_end, call, index, error_payload(err, call.name, os.getpid(), 1))
+            return
+        post(self.core.stream_end, call, index, None)
+
+    # -- actors ------------------------------------------------------------------------------
+
+    def start_actor(self, spec: m.ActorSpec, incarnation: int) -> None:
+        """Main thread: build the instance; then serve calls in the actor's mode."""
+        self.actor_spec = spec
+        error = None
+        cls = self.load(spec.code_id)
+        try:
+            args, kwargs = argpack.unpack(spec.args, spec.deps, deserialize)
+            if spec.is_async:
+                self.user_loop = _new_loop()
+                asyncio.set_event_loop(self.user_loop)
+                self.semaphore = asyncio.Semaphore(spec.max_concurrency)
+                self.pool = ThreadPoolExecutor(1, thread_name_prefix="meshrt-sync-method")
+
+                async def construct():
+                    return cls(*args, **kwargs)
+
+                self.instance = self.user_loop.run_until_complete(construct())
+            else:
+                if spec.max_concurrency > 1:
+                    self.pool = ThreadPoolExecutor(spec.max_concurrency, thread_name_prefix="meshrt-actor")
+                self.instance = cls(*args, **kwargs)
+        except BaseException as err:  # noqa: BLE001
+            error = error_payload(err, f"{spec.class_name}.__init__", os.getpid(), skip_frames=1)
+            self.user_loop = None
+        context.set_actor(spec, self.core)
+        self.core.io.post(self.core.send_controller, m.ActorStarted(spec.actor_id, incarnation, error))
+
+    def _drain_async(self) -> None:
+        self._async_wake = False
+        inbox, self._async_inbox = self._async_inbox, []
+        for call in inbox:
+            task = self.user_loop.create_task(self._run_async(call))
+            self.async_tasks[call.task_id] = task
+
+    async def _run_async(self, call: Call) -> None:
+        try:
+            if call.task_id in self.cancel_requested:
+                self.cancel_requested.discard(call.task_id)
+                self._finish(call, self._cancelled(call))
+                return
+            async with self.semaphore:
+                fn = self._resolve_target(call)
+                if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+                    await self._run_coroutine(call, fn)
+                else:  # a plain method of an async actor: off the loop, on its helper thread
+                    await self.user_loop.run_in_executor(self.pool, self.run_call, call)
+        finally:
+            self.async_tasks.pop(call.task_id, None)
+
+    async def _run_coroutine(self, call: Call, fn) -> None:
+        ctx = context.enter(call, self.core)
+        try:
+            args, kwargs = argpack.unpack(call.args, call.deps, deserialize)
+            if call.num_returns == -1:
+                await self._stream_async(call, fn(*args, **kwargs))
+                return
+            result = await fn(*args, **kwargs)
+            del args, kwargs
+            self._finish(call, self._pack_results(call, result))
+        except asyncio.CancelledError:
+            self._finish(call, self._cancelled(call))
+        except ActorExit as stop:
+            self._exit_actor(str(stop.code) if stop.code else "exit_actor() was called")
+        except BaseException as err:  # noqa: BLE001
+            self._failed(call, err)
+        finally:
+            context.leave(ctx)
+
+    async def _stream_async(self, call: Call, agen) -> None:
+        post = self.core.io.post
+        index = 0
+        try:
+            if hasattr(agen, "__aiter__"):
+                async for value in agen:
+                    payload, held = serialize(value)
+                    post(self.core.stream_item, call, index, payload, held)
+                    index += 1
+            else:
+                for value in _as_iterator(await agen if inspect.isawaitable(agen) else agen, call.name):
+                    payload, held = serialize(value)
+                    post(self.core.stream_item, call, index, payload, held)
+                    index += 1
+        except asyncio.CancelledError:
+            post(self.core.stream_end, call, index,
+                 system_error_payload(exc.TaskCancelledError(f"{call.task_id:x}")))
+            return
+        except BaseException as err:  # noqa: BLE001
+            post(self.core.stream_end, call, index, error_payload(err, call.name, os.getpid(), 1))
+            return
+        post(self.core.stream_end, call, index, None)
+
+    def _exit_actor(self, reason: str) -> None:
+        if self.exiting:
+            return
+        self.exiting = True
+        self.core.io.post(self.core.exit_actor, reason)
+
+
+def _as_iterator(obj, name: str):
+    try:
+        return iter(obj)
+    except TypeError:
+        raise TypeError(
+            f"{name} was called with num_returns='streaming' but returned "
+            f"{type(obj).__name__}, not a generator or iterable"
+        ) from None
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop()
+    except ImportError:  # pragma: no cover
+        return asyncio.new_event_loop()

@@ -1,0 +1,266 @@
+"""Every message meshrt processes exchange, as small immutable records.
+
+One frame on the wire carries a list of these (see wire.py); user values inside
+them are already-serialized :class:`~meshrt._private.serialization.Payload` objects,
+so a frame never unpickles user classes. Worker id 0 is the driver (which also
+hosts the controller).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+from ..objstore.serialization import Payload
+
+# -- set-up -----------------------------------------------------------------------------
+
+
+class Hello(NamedTuple):
+    """First frame on any connection: who is speaking, and where it listens."""
+
+    worker_id: int
+    pid: int
+    address: Optional[str]
+
+
+class Welcome(NamedTuple):
+    """Controller -> new worker: the cluster facts a worker needs."""
+
+    config: dict
+
+
+class Exit(NamedTuple):
+    """Controller -> worker: leave now (shutdown, kill, idle pool trim)."""
+
+    reason: str
+
+
+# -- code ------------------------------------------------------------------------------
+
+
+class DefineCode(NamedTuple):
+    """A cloudpickled function or class; sent once per worker before first use."""
+
+    code_id: int
+    blob: bytes
+
+
+# -- tasks -----------------------------------------------------------------------------
+
+
+class TaskSpec(NamedTuple):
+    """A stateless task, as scheduled by the controller and run by a pool worker."""
+
+    task_id: int
+    code_id: int
+    name: str
+    args: Payload
+    deps: tuple  # ((position, Payload), ...): resolved top-level ref arguments
+    num_returns: int  # -1 means streaming
+    owner: int
+    owner_address: Optional[str]
+    resources: tuple  # ((name, amount), ...)
+    max_retries: int
+    retry_exceptions: Any  # bool or tuple of exception classes (pickled by reference)
+    attempt: int = 0
+
+
+class SubmitTask(NamedTuple):
+    """Owner -> controller: schedule this task."""
+
+    spec: TaskSpec
+
+
+class ExecuteTask(NamedTuple):
+    """Controller -> pool worker: run this task now."""
+
+    spec: TaskSpec
+    gpu_ids: tuple
+
+
+class TaskReturn(NamedTuple):
+    """Executor -> owner: the results of a task or actor call.
+
+    ``results`` holds one Payload per return (all the same error payload when the
+    task failed). ``borrowed`` lists refs from the arguments that the executor
+    still holds after finishing, so the caller can register it as a borrower.
+    """
+
+    task_id: int
+    results: tuple
+    borrowed: tuple = ()
+
+
+class TaskDone(NamedTuple):
+    """Executor -> controller: the worker is free again; ``retry`` asks to rerun."""
+
+    task_id: int
+    retry: bool = False
+    error: Optional[Payload] = None
+
+
+class StreamItem(NamedTuple):
+    """Executor -> owner: the ``index``-th value a streaming generator yielded."""
+
+    task_id: int
+    index: int
+    payload: Payload
+
+
+class StreamEnd(NamedTuple):
+    """Executor -> owner: the generator finished after ``count`` items (error: it raised)."""
+
+    task_id: int
+    count: int
+    error: Optional[Payload] = None
+
+
+class WorkerBlocked(NamedTuple):
+    """Worker -> controller: my task waits in ``get``; lend its CPU to someone else."""
+
+    blocked: bool
+
+
+class CancelTask(NamedTuple):
+    """Owner -> controller (tasks) or -> actor worker (calls): stop this task."""
+
+    task_id: int
+    force: bool
+
+
+# -- actors ----------------------------------------------------------------------------
+
+
+class ActorSpec(NamedTuple):
+    actor_id: int
+    code_id: int
+    class_name: str
+    args: Payload
+    deps: tuple
+    owner: int
+    handle_oid: int
+    resources: tuple
+    max_restarts: int
+    max_concurrency: int
+    is_async: bool
+    name: Optional[str]
+    namespace: str
+    detached: bool
+    meta: bytes  # pickled ActorMeta, handed to get_actor() callers
+
+
+class CreateActor(NamedTuple):
+    """Owner -> controller: place and start this actor."""
+
+    spec: ActorSpec
+
+
+class StartActor(NamedTuple):
+    """Controller -> fresh worker: construct the actor (``incarnation`` counts restarts)."""
+
+    spec: ActorSpec
+    incarnation: int
+    gpu_ids: tuple
+
+
+class ActorStarted(NamedTuple):
+    """Actor worker -> controller: the constructor returned (error: it raised)."""
+
+    actor_id: int
+    incarnation: int
+    error: Optional[Payload] = None
+
+
+class ActorCall(NamedTuple):
+    """Caller -> actor worker, directly: run one method."""
+
+    task_id: int
+    actor_id: int
+    method: str
+    args: Payload
+    deps: tuple
+    num_returns: int  # -1 streaming
+
+
+class ActorState(NamedTuple):
+    """Controller -> callers: where an actor lives now, or how it died."""
+
+    actor_id: int
+    state: str  # "alive" | "restarting" | "dead"
+    worker_id: int
+    address: Optional[str]
+    incarnation: int
+    death: Optional[Payload] = None
+
+
+class KillActor(NamedTuple):
+    """Anyone -> controller: kill the actor (``restart`` lets max_restarts apply)."""
+
+    actor_id: int
+    restart: bool
+    reason: str
+
+
+class WatchActor(NamedTuple):
+    """Caller -> controller: send me ActorState now and whenever this actor changes."""
+
+    actor_id: int
+
+
+class ActorExiting(NamedTuple):
+    """Actor worker -> controller: I exit on purpose (exit_actor, __ray_terminate__); no restart."""
+
+    actor_id: int
+    reason: str
+
+
+# -- objects and reference counting -----------------------------------------------------
+
+
+class FetchObject(NamedTuple):
+    """Borrower -> owner: send me the value of ``object_id`` when it is ready."""
+
+    object_id: int
+
+
+class ObjectValue(NamedTuple):
+    """Owner -> borrower: the value (or error payload) of ``object_id``."""
+
+    object_id: int
+    payload: Payload
+
+
+class AddBorrower(NamedTuple):
+    """Anyone -> owner: count ``borrower`` as holding each of ``object_ids`` once more."""
+
+    object_ids: tuple
+    borrower: int
+
+
+class ReleaseBorrows(NamedTuple):
+    """Borrower -> owner: I dropped ``object_id``, which I had received ``count`` times."""
+
+    items: tuple  # ((object_id, count), ...)
+
+
+class PeerGone(NamedTuple):
+    """Controller -> workers: worker ``worker_id`` is dead; drop what it borrowed or owned."""
+
+    worker_id: int
+
+
+# -- control-plane requests ----------------------------------------------------------------
+
+
+class Request(NamedTuple):
+    """A control-plane call (lookups, resources); answered by a Response with ``req_id``."""
+
+    req_id: int
+    method: str
+    args: tuple
+
+
+class Response(NamedTuple):
+    req_id: int
+    ok: bool
+    value: Any

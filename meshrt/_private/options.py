@@ -1,0 +1,146 @@
+"""``@remote(...)`` and ``.options(...)``: validated once per decoration, not per call.
+
+Bad options raise at the decorator or ``.options()`` call, naming the option. Ray
+options that change nothing here (``runtime_env``, ``scheduling_strategy`` ...)
+are accepted so Ray programs run unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+
+from ..scheduler.resources import normalize, validate_request
+
+_RESOURCE_KEYS = {"num_cpus", "num_gpus", "resources", "memory", "accelerator_type"}
+_IGNORED = {"runtime_env", "scheduling_strategy", "placement_group", "placement_group_bundle_index",
+            "placement_group_capture_child_tasks", "_metadata", "label_selector", "enable_task_events",
+            "_labels", "fallback_strategy"}
+TASK_KEYS = _RESOURCE_KEYS | _IGNORED | {"num_returns", "max_retries", "retry_exceptions", "name",
+                                         "max_calls"}
+ACTOR_KEYS = _RESOURCE_KEYS | _IGNORED | {"max_restarts", "max_task_retries", "max_concurrency", "name",
+                                          "namespace", "lifetime", "get_if_exists", "max_pending_calls",
+                                          "concurrency_groups", "allow_out_of_order_execution"}
+DEFAULT_TASK_RETRIES = 3
+DEFAULT_ASYNC_CONCURRENCY = 1000
+
+
+def check_keys(options: dict, allowed: set, what: str) -> None:
+    for key in options:
+        if key not in allowed:
+            raise ValueError(f"invalid option {key!r} for {what}; valid options are {', '.join(sorted(allowed - _IGNORED))}")
+    if options.get("concurrency_groups"):
+        raise ValueError(f"{what}: concurrency_groups are not supported by meshrt yet; use max_concurrency")
+
+
+def resource_units(options: dict, what: str, default_cpus: float) -> tuple:
+    request: dict[str, Any] = {}
+    cpus = options.get("num_cpus")
+    request["CPU"] = default_cpus if cpus is None else cpus
+    gpus = options.get("num_gpus")
+    if gpus:
+        request["GPU"] = gpus
+    if options.get("memory"):
+        request["memory"] = options["memory"]
+    for name, amount in (options.get("resources") or {}).items():
+        if name in ("CPU", "GPU"):
+            raise ValueError(f"{what}: resources={{{name!r}: ...}}: use num_cpus=/num_gpus= for {name}")
+        request[name] = amount
+    validate_request(request, what)
+    return normalize(request)
+
+
+def num_returns_value(value: Any, what: str, is_generator: bool) -> int:
+    if value is None:
+        return -1 if is_generator else 1
+    if value == "streaming":
+        return -1
+    if value == "dynamic":
+        raise ValueError(f"{what}: num_returns='dynamic' is not supported; use num_returns='streaming'")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{what}: num_returns must be an int >= 0 or 'streaming', got {value!r}")
+    return value
+
+
+def retry_exceptions_value(value: Any, what: str):
+    """False/True, or the pickled tuple of exception classes a worker checks against."""
+    if value is None or value is False:
+        return False
+    if value is True:
+        return True
+    if isinstance(value, type):
+        value = [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(v, type) and issubclass(v, BaseException) for v in value):
+        return cloudpickle.dumps(tuple(value))
+    raise ValueError(f"{what}: retry_exceptions must be a bool or a list of exception classes, got {value!r}")
+
+
+def _int_option(options: dict, key: str, default: int, what: str, minimum: int = -1) -> int:
+    value = options.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{what}: {key} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    name: str
+    num_returns: int
+    resources: tuple
+    max_retries: int
+    retry_exceptions: Any
+
+    @classmethod
+    def build(cls, options: dict, default_name: str, is_generator: bool) -> TaskOptions:
+        what = f"task {options.get('name') or default_name}"
+        check_keys(options, TASK_KEYS, what)
+        return cls(
+            name=options.get("name") or default_name,
+            num_returns=num_returns_value(options.get("num_returns"), what, is_generator),
+            resources=resource_units(options, what, 1),
+            max_retries=_int_option(options, "max_retries", DEFAULT_TASK_RETRIES, what),
+            retry_exceptions=retry_exceptions_value(options.get("retry_exceptions"), what),
+        )
+
+
+@dataclass(frozen=True)
+class ActorOptions:
+    resources: tuple
+    max_restarts: int
+    max_task_retries: int
+    max_concurrency: int
+    name: str | None
+    namespace: str | None
+    detached: bool
+    get_if_exists: bool
+
+    @classmethod
+    def build(cls, options: dict, class_name: str, is_async: bool) -> ActorOptions:
+        what = f"actor {class_name}"
+        check_keys(options, ACTOR_KEYS, what)
+        name = options.get("name")
+        if name is not None and (not isinstance(name, str) or not name):
+            raise ValueError(f"{what}: name must be a non-empty string, got {name!r}")
+        namespace = options.get("namespace")
+        if namespace is not None and not isinstance(namespace, str):
+            raise ValueError(f"{what}: namespace must be a string, got {namespace!r}")
+        lifetime = options.get("lifetime")
+        if lifetime not in (None, "detached", "non_detached"):
+            raise ValueError(f"{what}: lifetime must be None, 'detached' or 'non_detached', got {lifetime!r}")
+        if options.get("get_if_exists") and name is None:
+            raise ValueError(f"{what}: get_if_exists=True needs name= as well")
+        default_concurrency = DEFAULT_ASYNC_CONCURRENCY if is_async else 1
+        return cls(
+            resources=resource_units(options, what, 0),
+            max_restarts=_int_option(options, "max_restarts", 0, what),
+            max_task_retries=_int_option(options, "max_task_retries", 0, what),
+            max_concurrency=_int_option(options, "max_concurrency", default_concurrency, what, 1),
+            name=name,
+            namespace=namespace,
+            detached=lifetime == "detached",
+            get_if_exists=bool(options.get("get_if_exists")),
+        )

@@ -1,0 +1,179 @@
+"""The bridge between user threads (and their event loops) and the core event loop.
+
+Every process runs its runtime on one event loop in a daemon thread. User code on
+other threads hands work over through :meth:`LoopThread.post`, which batches: many
+posts between two turns of the loop cost one wake-up. Results come back through
+waiters: a lock for blocking callers, an asyncio future (delivered in batches
+too) for coroutines awaiting from any other loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+from typing import Any, Callable
+
+try:  # uvloop is a hard dependency on POSIX; fall back quietly elsewhere.
+    import uvloop
+
+    _new_loop = uvloop.new_event_loop
+except ImportError:  # pragma: no cover
+    _new_loop = asyncio.new_event_loop
+
+
+class LoopThread:
+    """An event loop running forever in a daemon thread, fed through a batched inbox."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = _new_loop()
+        self._inbox: collections.deque = collections.deque()
+        self._wake_pending = False
+        self._ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread_id: int | None = None
+        self.thread.start()
+        self._ready.wait()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.thread_id = threading.get_ident()
+        self.loop.call_soon(self._ready.set)
+        try:
+            self.loop.run_forever()
+        finally:
+            try:
+                self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            except Exception:
+                pass
+            self.loop.close()
+
+    def in_loop(self) -> bool:
+        return threading.get_ident() == self.thread_id
+
+    def post(self, fn: Callable, *args: Any) -> None:
+        """Run ``fn(*args)`` on the loop soon; safe from any thread, in posting order."""
+        self._inbox.append((fn, args))
+        if not self._wake_pending:
+            self._wake_pending = True
+            try:
+                self.loop.call_soon_threadsafe(self._drain)
+            except RuntimeError:  # loop closed during shutdown
+                self._wake_pending = False
+
+    def _drain(self) -> None:
+        # Clear the flag before emptying the inbox: a post that lands after the last
+        # popleft sees the flag down and schedules another drain (no lost wake-up).
+        self._wake_pending = False
+        inbox = self._inbox
+        while inbox:
+            fn, args = inbox.popleft()
+            try:
+                fn(*args)
+            except Exception:  # a bug in one handler must not stop the loop
+                import logging
+
+                logging.getLogger("meshrt").exception("meshrt: error in core loop callback")
+
+    def run_sync(self, coro, timeout: float | None = None) -> Any:
+        """Run a coroutine on the loop and block the calling (non-loop) thread for it."""
+        if self.in_loop():
+            coro.close()
+            raise RuntimeError(
+                "a blocking meshrt call was made from inside meshrt's own event loop; "
+                "use the async form (await) instead"
+            )
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self, join_timeout: float = 5.0) -> None:
+        if self.loop.is_closed():
+            return
+        try:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        except RuntimeError:
+            return
+        if not self.in_loop():
+            self.thread.join(join_timeout)
+
+
+class Wakeup:
+    """A one-shot wake-up for a thread blocked in ``get``; firing twice is harmless."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def fire(self, _entry=None) -> None:
+        try:
+            self._lock.release()
+        except RuntimeError:
+            pass
+
+    def wait(self, timeout: float | None) -> bool:
+        if timeout is None:
+            return self._lock.acquire()
+        return self._lock.acquire(timeout=max(timeout, 0.0))
+
+
+class AsyncBridge:
+    """Resolves asyncio futures of one foreign event loop, many per wake-up."""
+
+    __slots__ = ("loop", "_pending", "_scheduled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._pending: list = []
+        self._scheduled = False
+
+    def resolve(self, fut: asyncio.Future, entry) -> None:
+        self._pending.append((fut, entry))
+        if not self._scheduled:
+            self._scheduled = True
+            try:
+                self.loop.call_soon_threadsafe(self._deliver)
+            except RuntimeError:  # that loop is closed; nobody is waiting any more
+                self._scheduled = False
+                self._pending.clear()
+
+    def _deliver(self) -> None:
+        self._scheduled = False
+        pending, self._pending = self._pending, []
+        for fut, entry in pending:
+            if not fut.done():
+                fut.set_result(entry)
+
+
+_bridges: dict[int, AsyncBridge] = {}
+_bridges_lock = threading.Lock()
+
+
+def bridge_for(loop: asyncio.AbstractEventLoop) -> AsyncBridge:
+    """The (cached) bridge delivering to ``loop``; closed loops are forgotten."""
+    key = id(loop)
+    bridge = _bridges.get(key)
+    if bridge is not None and bridge.loop is loop:
+        return bridge
+    with _bridges_lock:
+        for k in [k for k, b in _bridges.items() if b.loop.is_closed()]:
+            del _bridges[k]
+        bridge = _bridges[key] = AsyncBridge(loop)
+    return bridge
+
+
+class AsyncWaiter:
+    """Wakes a coroutine awaiting an entry from another thread's loop."""
+
+    __slots__ = ("fut", "bridge")
+
+    def __init__(self, fut: asyncio.Future, bridge: AsyncBridge | None) -> None:
+        self.fut = fut
+        self.bridge = bridge
+
+    def fire(self, entry) -> None:
+        if self.bridge is None:  # the awaiting loop is the core loop itself
+            if not self.fut.done():
+                self.fut.set_result(entry)
+        else:
+            self.bridge.resolve(self.fut, entry)

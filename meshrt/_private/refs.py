@@ -1,0 +1,160 @@
+"""ObjectRef and ObjectRefGenerator: the one awaitable ref type (STYLE 8).
+
+A ref is a small handle (object id + owner worker id). Creating and dropping refs
+only appends to the object table's delta queue; the counting happens on the core
+loop. Refs have no public constructor: ``.remote()`` and ``put`` make them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ..objstore.serialization import ref_sink
+from . import ids, state
+
+
+class ObjectRef:
+    """A future value: ``get(ref)``, ``await ref`` (in any event loop) or ``ref.get()``."""
+
+    __slots__ = ("_id", "_owner", "_deltas", "__weakref__")
+
+    def __init__(self, oid: int, owner: int, _deltas=None) -> None:
+        self._id = oid
+        self._owner = owner
+        deltas = _deltas if _deltas is not None else state.deltas()
+        self._deltas = deltas
+        if deltas is not None:
+            deltas.append((oid, 1))
+
+    def __del__(self) -> None:
+        deltas = self._deltas
+        if deltas is not None:
+            try:
+                deltas.append((self._id, -1))
+            except Exception:  # interpreter shutdown
+                pass
+
+    # -- identity -------------------------------------------------------------------
+
+    def hex(self) -> str:
+        return ids.to_hex(self._id, 36)
+
+    def binary(self) -> bytes:
+        return self._id.to_bytes(18, "big")
+
+    def task_id(self) -> str:
+        return ids.to_hex(ids.task_of(self._id))
+
+    def owner_id(self) -> int:
+        return self._owner
+
+    def __hash__(self) -> int:
+        return hash(self._id)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ObjectRef) and other._id == self._id
+
+    def __repr__(self) -> str:
+        return f"ObjectRef({self.hex()})"
+
+    def __reduce__(self):
+        sink = ref_sink()
+        if sink is not None:
+            sink.append(self)
+        return (_rebuild_ref, (self._id, self._owner))
+
+    # -- values ---------------------------------------------------------------------
+
+    def get(self, timeout: float | None = None) -> Any:
+        """Block for the value, like ``meshrt.get(ref, timeout=...)``."""
+        return state.core().get([self], timeout)[0]
+
+    def __await__(self):
+        return state.core().await_ref(self).__await__()
+
+    def future(self):
+        """A ``concurrent.futures.Future`` completed with the value (Ray's ``ref.future()``)."""
+        return state.core().concurrent_future(self)
+
+    def as_future(self) -> asyncio.Future:
+        """An asyncio future in the running loop, completed with the value."""
+        return asyncio.ensure_future(state.core().await_ref(self))
+
+
+def _rebuild_ref(oid: int, owner: int) -> ObjectRef:
+    core = state.core_or_none()
+    if core is None:
+        return ObjectRef(oid, owner, _deltas=_NO_COUNT)
+    core.table.borrowed(oid, owner) if owner != core.worker_id else None
+    return ObjectRef(oid, owner, core.table.deltas)
+
+
+class _NoCount:
+    """Delta sink for refs unpickled where no runtime runs (counted nowhere)."""
+
+    def append(self, _item) -> None:
+        pass
+
+
+_NO_COUNT = _NoCount()
+
+
+class ObjectRefGenerator:
+    """The result of a ``num_returns="streaming"`` call: refs arrive in order as the
+    remote generator yields, while it still runs.
+
+    Iterate it (``for ref in gen``) or ``async for ref in gen``; each ref is ready
+    when handed out. If the generator raised, the ref after its last value raises
+    that error on ``get``.
+    """
+
+    def __init__(self, task_id: int, core) -> None:
+        self._task_id = task_id
+        self._core = core
+        self._stream = core.open_stream(task_id)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> ObjectRef:
+        ref = self._core.next_stream_ref(self._stream, timeout=None)
+        if ref is None:
+            raise StopIteration
+        return ref
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> ObjectRef:
+        ref = await self._core.next_stream_ref_async(self._stream)
+        if ref is None:
+            raise StopAsyncIteration
+        return ref
+
+    def next_ready(self, timeout: float | None = None) -> ObjectRef:
+        """The next ref, waiting at most ``timeout`` s (GetTimeoutError after that)."""
+        ref = self._core.next_stream_ref(self._stream, timeout=timeout)
+        if ref is None:
+            raise StopIteration
+        return ref
+
+    def is_finished(self) -> bool:
+        """True once every value was handed out and the generator has ended."""
+        return self._stream.finished and not self._stream.items
+
+    def completed(self) -> ObjectRef:
+        """Ray's name: a ref ready when the generator has ended."""
+        return self._core.stream_completed_ref(self._stream)
+
+    def task_id(self) -> str:
+        return ids.to_hex(self._task_id)
+
+    def __repr__(self) -> str:
+        return f"ObjectRefGenerator({ids.to_hex(self._task_id)})"
+
+    def __del__(self) -> None:
+        try:
+            self._core.close_stream(self._stream)
+        except Exception:
+            pass

@@ -1,0 +1,157 @@
+"""Starting workers: the zygote client, and the pipes that carry workers' output.
+
+Each worker gets its own stdout and stderr pipes, made here and handed to the
+zygote with the spawn request, so output from a worker's first instruction on
+(including a crash during start-up) reaches the driver, prefixed with the worker's
+name and pid, and the last stderr lines are kept to explain a death.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import pickle
+import socket
+import subprocess
+import sys
+from typing import Callable
+
+log = logging.getLogger("meshrt")
+
+STDERR_TAIL_LINES = 20
+
+
+class Zygote:
+    """The controller's handle on the zygote process."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        env: dict,
+        on_spawned: Callable[[int, int], None],
+        on_exited: Callable[[int, int], None],
+        on_lost: Callable[[], None],
+    ) -> None:
+        self.loop = loop
+        self.env = env
+        self.on_spawned = on_spawned
+        self.on_exited = on_exited
+        self.on_lost = on_lost
+        self.sock: socket.socket | None = None
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "meshrt._private.zygote", str(theirs.fileno()), str(os.getpid())],
+            pass_fds=(theirs.fileno(),),
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C in the terminal reaches the driver only
+        )
+        theirs.close()
+        ours.setblocking(False)
+        self.sock = ours
+        self.loop.add_reader(ours.fileno(), self._readable)
+
+    def spawn(self, worker_id: int, env: dict, kind: str) -> tuple[int, int]:
+        """Ask for a worker; returns the read ends of its stdout and stderr pipes."""
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            socket.send_fds(self.sock, [pickle.dumps(("spawn", worker_id, env, kind))], [out_w, err_w])
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        return out_r, err_r
+
+    def _readable(self) -> None:
+        while True:
+            try:
+                data = self.sock.recv(1 << 16)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._lost()
+                return
+            msg = pickle.loads(data)  # our own child over a private socketpair
+            if msg[0] == "spawned":
+                self.on_spawned(msg[1], msg[2])
+            elif msg[0] == "exited":
+                self.on_exited(msg[1], msg[2])
+
+    def _lost(self) -> None:
+        if self.sock is not None:
+            self.loop.remove_reader(self.sock.fileno())
+            self.sock.close()
+            self.sock = None
+            self.on_lost()
+
+    async def close(self, timeout: float = 3.0) -> None:
+        if self.sock is not None:
+            self.loop.remove_reader(self.sock.fileno())
+            self.sock.close()  # EOF: the zygote kills what is left and exits
+            self.sock = None
+        proc = self.proc
+        if proc is None:
+            return
+        deadline = self.loop.time() + timeout
+        while proc.poll() is None and self.loop.time() < deadline:
+            await asyncio.sleep(0.005)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+class OutputPipe(asyncio.Protocol):
+    """Reads one worker stream line by line and forwards it to the driver's stream."""
+
+    def __init__(self, record, stream_name: str, forward: bool, on_eof: Callable[[], None]) -> None:
+        self.record = record
+        self.stream_name = stream_name
+        self.forward = forward
+        self.on_eof = on_eof
+        self._partial = b""
+
+    def data_received(self, data: bytes) -> None:
+        data = self._partial + data
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        if lines:
+            self._emit(lines)
+
+    def _emit(self, lines: list[bytes]) -> None:
+        text = [line.decode("utf-8", "replace").rstrip("\r") for line in lines]
+        if self.stream_name == "stderr":
+            self.record.stderr_tail.extend(text)
+        if self.forward:
+            target = sys.stderr if self.stream_name == "stderr" else sys.stdout
+            prefix = f"({self.record.label} pid={self.record.pid}) "
+            try:
+                target.write("".join(prefix + t + "\n" for t in text))
+                target.flush()
+            except (ValueError, OSError):  # the driver's stream was closed
+                pass
+
+    def connection_lost(self, exc) -> None:
+        if self._partial:
+            self._emit([self._partial])
+            self._partial = b""
+        self.on_eof()
+
+
+def new_tail() -> collections.deque:
+    return collections.deque(maxlen=STDERR_TAIL_LINES)
+
+
+async def attach_pipes(loop, record, out_fd: int, err_fd: int, forward: bool, on_eof) -> list:
+    transports = []
+    for fd, name in ((out_fd, "stdout"), (err_fd, "stderr")):
+        pipe = os.fdopen(fd, "rb", buffering=0)
+        transport, _ = await loop.connect_read_pipe(lambda n=name: OutputPipe(record, n, forward, on_eof), pipe)
+        transports.append(transport)
+    return transports

@@ -1,0 +1,113 @@
+"""Owner-side state of one streaming generator call (``num_returns="streaming"``)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+
+from .. import exceptions as exc
+from . import ids
+from .portal import AsyncWaiter, Wakeup, bridge_for
+from .refs import ObjectRef
+
+
+class Stream:
+    """Refs in arrival order; ``end`` marks the generator finished (optionally with an error).
+
+    The loop thread pushes, user threads pop: ``items`` is a deque (atomic append and
+    popleft) and waiters follow the same publish-then-fire rule as object entries.
+    """
+
+    __slots__ = ("task_id", "items", "finished", "next_index", "waiters", "closed", "done_ref")
+
+    def __init__(self, task_id: int) -> None:
+        self.task_id = task_id
+        self.items: collections.deque = collections.deque()
+        self.finished = False
+        self.next_index = 0
+        self.waiters: list = []
+        self.closed = False
+        self.done_ref: ObjectRef | None = None
+
+    def _fire(self) -> None:
+        waiters, self.waiters = self.waiters, []
+        for waiter in waiters:
+            waiter.fire(None)
+
+    def push(self, ref: ObjectRef, index: int) -> None:
+        self.items.append(ref)
+        self.next_index = index + 1
+        self._fire()
+
+    def end(self, core, error) -> None:
+        """Loop thread: no more items; an error becomes one last ref that raises it."""
+        if self.finished:
+            return
+        if error is not None and not self.closed:
+            oid = ids.object_id(self.task_id, self.next_index + 1)
+            entry = core.table.owned(oid)
+            core.table.resolve(entry, error)
+            self.items.append(ObjectRef(oid, core.worker_id, core.table.deltas))
+        self.finished = True
+        done = core.table.entries.get(ids.object_id(self.task_id, 0))
+        if done is not None:
+            core.table.resolve(done, error if error is not None else _none_payload())
+            core._check.append(done)
+        self._fire()
+
+    def next_blocking(self, core, timeout: float | None) -> ObjectRef | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        blocked = False
+        try:
+            while True:
+                if self.items:
+                    return self.items.popleft()
+                if self.finished:
+                    return None
+                waker = Wakeup()
+                self.waiters.append(waker)
+                if self.items or self.finished:
+                    continue
+                if not blocked:
+                    core.on_block(True)
+                    blocked = True
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if not waker.wait(remaining) and not (self.items or self.finished):
+                    raise exc.GetTimeoutError(
+                        f"no value from the streaming generator within {timeout} s; "
+                        "raise timeout= in next_ready()"
+                    )
+        finally:
+            if blocked:
+                core.on_block(False)
+
+    async def next_async(self, core) -> ObjectRef | None:
+        while True:
+            if self.items:
+                return self.items.popleft()
+            if self.finished:
+                return None
+            loop = asyncio.get_running_loop()
+            fut = loop.create_future()
+            self.waiters.append(AsyncWaiter(fut, None if core.io.in_loop() else bridge_for(loop)))
+            if self.items or self.finished:
+                continue
+            await fut
+
+    def completed_ref(self, core) -> ObjectRef:
+        if self.done_ref is None:
+            raise RuntimeError("this generator's completion ref was not created")
+        return self.done_ref
+
+
+_NONE = None
+
+
+def _none_payload():
+    global _NONE
+    if _NONE is None:
+        from ..objstore.serialization import serialize
+
+        _NONE = serialize(None)[0]
+    return _NONE

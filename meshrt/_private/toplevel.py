@@ -1,0 +1,212 @@
+"""The module-level API (``meshrt.get``, ``put``, ``wait`` ...): argument checks at the
+call site, then one call into this process's core."""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from typing import Any
+
+from . import context, state
+from .api import ActorHandle
+from .refs import ObjectRef, ObjectRefGenerator
+
+
+def _check_timeout(timeout, what: str) -> None:
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise TypeError(f"{what}: timeout must be a number of seconds or None, got {timeout!r}")
+        if timeout < 0:
+            raise ValueError(f"{what}: timeout must be >= 0, got {timeout}")
+
+
+def _warn_if_in_event_loop(what: str) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    warnings.warn(
+        f"meshrt.{what}() blocks the running asyncio event loop; use `await ref` "
+        "(or asyncio.gather over refs) in async code",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
+def get(object_refs, *, timeout: float | None = None) -> Any:
+    """The value(s) behind a ref or a list of refs, blocking until ready.
+
+    Raises the task's error (a TaskError that is also an instance of the original
+    exception class), ActorDiedError, TaskCancelledError, or GetTimeoutError.
+    """
+    _check_timeout(timeout, "get()")
+    if isinstance(object_refs, ObjectRef):
+        _warn_if_in_event_loop("get")
+        return state.core().get([object_refs], timeout)[0]
+    if isinstance(object_refs, (list, tuple)):
+        for i, ref in enumerate(object_refs):
+            if not isinstance(ref, ObjectRef):
+                raise TypeError(
+                    f"get() expects ObjectRefs, but item {i} of the list is a "
+                    f"{type(ref).__qualname__}: {ref!r:.80}"
+                )
+        _warn_if_in_event_loop("get")
+        values = state.core().get(list(object_refs), timeout)
+        return values
+    if isinstance(object_refs, ObjectRefGenerator):
+        raise TypeError("get() of an ObjectRefGenerator: iterate it (for ref in gen) and get each ref")
+    raise TypeError(
+        f"get() expects an ObjectRef or a list of ObjectRefs, got a "
+        f"{type(object_refs).__qualname__}: {object_refs!r:.80}"
+    )
+
+
+def put(value: Any, *, _owner: Any = None) -> ObjectRef:
+    """Store a value once and get a ref that any task or actor can read."""
+    return state.core().put(value)
+
+
+def wait(object_refs: list, *, num_returns: int = 1, timeout: float | None = None,
+         fetch_local: bool = True) -> tuple[list, list]:
+    """Split refs into (ready, not_ready) once ``num_returns`` are ready or on timeout."""
+    if isinstance(object_refs, ObjectRef):
+        raise TypeError("wait() expects a list of ObjectRefs, not a single ObjectRef: wait([ref])")
+    if not isinstance(object_refs, (list, tuple)):
+        raise TypeError(f"wait() expects a list of ObjectRefs, got {type(object_refs).__qualname__}")
+    refs = list(object_refs)
+    for i, ref in enumerate(refs):
+        if not isinstance(ref, ObjectRef):
+            raise TypeError(f"wait() expects ObjectRefs, but item {i} is a {type(ref).__qualname__}")
+    if len(set(refs)) != len(refs):
+        raise ValueError("wait() got the same ObjectRef more than once; pass each ref once")
+    if isinstance(num_returns, bool) or not isinstance(num_returns, int) or num_returns < 1:
+        if not refs and num_returns == 0:
+            return [], []
+        raise ValueError(f"wait(): num_returns must be a positive int, got {num_returns!r}")
+    if num_returns > len(refs):
+        raise ValueError(f"wait(): num_returns={num_returns} but only {len(refs)} refs were given")
+    _check_timeout(timeout, "wait()")
+    return state.core().wait(refs, num_returns, timeout)
+
+
+def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
+    """Stop an actor now; with ``no_restart=False`` its max_restarts still apply."""
+    if not isinstance(actor, ActorHandle):
+        raise TypeError(f"kill() expects an actor handle, got {type(actor).__qualname__}")
+    state.core().kill_actor(actor._actor_id, no_restart)
+
+
+def cancel(ref, *, force: bool = False, recursive: bool = True) -> None:
+    """Cancel the task behind ``ref``: dropped if queued, interrupted if running
+    (``force=True`` kills its worker). ``get`` then raises TaskCancelledError."""
+    from . import ids
+
+    if isinstance(ref, ObjectRefGenerator):
+        task_id = ref._task_id
+    elif isinstance(ref, ObjectRef):
+        task_id = ids.task_of(ref._id)
+    else:
+        raise TypeError(f"cancel() expects an ObjectRef, got {type(ref).__qualname__}")
+    state.core().cancel(task_id, force)
+
+
+def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
+    """The handle of the live actor created with ``.options(name=...)``."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"get_actor() needs a non-empty actor name, got {name!r}")
+    return state.core().get_actor(name, namespace)
+
+
+def available_resources() -> dict:
+    return state.core().request_sync("available_resources")
+
+
+def cluster_resources() -> dict:
+    return state.core().request_sync("cluster_resources")
+
+
+def nodes() -> list:
+    return state.core().request_sync("nodes")
+
+
+def get_gpu_ids() -> list:
+    """GPU ids assigned to the current task or actor (physical ids; [] in the driver)."""
+    core = state.core_or_none()
+    if core is None or core.is_driver:
+        return []
+    return context.gpu_ids()
+
+
+class RuntimeContext:
+    """What ``get_runtime_context()`` returns: ids of the job, task, actor, node, worker."""
+
+    def get_job_id(self) -> str | None:
+        return context.process.get("job_id")
+
+    def get_node_id(self) -> str | None:
+        return context.process.get("node_id")
+
+    def get_worker_id(self) -> str:
+        return f"{context.process.get('worker_id', 0):08x}"
+
+    def get_task_id(self) -> str | None:
+        call = context.current_call()
+        return context.hex_or_none(call.task_id if call is not None else None)
+
+    def get_actor_id(self) -> str | None:
+        return context.hex_or_none(context.process.get("actor_id"))
+
+    def get_actor_name(self) -> str | None:
+        return context.process.get("actor_name")
+
+    def get_assigned_resources(self) -> dict:
+        return dict(context.process.get("resources") or {})
+
+    def get_accelerator_ids(self) -> dict:
+        return {"GPU": [str(g) for g in get_gpu_ids()]}
+
+    def get_pid(self) -> int:
+        import os
+
+        return os.getpid()
+
+    @property
+    def namespace(self) -> str:
+        return context.process.get("namespace") or "default"
+
+    def get_namespace(self) -> str:
+        return self.namespace
+
+    @property
+    def was_current_actor_reconstructed(self) -> bool:
+        return context.process.get("incarnation", 0) > 0
+
+    @property
+    def current_actor(self) -> ActorHandle:
+        raise NotImplementedError("current_actor is not supported yet; pass the handle explicitly")
+
+    @property
+    def job_id(self):
+        return self.get_job_id()
+
+    @property
+    def node_id(self):
+        return self.get_node_id()
+
+    @property
+    def task_id(self):
+        return self.get_task_id()
+
+    @property
+    def actor_id(self):
+        return self.get_actor_id()
+
+    def get(self) -> dict:
+        return {"job_id": self.get_job_id(), "node_id": self.get_node_id(),
+                "task_id": self.get_task_id(), "actor_id": self.get_actor_id(),
+                "namespace": self.namespace}
+
+
+def get_runtime_context() -> RuntimeContext:
+    state.core()  # starts the runtime if needed, as Ray does
+    return RuntimeContext()

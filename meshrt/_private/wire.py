@@ -1,0 +1,409 @@
+"""Connections between meshrt processes: token handshake, then framed message batches.
+
+Handshake (before a single byte is unpickled, in either direction)::
+
+    server -> client   MAGIC + server_nonce(32)
+    client -> server   client_nonce(32) + HMAC(token, "client" + server_nonce + client_nonce)
+    server -> client   HMAC(token, "server" + client_nonce + server_nonce)
+
+A peer that fails it, stalls in it, or later sends a malformed frame is dropped and
+logged; the process keeps serving everyone else.
+
+Frame: ``<u32 header_len><u32 nbufs><u64 len>*nbufs`` + header + buffers. The header
+is one pickled *list* of messages (every ``send`` made during one turn of the event
+loop is coalesced into one frame); large buffers inside payloads travel out of band
+and are received straight into a buffer of their own, never copied through the
+small-message buffer.
+
+Addresses: ``unix:@name`` (Linux abstract socket: nothing on disk to clean up),
+``unix:/path`` and ``tcp:host:port``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import os
+import pickle
+import secrets
+import socket
+import struct
+import sys
+from typing import Any, Callable
+
+log = logging.getLogger("meshrt.wire")
+
+MAGIC = b"MESHRT1"
+_NONCE = 32
+_MAC = 32
+HANDSHAKE_TIMEOUT_S = 10.0
+_PREFIX = struct.Struct("<II")
+_SMALL_FRAME = 1 << 20  # frames larger than this get a buffer of their own
+_INBAND_LIMIT = 64 * 1024
+_MAX_HEADER = 1 << 30
+
+
+def _mac(token: bytes, label: bytes, a: bytes, b: bytes) -> bytes:
+    return hmac.new(token, label + a + b, hashlib.sha256).digest()
+
+
+class Connection(asyncio.BufferedProtocol):
+    """One authenticated, framed, bidirectional message stream.
+
+    ``on_messages(conn, msgs)`` gets each received batch in order; ``on_close(conn,
+    exc)`` is called once when the stream ends. ``send`` only queues: the batch is
+    pickled and written once per event-loop turn.
+    """
+
+    def __init__(
+        self,
+        token: bytes,
+        server_side: bool,
+        on_open: Callable[[Connection], Any] | None = None,
+        on_messages: Callable[[Connection, list], Any] | None = None,
+        on_close: Callable[[Connection, BaseException | None], Any] | None = None,
+    ) -> None:
+        self._token = token
+        self.server_side = server_side
+        self.on_open = on_open
+        self.on_messages = on_messages
+        self.on_close = on_close
+        self.peer_id: int | None = None
+        self.peer_pid: int | None = None
+        self.peer_address: str | None = None
+        self.transport: asyncio.Transport | None = None
+        self.open = False
+        self.closed = False
+        self._loop = asyncio.get_event_loop()
+        self._outbox: list = []
+        self._flush_pending = False
+        # receive state
+        self._buf = bytearray(256 * 1024)
+        self._start = 0
+        self._end = 0
+        self._big: bytearray | None = None  # a large frame, received in place
+        self._big_filled = 0
+        self._big_layout: tuple | None = None
+        self._hs_state = 0
+        self._nonce = secrets.token_bytes(_NONCE)
+        self._peer_nonce = b""
+        self._hs_timer: asyncio.TimerHandle | None = None
+        self._close_reason: BaseException | None = None
+
+    # -- asyncio protocol ------------------------------------------------------------
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self._hs_timer = self._loop.call_later(HANDSHAKE_TIMEOUT_S, self._handshake_timeout)
+        if self.server_side:
+            transport.write(MAGIC + self._nonce)
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        self.open = False
+        if self._hs_timer is not None:
+            self._hs_timer.cancel()
+        if self.on_close is not None:
+            cb, self.on_close = self.on_close, None
+            cb(self, self._close_reason or exc)
+
+    def get_buffer(self, sizehint: int):
+        if self._big is not None:
+            return memoryview(self._big)[self._big_filled :]
+        free = len(self._buf) - self._end
+        if free < 64 * 1024:
+            pending = self._end - self._start
+            if self._start and pending < len(self._buf) // 2:
+                self._buf[:pending] = self._buf[self._start : self._end]
+            else:
+                grown = bytearray(max(2 * len(self._buf), pending + 256 * 1024))
+                grown[:pending] = self._buf[self._start : self._end]
+                self._buf = grown
+            self._start, self._end = 0, pending
+        return memoryview(self._buf)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            if self._big is not None:
+                self._big_filled += nbytes
+                if self._big_filled == len(self._big):
+                    big, layout = self._big, self._big_layout
+                    self._big = self._big_layout = None
+                    self._deliver(big, layout)
+                return
+            self._end += nbytes
+            if self._hs_state < 3:
+                self._handshake_step()
+                if self._hs_state < 3:
+                    return
+            self._parse()
+        except _Reject as why:
+            self._reject(str(why))
+        except Exception as exc:  # a malformed frame: drop this peer, keep serving
+            self._reject(f"malformed frame ({type(exc).__name__}: {exc})")
+
+    def eof_received(self):
+        return False
+
+    # -- handshake -------------------------------------------------------------------
+
+    def _take(self, n: int) -> bytes | None:
+        if self._end - self._start < n:
+            return None
+        data = bytes(self._buf[self._start : self._start + n])
+        self._start += n
+        return data
+
+    def _handshake_step(self) -> None:
+        if self.server_side:
+            if self._hs_state == 0:
+                got = self._take(_NONCE + _MAC)
+                if got is None:
+                    return
+                self._peer_nonce, mac = got[:_NONCE], got[_NONCE:]
+                if not hmac.compare_digest(mac, _mac(self._token, b"client", self._nonce, self._peer_nonce)):
+                    raise _Reject("it failed the token handshake (wrong or missing MESHRT_TOKEN)")
+                self.transport.write(_mac(self._token, b"server", self._peer_nonce, self._nonce))
+                self._opened()
+        else:
+            if self._hs_state == 0:
+                got = self._take(len(MAGIC) + _NONCE)
+                if got is None:
+                    return
+                if not got.startswith(MAGIC):
+                    raise _Reject("it is not a meshrt endpoint")
+                self._peer_nonce = got[len(MAGIC) :]
+                self.transport.write(self._nonce + _mac(self._token, b"client", self._peer_nonce, self._nonce))
+                self._hs_state = 1
+            if self._hs_state == 1:
+                got = self._take(_MAC)
+                if got is None:
+                    return
+                if not hmac.compare_digest(got, _mac(self._token, b"server", self._nonce, self._peer_nonce)):
+                    raise _Reject("the server failed the token handshake (wrong MESHRT_TOKEN?)")
+                self._opened()
+
+    def _opened(self) -> None:
+        self._hs_state = 3
+        self.open = True
+        if self._hs_timer is not None:
+            self._hs_timer.cancel()
+            self._hs_timer = None
+        if self.on_open is not None:
+            self.on_open(self)
+        if self._outbox and not self._flush_pending:
+            self._flush_pending = True
+            self._loop.call_soon(self._flush)
+
+    def _handshake_timeout(self) -> None:
+        if not self.open and not self.closed:
+            self._reject("it did not finish the token handshake in time")
+
+    def _reject(self, why: str) -> None:
+        peer = self._peer_name()
+        log.warning("meshrt: dropped connection from %s: %s", peer, why)
+        from ..exceptions import AuthenticationError
+
+        self._close_reason = AuthenticationError(f"connection to {peer} dropped: {why}")
+        self.abort()
+
+    def _peer_name(self) -> str:
+        if self.peer_id is not None:
+            return f"worker {self.peer_id} (pid {self.peer_pid})"
+        try:
+            name = self.transport.get_extra_info("peername") if self.transport else None
+        except Exception:
+            name = None
+        return str(name) if name else "a local process"
+
+    # -- frames ----------------------------------------------------------------------
+
+    def _parse(self) -> None:
+        buf = self._buf
+        while True:
+            avail = self._end - self._start
+            if avail < 8:
+                break
+            hlen, nbufs = _PREFIX.unpack_from(buf, self._start)
+            if hlen > _MAX_HEADER or nbufs > 4096:
+                raise _Reject("frame header too large")
+            plen = 8 + 8 * nbufs
+            if avail < plen:
+                break
+            lens = struct.unpack_from(f"<{nbufs}Q", buf, self._start + 8) if nbufs else ()
+            total = plen + hlen + sum(lens)
+            if total > _SMALL_FRAME and avail < total:
+                # Receive the rest of this frame straight into a buffer of its own.
+                body = bytearray(total - plen)
+                have = avail - plen
+                body[:have] = buf[self._start + plen : self._end]
+                self._start = self._end = 0
+                self._big, self._big_filled, self._big_layout = body, have, (hlen, lens)
+                return
+            if avail < total:
+                break
+            body_start = self._start + plen
+            self._start += total
+            if lens:
+                body = bytes(buf[body_start : body_start + total - plen])
+                self._deliver(body, (hlen, lens))
+            else:
+                msgs = pickle.loads(memoryview(buf)[body_start : body_start + hlen])
+                self._dispatch(msgs)
+            if self.closed:
+                return
+        if self._start == self._end:
+            self._start = self._end = 0
+
+    def _deliver(self, body, layout) -> None:
+        hlen, lens = layout
+        view = memoryview(body)
+        bufs = []
+        at = hlen
+        for n in lens:
+            bufs.append(view[at : at + n])
+            at += n
+        msgs = pickle.loads(view[:hlen], buffers=bufs)
+        self._dispatch(msgs)
+
+    def _dispatch(self, msgs: list) -> None:
+        if not isinstance(msgs, list):
+            raise _Reject("frame is not a message batch")
+        if self.on_messages is not None:
+            self.on_messages(self, msgs)
+
+    # -- sending ---------------------------------------------------------------------
+
+    def send(self, msg) -> None:
+        """Queue ``msg``; all messages queued in one loop turn go out as one frame."""
+        if self.closed:
+            return
+        self._outbox.append(msg)
+        if not self._flush_pending and self.open:
+            self._flush_pending = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_pending = False
+        if not self._outbox or self.closed or not self.open:
+            return
+        msgs, self._outbox = self._outbox, []
+        big: list = []
+
+        def oob(pb: pickle.PickleBuffer):
+            if pb.raw().nbytes < _INBAND_LIMIT:
+                return True
+            big.append(pb.raw())
+            return False
+
+        header = pickle.dumps(msgs, protocol=5, buffer_callback=oob)
+        if big:
+            prefix = _PREFIX.pack(len(header), len(big)) + struct.pack(
+                f"<{len(big)}Q", *(b.nbytes for b in big)
+            )
+            self.transport.writelines([prefix, header, *big])
+        else:
+            self.transport.write(_PREFIX.pack(len(header), 0) + header)
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            if self._outbox and self.open:
+                self._flush()
+            self.transport.close()
+
+    def abort(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.abort()
+
+
+class _Reject(Exception):
+    pass
+
+
+# -- addresses ---------------------------------------------------------------------------
+
+
+def new_unix_address(tag: str) -> str:
+    """A fresh local address: an abstract socket on Linux, a temp file elsewhere."""
+    name = f"meshrt-{tag}-{os.getpid()}-{secrets.token_hex(6)}"
+    if sys.platform.startswith("linux"):
+        return f"unix:@{name}"
+    import tempfile
+
+    return f"unix:{os.path.join(tempfile.gettempdir(), name + '.sock')}"
+
+
+def _unix_path(address: str) -> str:
+    path = address[len("unix:") :]
+    return "\0" + path[1:] if path.startswith("@") else path
+
+
+def parse_tcp(address: str) -> tuple[str, int]:
+    host, _, port = address[len("tcp:") :].rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+async def listen(address: str, token: bytes, factory_kwargs: Callable[[], dict]) -> asyncio.AbstractServer:
+    """Serve ``address``; each accepted peer gets a Connection built from factory_kwargs()."""
+    loop = asyncio.get_running_loop()
+
+    def make():
+        return Connection(token, server_side=True, **factory_kwargs())
+
+    if address.startswith("unix:"):
+        path = _unix_path(address)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if not path.startswith("\0") and os.path.exists(path):
+            os.unlink(path)
+        sock.bind(path)
+        sock.listen(1024)
+        sock.setblocking(False)
+        return await loop.create_unix_server(make, sock=sock)
+    if address.startswith("tcp:"):
+        host, port = parse_tcp(address)
+        return await loop.create_server(make, host, port, backlog=1024, reuse_address=True)
+    raise ValueError(f"unsupported address {address!r}: use unix:@name, unix:/path or tcp:host:port")
+
+
+async def connect(address: str, token: bytes, **conn_kwargs) -> Connection:
+    """Connect to ``address`` and wait until the token handshake has passed."""
+    loop = asyncio.get_running_loop()
+    opened: asyncio.Future = loop.create_future()
+    user_open = conn_kwargs.pop("on_open", None)
+    user_close = conn_kwargs.pop("on_close", None)
+
+    def on_open(conn):
+        if user_open is not None:
+            user_open(conn)
+        if not opened.done():
+            opened.set_result(conn)
+
+    def on_close(conn, exc):
+        if not opened.done():
+            from ..exceptions import AuthenticationError
+
+            opened.set_exception(exc if exc is not None else AuthenticationError(
+                f"{address} closed the connection during the token handshake"))
+        elif user_close is not None:
+            user_close(conn, exc)
+
+    def make():
+        return Connection(token, server_side=False, on_open=on_open, on_close=on_close, **conn_kwargs)
+
+    if address.startswith("unix:"):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, _unix_path(address))
+        except BaseException:
+            sock.close()
+            raise
+        await loop.create_unix_connection(make, sock=sock)
+    elif address.startswith("tcp:"):
+        host, port = parse_tcp(address)
+        await loop.create_connection(make, host, port)
+    else:
+        raise ValueError(f"unsupported address {address!r}")
+    return await opened

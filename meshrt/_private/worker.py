@@ -1,0 +1,30 @@
+"""A worker process: ``python -m meshrt._private.worker`` or a fork of the zygote.
+
+Its core loop runs on a daemon thread; the main thread runs user code (executor.py).
+Importing this module must not start threads: the zygote imports it before forking.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from . import state
+from .portal import LoopThread
+from .worker_core import WorkerCore
+
+CONNECT_TIMEOUT_S = 60.0
+
+
+def main(worker_id: int, kind: str) -> None:
+    token = bytes.fromhex(os.environ.pop("MESHRT_TOKEN"))
+    address = os.environ["MESHRT_CONTROLLER"]
+    io = LoopThread("meshrt-core")
+    core = WorkerCore(worker_id, io, token, address, kind)
+    state.set_core(core)
+    io.run_sync(core.connect(), CONNECT_TIMEOUT_S)
+    core.executor.run_forever()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "task")

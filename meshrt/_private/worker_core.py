@@ -1,0 +1,249 @@
+"""A worker's core: the Core plus a socket to the controller, peers, and the executor."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import sys
+import threading
+
+from . import context, wire
+from . import messages as m
+from .channels import PeerChannel
+from .core import Core
+from .executor import Call, Executor
+
+
+class WorkerCore(Core):
+    def __init__(self, worker_id: int, io, token: bytes, controller_address: str, kind: str) -> None:
+        super().__init__(worker_id, io, token)
+        self.kind = kind
+        self.controller_address = controller_address
+        self.listen_address = wire.new_unix_address(f"w{worker_id}")
+        self.ctl = None
+        self.server = None
+        self.channels: dict[int, PeerChannel] = {}
+        self.addresses: dict[int, str] = {}
+        self.code_blobs: dict[int, bytes] = {}
+        self._req_ids = itertools.count(1)
+        self._requests: dict[int, asyncio.Future] = {}
+        self._welcome: asyncio.Future | None = None
+        self.config: dict = {}
+        self.executor = Executor(self)
+        self.main_ident = threading.main_thread().ident
+        self.handlers.update({
+            m.Welcome: self.on_welcome,
+            m.Hello: self.on_hello,
+            m.DefineCode: self.on_define_code,
+            m.ExecuteTask: self.on_execute_task,
+            m.StartActor: self.on_start_actor,
+            m.ActorCall: self.on_actor_call,
+            m.CancelTask: self.on_cancel,
+            m.Exit: self.on_exit,
+            m.Response: self.on_response,
+        })
+
+    # -- start-up ----------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._welcome = loop.create_future()
+        self.server = await wire.listen(
+            self.listen_address, self.token,
+            lambda: {"on_messages": self.on_messages, "on_close": self.on_peer_closed},
+        )
+        self.ctl = await wire.connect(
+            self.controller_address, self.token,
+            on_messages=self.on_messages, on_close=self._controller_lost,
+        )
+        self.ctl.peer_id = 0
+        self.ctl.send(m.Hello(self.worker_id, os.getpid(), self.listen_address))
+        await self._welcome
+        self.start_timers()
+
+    def on_welcome(self, conn, msg: m.Welcome) -> None:
+        config = self.config = msg.config
+        for path in reversed(config.get("sys_path", [])):
+            if path not in sys.path and (path == "" or os.path.isdir(path)):
+                sys.path.insert(0, path)
+        cwd = config.get("cwd")
+        if cwd and os.path.isdir(cwd):
+            os.chdir(cwd)
+        context.process.update(
+            job_id=config.get("job_id"), node_id=config.get("node_id"),
+            namespace=config.get("namespace", "default"), worker_id=self.worker_id,
+        )
+        if self._welcome is not None and not self._welcome.done():
+            self._welcome.set_result(None)
+
+    def _controller_lost(self, conn, _exc) -> None:
+        # The driver is gone (exit, Ctrl-C, SIGKILL): nothing here is reachable any more.
+        os._exit(0)
+
+    # -- routing -------------------------------------------------------------------------------
+
+    def send_controller(self, msg) -> None:
+        self.ctl.send(msg)
+
+    def send_to(self, peer: int, msg) -> None:
+        if peer == 0:
+            self.ctl.send(msg)
+            return
+        channel = self.channels.get(peer)
+        if channel is None:
+            channel = self.channels[peer] = PeerChannel(self, peer)
+        channel.send(msg)
+
+    def note_address(self, peer: int, address: str | None) -> None:
+        if address:
+            self.addresses[peer] = address
+
+    def address(self) -> str:
+        return self.listen_address
+
+    def on_hello(self, conn, msg: m.Hello) -> None:
+        conn.peer_id = msg.worker_id
+        conn.peer_pid = msg.pid
+        self.note_address(msg.worker_id, msg.address)
+        channel = self.channels.get(msg.worker_id)
+        if channel is None:
+            channel = self.channels[msg.worker_id] = PeerChannel(self, msg.worker_id)
+        channel.attach(conn)
+
+    def on_peer_closed(self, conn, _exc) -> None:
+        channel = self.channels.get(conn.peer_id) if conn.peer_id is not None else None
+        if channel is not None:
+            channel.closed(conn)
+
+    def forget_peer(self, peer: int) -> None:
+        channel = self.channels.pop(peer, None)
+        if channel is not None:
+            channel.dead = True
+            if channel.conn is not None:
+                channel.conn.close()
+        self.addresses.pop(peer, None)
+
+    async def request(self, method: str, *args):
+        req_id = next(self._req_ids)
+        fut = asyncio.get_running_loop().create_future()
+        self._requests[req_id] = fut
+        self.ctl.send(m.Request(req_id, method, args))
+        return await fut
+
+    def on_response(self, conn, msg: m.Response) -> None:
+        fut = self._requests.pop(msg.req_id, None)
+        if fut is None or fut.done():
+            return
+        if msg.ok:
+            fut.set_result(msg.value)
+        else:
+            fut.set_exception(msg.value)
+
+    def define_code(self, code_id: int, blob_fn) -> None:
+        if code_id not in self.code_defined:
+            self.code_defined.add(code_id)
+            self.io.post(self.send_controller, m.DefineCode(code_id, blob_fn()))
+
+    def on_define_code(self, conn, msg: m.DefineCode) -> None:
+        self.code_blobs[msg.code_id] = msg.blob
+
+    def on_block(self, blocked: bool) -> None:
+        if self.kind == "task" and threading.get_ident() == self.main_ident:
+            self.io.post(self.send_controller, m.WorkerBlocked(blocked))
+
+    # -- work in -----------------------------------------------------------------------------
+
+    def _arrived(self, args, deps) -> tuple[list, list]:
+        """Hold the refs inside arriving arguments; the caller pins them (not counted here)."""
+        held: list = []
+        arg_refs: list = []
+        me = self.worker_id
+        for payload in (args, *(p for _, p in deps)):
+            if payload.refs:
+                held.extend(self.adopt(payload, count=False))
+                arg_refs.extend(r for r in payload.refs if r[1] != me)
+        return held, arg_refs
+
+    def on_execute_task(self, conn, msg: m.ExecuteTask) -> None:
+        spec = msg.spec
+        held, arg_refs = self._arrived(spec.args, spec.deps)
+        dest = spec.owner
+        if dest != 0 and spec.owner_address:
+            self.note_address(dest, spec.owner_address)
+        call = Call(spec.task_id, spec.name, None, spec.args, spec.deps, spec.num_returns,
+                    dest, held, arg_refs, spec)
+        self.executor.submit(call)
+
+    def on_start_actor(self, conn, msg: m.StartActor) -> None:
+        self.executor.queue.put(lambda: self.executor.start_actor(msg.spec, msg.incarnation))
+
+    def on_actor_call(self, conn, msg: m.ActorCall) -> None:
+        held, arg_refs = self._arrived(msg.args, msg.deps)
+        spec = self.executor.actor_spec
+        name = f"{spec.class_name}.{msg.method}" if spec is not None else msg.method
+        call = Call(msg.task_id, name, msg.method, msg.args, msg.deps, msg.num_returns,
+                    conn.peer_id, held, arg_refs)
+        self.executor.submit(call)
+
+    def on_cancel(self, conn, msg: m.CancelTask) -> None:
+        self.executor.cancel(msg.task_id)
+
+    def on_exit(self, conn, msg: m.Exit) -> None:
+        self._leave()
+
+    # -- work out (called on the core loop by the executor) ------------------------------------
+
+    def call_finished(self, call: Call, results: tuple, result_held, error) -> None:
+        call.held = None
+        self.drain()
+        borrowed = self._still_borrowed(call.arg_refs)
+        dest = call.dest
+        for payload in results:
+            self.account_outgoing(payload, dest)
+        self.send_to(dest, m.TaskReturn(call.task_id, results, borrowed))
+        if call.is_task:
+            self.send_controller(m.TaskDone(call.task_id))
+
+    def _still_borrowed(self, arg_refs: list) -> tuple:
+        if not arg_refs:
+            return ()
+        borrowed = []
+        entries = self.table.entries
+        for oid, owner in dict.fromkeys(arg_refs):
+            entry = entries.get(oid)
+            if entry is not None and entry.local > 0:
+                entry.receipts += 1  # the caller counts us as a borrower in return
+                borrowed.append((oid, owner))
+        return tuple(borrowed)
+
+    def task_retry(self, call: Call) -> None:
+        call.held = None
+        self.drain()
+        self.send_controller(m.TaskDone(call.task_id, retry=True))
+
+    def stream_item(self, call: Call, index: int, payload, held) -> None:
+        self.account_outgoing(payload, call.dest)
+        self.send_to(call.dest, m.StreamItem(call.task_id, index, payload))
+
+    def stream_end(self, call: Call, count: int, error) -> None:
+        self.send_to(call.dest, m.StreamEnd(call.task_id, count, error))
+        self.call_finished(call, (), None, None)
+
+    def exit_actor(self, reason: str) -> None:
+        spec = self.executor.actor_spec
+        if spec is not None:
+            self.send_controller(m.ActorExiting(spec.actor_id, reason))
+        self._leave()
+
+    def _leave(self) -> None:
+        """Flush what we owe and exit the process."""
+        for conn in [self.ctl, *(c.conn for c in self.channels.values())]:
+            if conn is not None and not conn.closed:
+                conn._flush()
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:
+            pass
+        os._exit(0)

@@ -1,0 +1,19 @@
+"""Actor helpers under Ray's module name: ``ray.actor.exit_actor()`` keeps working."""
+
+from __future__ import annotations
+
+from ._private.api import ActorClass, ActorHandle, ActorMethod
+from ._private.executor import ActorExit
+
+__all__ = ["exit_actor", "ActorHandle", "ActorClass", "ActorMethod"]
+
+
+def exit_actor() -> None:
+    """Leave the current actor on purpose: callers of this method see the actor die,
+    calls queued behind it fail with ActorDiedError, and it is not restarted."""
+    from ._private import context, state
+
+    core = state.core_or_none()
+    if core is None or core.is_driver or context.process.get("actor_id") is None:
+        raise TypeError("exit_actor() can only be called inside an actor method")
+    raise ActorExit("exit_actor() was called")

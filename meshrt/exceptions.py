@@ -1,0 +1,330 @@
+"""Every error meshrt raises, rooted at :class:`MeshrtError`.
+
+Each class says who raises it and when; the message is built in the constructor
+and names the thing to change. Ray's names are kept as aliases at the bottom so
+``except ray.exceptions.RayActorError`` keeps working after ``import meshrt as ray``.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+__all__ = [
+    "MeshrtError",
+    "TaskError",
+    "ActorDiedError",
+    "ActorNameTakenError",
+    "ActorNotFoundError",
+    "GetTimeoutError",
+    "ObjectLostError",
+    "OwnerDiedError",
+    "ObjectStoreFullError",
+    "TaskCancelledError",
+    "WorkerCrashedError",
+    "TaskUnschedulableError",
+    "ActorUnschedulableError",
+    "AuthenticationError",
+    "RuntimeNotInitializedError",
+    # Ray's names
+    "RayError",
+    "RayTaskError",
+    "RayActorError",
+    "ActorUnavailableError",
+    "ObjectFreedError",
+    "ActorAlreadyExistsError",
+    "ActorHandleNotFoundError",
+]
+
+
+class MeshrtError(Exception):
+    """Base of every error meshrt raises on purpose."""
+
+
+class TaskError(MeshrtError):
+    """A remote task or actor method raised; re-raised where its result was read.
+
+    ``get`` and ``await`` raise an instance whose class also derives from the
+    original exception's class, so ``except ValueError`` still catches a remote
+    ``ValueError``. ``cause`` holds the original exception (None when it could not
+    be pickled; ``traceback_str`` always holds its text).
+    """
+
+    def __init__(
+        self,
+        cause: BaseException | None,
+        traceback_str: str,
+        function_name: str = "<unknown>",
+        pid: int | None = None,
+        cause_repr: str | None = None,
+    ) -> None:
+        self.cause = cause
+        self.traceback_str = traceback_str
+        self.function_name = function_name
+        self.pid = pid
+        self.cause_repr = cause_repr if cause_repr is not None else _describe(cause)
+        where = f"{function_name} (pid={pid})" if pid is not None else function_name
+        message = (
+            f"{self.cause_repr}\n\n{where} raised it; remote traceback:\n"
+            f"{traceback_str.rstrip()}"
+        )
+        super().__init__(message)
+        # BaseException.__new__ stored the class's own args; keep ours instead.
+        self.args = (message,)
+
+    def __str__(self) -> str:
+        return self.args[0] if self.args else ""
+
+    def __getattr__(self, name: str) -> Any:
+        # Attributes of the original exception (``err.code``) read through.
+        cause = self.__dict__.get("cause")
+        if cause is not None and not name.startswith("__"):
+            return getattr(cause, name)
+        raise AttributeError(name)
+
+    def __reduce__(self):
+        return (
+            _rebuild_task_error,
+            (self.cause, self.traceback_str, self.function_name, self.pid, self.cause_repr),
+        )
+
+    def as_instanceof_cause(self) -> TaskError:
+        """Ray's spelling; ours already is an instance of the cause's class."""
+        return self
+
+    @classmethod
+    def for_cause(
+        cls,
+        cause: BaseException | None,
+        traceback_str: str,
+        function_name: str = "<unknown>",
+        pid: int | None = None,
+        cause_class: type | None = None,
+        cause_repr: str | None = None,
+    ) -> TaskError:
+        """Build the error as an instance of both TaskError and the cause's class."""
+        klass = _task_error_class(cause_class or (type(cause) if cause is not None else None))
+        err = BaseException.__new__(klass)
+        TaskError.__init__(err, cause, traceback_str, function_name, pid, cause_repr)
+        return err
+
+
+_TASK_ERROR_CLASSES: dict[type, type] = {}
+
+
+def _task_error_class(cause_class: type | None) -> type:
+    if cause_class is None or not issubclass(cause_class, BaseException):
+        return TaskError
+    if issubclass(cause_class, TaskError) or not issubclass(cause_class, Exception):
+        return TaskError
+    klass = _TASK_ERROR_CLASSES.get(cause_class)
+    if klass is None:
+        try:
+            klass = type(
+                f"TaskError({cause_class.__name__})",
+                (TaskError, cause_class),
+                {"__module__": __name__, "__init__": TaskError.__init__, "__str__": TaskError.__str__},
+            )
+        except TypeError:  # incompatible layouts (rare C exception types)
+            klass = TaskError
+        _TASK_ERROR_CLASSES[cause_class] = klass
+    return klass
+
+
+def _rebuild_task_error(cause, traceback_str, function_name, pid, cause_repr):
+    return TaskError.for_cause(cause, traceback_str, function_name, pid, cause_repr=cause_repr)
+
+
+def _describe(exc: BaseException | None) -> str:
+    if exc is None:
+        return "Exception"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class ActorDiedError(MeshrtError):
+    """The actor behind a handle is gone: raised by calls pending on it or made after.
+
+    ``cause`` says how it died (exit code, signal, ``kill()``, constructor error),
+    ``stderr_tail`` holds the last lines it wrote to stderr.
+    """
+
+    def __init__(
+        self,
+        actor_id: str = "",
+        class_name: str = "",
+        cause: str = "the actor died",
+        stderr_tail: tuple[str, ...] | list[str] = (),
+        creation_error: BaseException | None = None,
+    ) -> None:
+        self.actor_id = actor_id
+        self.class_name = class_name
+        self.cause = cause
+        self.stderr_tail = tuple(stderr_tail)
+        self.creation_error = creation_error
+        who = f"actor {class_name}" if class_name else "the actor"
+        if actor_id:
+            who += f" ({actor_id})"
+        message = f"{who} is dead: {cause}"
+        if self.stderr_tail:
+            message += "\nlast lines of its stderr:\n" + "\n".join(
+                "    " + line for line in self.stderr_tail
+            )
+        super().__init__(message)
+        self.error_msg = message
+
+    def __reduce__(self):
+        return (
+            type(self),
+            (self.actor_id, self.class_name, self.cause, self.stderr_tail, self.creation_error),
+        )
+
+
+class ActorNameTakenError(MeshrtError, ValueError):
+    """Raised at ``.options(name=...).remote()`` when the name is in use in that namespace."""
+
+    def __init__(self, name: str, namespace: str) -> None:
+        self.name = name
+        self.namespace = namespace
+        super().__init__(
+            f"an actor named {name!r} already exists in namespace {namespace!r}; "
+            "pick another name, or pass get_if_exists=True to reuse it"
+        )
+
+    def __reduce__(self):
+        return (type(self), (self.name, self.namespace))
+
+
+class ActorNotFoundError(MeshrtError, ValueError):
+    """Raised by ``get_actor`` when no live actor has that name in that namespace."""
+
+    def __init__(self, name: str, namespace: str) -> None:
+        self.name = name
+        self.namespace = namespace
+        super().__init__(
+            f"no actor named {name!r} in namespace {namespace!r}; create it with "
+            f".options(name={name!r}).remote() first, or pass namespace= to get_actor"
+        )
+
+    def __reduce__(self):
+        return (type(self), (self.name, self.namespace))
+
+
+class GetTimeoutError(MeshrtError, TimeoutError):
+    """Raised by ``get(..., timeout=)`` when the values are not ready in time."""
+
+
+class ObjectLostError(MeshrtError):
+    """The value behind a ref can no longer be had (its owner died, or it was freed)."""
+
+    def __init__(self, object_ref_hex: str = "", reason: str = "the object was lost") -> None:
+        self.object_ref_hex = object_ref_hex
+        self.reason = reason
+        super().__init__(f"object {object_ref_hex}: {reason}" if object_ref_hex else reason)
+
+    def __reduce__(self):
+        return (type(self), (self.object_ref_hex, self.reason))
+
+
+class OwnerDiedError(ObjectLostError):
+    """The process that created the ref (its owner) died, taking the value with it."""
+
+
+class ObjectFreedError(ObjectLostError):
+    """The value was freed explicitly while a ref to it was still used."""
+
+
+class ObjectStoreFullError(MeshrtError, MemoryError):
+    """Raised by ``put`` (or a task return) when the object store cannot hold a value."""
+
+    def __init__(self, message: str = "the object store is full") -> None:
+        super().__init__(message)
+
+
+class TaskCancelledError(MeshrtError):
+    """Raised by ``get`` on the result of a task that ``cancel()`` stopped."""
+
+    def __init__(self, task_id: str = "", detail: str = "") -> None:
+        self.task_id = task_id
+        message = f"task {task_id} was cancelled" if task_id else "the task was cancelled"
+        if detail:
+            message += f": {detail}"
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (self.task_id,))
+
+
+class WorkerCrashedError(MeshrtError):
+    """The worker running a task died and the task had no retries left."""
+
+
+class TaskUnschedulableError(MeshrtError, ValueError):
+    """Raised at ``.remote()`` when no node could ever satisfy the resource request."""
+
+    def __init__(self, what: str, resource: str, requested: float, largest: float) -> None:
+        self.resource = resource
+        self.requested = requested
+        self.largest = largest
+        super().__init__(
+            f"{what} asks for {resource}={_num(requested)}, but the largest node has "
+            f"{resource}={_num(largest)}; lower the request in @remote(...)/.options(...) "
+            f"or start the runtime with more (init({_init_kwarg(resource)}=...))"
+        )
+
+    def __reduce__(self):
+        return (_rebuild_unschedulable, (type(self), self.args[0], self.resource, self.requested, self.largest))
+
+
+def _rebuild_unschedulable(klass, message, resource, requested, largest):
+    err = klass.__new__(klass)
+    Exception.__init__(err, message)
+    err.resource, err.requested, err.largest = resource, requested, largest
+    return err
+
+
+class ActorUnschedulableError(TaskUnschedulableError):
+    """Raised at ``Cls.remote()`` when no node could ever host the actor."""
+
+
+class AuthenticationError(MeshrtError, ConnectionError):
+    """A peer failed the cluster-token handshake (wrong or missing ``MESHRT_TOKEN``)."""
+
+
+class RuntimeNotInitializedError(MeshrtError, RuntimeError):
+    """An API that needs a running runtime was used before ``init()`` or after ``shutdown()``."""
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def _init_kwarg(resource: str) -> str:
+    return {"CPU": "num_cpus", "GPU": "num_gpus"}.get(resource, "resources")
+
+
+def describe_exit(returncode: int | None) -> str:
+    """Say in words how a process ended, from a Popen-style return code."""
+    if returncode is None:
+        return "its process disappeared"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        text = f"its process was killed by {name} ({-returncode})"
+        if -returncode == signal.SIGKILL:
+            text += "; if nobody killed it, the out-of-memory killer may have"
+        elif -returncode == signal.SIGSEGV:
+            text += " (a segmentation fault)"
+        return text
+    return f"its process exited with code {returncode}"
+
+
+# Ray's names, so ``except ray.exceptions.X`` keeps working after the import swap.
+RayError = MeshrtError
+RayTaskError = TaskError
+RayActorError = ActorDiedError
+ActorUnavailableError = ActorDiedError
+ActorAlreadyExistsError = ActorNameTakenError
+ActorHandleNotFoundError = ActorNotFoundError

@@ -1,0 +1,210 @@
+"""User values <-> bytes: pickle protocol 5 with out-of-band buffers.
+
+A :class:`Payload` is what travels and what the object table keeps: the pickle
+stream, the large buffers beside it (numpy/torch data, bytes over 64 KiB), and the
+ids of the ObjectRefs found inside the value, so reference counting can follow
+refs that travel inside other values.
+
+Plain ``pickle`` is tried first because it is several times faster than
+cloudpickle's Python-level pickler; cloudpickle takes over for what pickle cannot
+do or would do wrongly (lambdas, local functions, and anything defined in
+``__main__``, which a worker could not import by name).
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+import traceback
+from typing import Any
+
+import cloudpickle
+
+# Buffers smaller than this stay inside the pickle stream: a separate frame costs
+# more than copying a few KiB.
+INBAND_LIMIT = 64 * 1024
+
+_tls = threading.local()
+_MAIN_MARK = b"__main__"
+
+
+class Payload:
+    """A serialized value: pickle bytes + out-of-band buffers + contained ref ids."""
+
+    __slots__ = ("data", "buffers", "refs", "is_error")
+
+    def __init__(self, data: bytes, buffers: tuple = (), refs: tuple = (), is_error: bool = False):
+        self.data = data
+        self.buffers = buffers
+        # ((object_id, owner_worker_id), ...) of refs pickled inside the value.
+        self.refs = refs
+        self.is_error = is_error
+
+    def __reduce__(self):
+        if self.buffers:
+            bufs = tuple(pickle.PickleBuffer(b) for b in self.buffers)
+            return (_rebuild_payload, (self.data, bufs, self.refs, self.is_error))
+        return (Payload, (self.data, (), self.refs, self.is_error))
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data) + sum(memoryview(b).nbytes for b in self.buffers)
+
+    def __repr__(self) -> str:
+        kind = "error" if self.is_error else "value"
+        return f"<Payload {kind} {self.nbytes} bytes, {len(self.refs)} refs>"
+
+
+def _rebuild_payload(data, buffers, refs, is_error):
+    # Received buffers are views into a receive buffer that several readers may
+    # share: hand them out read-only so numpy arrays come back read-only (Ray's rule).
+    return Payload(data, tuple(memoryview(b).toreadonly() for b in buffers), refs, is_error)
+
+
+def ref_sink() -> list | None:
+    """The list collecting refs of the value being serialized on this thread, if any."""
+    return getattr(_tls, "sink", None)
+
+
+def serialize(value: Any) -> tuple[Payload, list]:
+    """Serialize ``value``; return the payload and the ObjectRef objects found inside.
+
+    Large buffers are copied once, so later writes to the caller's array do not
+    change what was sent (the snapshot semantics of ``put`` and ``.remote()``).
+    Raises TypeError naming the type when the value cannot be pickled.
+    """
+    sink: list = []
+    buffers: list = []
+
+    def keep(pb: pickle.PickleBuffer):
+        raw = pb.raw()
+        if raw.nbytes < INBAND_LIMIT:
+            return True
+        buffers.append(bytes(raw))
+        return False
+
+    previous = getattr(_tls, "sink", None)
+    _tls.sink = sink
+    try:
+        try:
+            data = pickle.dumps(value, protocol=5, buffer_callback=keep)
+            if _MAIN_MARK in data:
+                raise _ByValue
+        except Exception:
+            sink.clear()
+            buffers.clear()
+            try:
+                data = cloudpickle.dumps(value, protocol=5, buffer_callback=keep)
+            except Exception as exc:
+                raise TypeError(
+                    f"cannot serialize a value of type {type(value).__qualname__}: {exc}"
+                ) from exc
+    finally:
+        _tls.sink = previous
+    refs: tuple = ()
+    if sink:
+        seen: dict = {}
+        for ref in sink:
+            seen.setdefault((ref._id, ref._owner), None)
+        refs = tuple(seen)
+    return Payload(data, tuple(memoryview(b) for b in buffers), refs), sink
+
+
+class _ByValue(Exception):
+    """Internal: the fast pickle named ``__main__``; redo it with cloudpickle."""
+
+
+def deserialize(payload: Payload) -> Any:
+    """Rebuild a value; numpy arrays come back as read-only views of the payload."""
+    if payload.buffers:
+        return pickle.loads(payload.data, buffers=payload.buffers)
+    return pickle.loads(payload.data)
+
+
+def dumps_code(obj: Any) -> bytes:
+    """Functions and classes travel by value once per worker (cloudpickle)."""
+    return cloudpickle.dumps(obj, protocol=5)
+
+
+# -- errors ----------------------------------------------------------------------------
+
+
+def error_payload(exc: BaseException, function_name: str, pid: int, skip_frames: int = 0) -> Payload:
+    """Serialize an exception raised by user code, keeping its type and traceback."""
+    from ..exceptions import TaskError
+
+    tb = exc.__traceback__
+    for _ in range(skip_frames):
+        if tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+    tb_text = "".join(traceback.format_exception(type(exc), exc, tb))
+    if isinstance(exc, TaskError):
+        cause, cause_repr = exc.cause, exc.cause_repr
+        cause_class = type(cause) if cause is not None else _base_cause_class(exc)
+    else:
+        cause, cause_repr, cause_class = exc, None, type(exc)
+    record = ("task", _try_dumps(cause), _try_dumps(cause_class), cause_repr or _describe(exc),
+              tb_text, function_name, pid)
+    return Payload(pickle.dumps(record, protocol=5), is_error=True)
+
+
+def system_error_payload(exc: BaseException) -> Payload:
+    """Serialize one of meshrt's own errors (ActorDiedError, TaskCancelledError, ...)."""
+    return Payload(pickle.dumps(("sys", _try_dumps(exc), repr(exc)), protocol=5), is_error=True)
+
+
+def error_from_payload(payload: Payload) -> BaseException:
+    """The exception a ``get`` of this error payload raises."""
+    from ..exceptions import MeshrtError, TaskError
+
+    record = pickle.loads(payload.data)
+    if record[0] == "sys":
+        exc = _try_loads(record[1])
+        return exc if isinstance(exc, BaseException) else MeshrtError(record[2])
+    _, cause_blob, class_blob, cause_repr, tb_text, function_name, pid = record
+    cause = _try_loads(cause_blob)
+    cause_class = _try_loads(class_blob)
+    if not isinstance(cause, BaseException):
+        cause = None
+    if not isinstance(cause_class, type):
+        cause_class = None
+    return TaskError.for_cause(cause, tb_text, function_name, pid, cause_class, cause_repr)
+
+
+def _base_cause_class(err) -> type | None:
+    for klass in type(err).__mro__[1:]:
+        if klass.__module__ != "meshrt.exceptions" and issubclass(klass, BaseException):
+            return klass if klass not in (Exception, BaseException) else None
+    return None
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _try_dumps(obj: Any) -> bytes | None:
+    if obj is None:
+        return None
+    try:
+        data = pickle.dumps(obj, protocol=5)
+        if _MAIN_MARK in data:
+            data = cloudpickle.dumps(obj, protocol=5)
+        pickle.loads(data)  # exceptions with odd __init__ signatures fail here, not at the caller
+        return data
+    except Exception:
+        try:
+            data = cloudpickle.dumps(obj, protocol=5)
+            pickle.loads(data)
+            return data
+        except Exception:
+            return None
+
+
+def _try_loads(blob: bytes | None) -> Any:
+    if blob is None:
+        return None
+    try:
+        return pickle.loads(blob)
+    except Exception:
+        return None

@@ -1,0 +1,142 @@
+"""Placement decisions as a pure function of state: no sockets, no processes.
+
+The controller feeds events in (a task was submitted, a worker became idle, ...)
+and calls :meth:`Scheduler.schedule`, which returns what to do: place an actor,
+give a task to an idle worker, or start more workers. Tests drive it directly.
+
+Tasks wait in FIFO queues, one per resource shape, so a task that does not fit
+never blocks a smaller one behind it of another shape. Pool workers are keyed by
+the GPUs they were started with (``CUDA_VISIBLE_DEVICES`` is fixed before a worker
+imports anything), so a task only lands on a worker that sees the right devices.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+
+from .resources import Allocation, NodeResources
+
+Units = tuple  # ((name, units), ...)
+PoolKey = tuple  # GPU ids a pool worker was started with; () for CPU-only
+
+
+@dataclass(frozen=True)
+class PlaceActor:
+    actor_id: int
+    alloc: Allocation
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    task_id: int
+    worker_id: int
+    alloc: Allocation
+
+
+@dataclass(frozen=True)
+class StartWorkers:
+    pool_key: PoolKey
+    count: int
+
+
+class Scheduler:
+    def __init__(self, node: NodeResources) -> None:
+        self.node = node
+        self.tasks: dict[Units, collections.deque] = {}
+        self.task_units: dict[int, Units] = {}
+        self.actors: dict[int, Units] = {}  # insertion order = FIFO
+        self.idle: dict[PoolKey, list[int]] = {}
+        self.starting: dict[PoolKey, int] = {}
+
+    # -- events ------------------------------------------------------------------------
+
+    def submit_task(self, task_id: int, units: Units) -> None:
+        self.tasks.setdefault(units, collections.deque()).append(task_id)
+        self.task_units[task_id] = units
+
+    def remove_task(self, task_id: int) -> bool:
+        """Drop a queued task (cancel); False if it is not queued any more."""
+        units = self.task_units.pop(task_id, None)
+        if units is None:
+            return False
+        queue = self.tasks.get(units)
+        if queue is not None:
+            try:
+                queue.remove(task_id)
+            except ValueError:
+                return False
+            if not queue:
+                del self.tasks[units]
+        return True
+
+    def submit_actor(self, actor_id: int, units: Units) -> None:
+        self.actors[actor_id] = units
+
+    def remove_actor(self, actor_id: int) -> bool:
+        return self.actors.pop(actor_id, None) is not None
+
+    def worker_starting(self, key: PoolKey, count: int = 1) -> None:
+        self.starting[key] = self.starting.get(key, 0) + count
+
+    def worker_started(self, key: PoolKey) -> None:
+        left = self.starting.get(key, 0) - 1
+        if left > 0:
+            self.starting[key] = left
+        else:
+            self.starting.pop(key, None)
+
+    def worker_idle(self, worker_id: int, key: PoolKey) -> None:
+        self.idle.setdefault(key, []).append(worker_id)
+
+    def worker_busy_or_gone(self, worker_id: int, key: PoolKey) -> None:
+        workers = self.idle.get(key)
+        if workers and worker_id in workers:
+            workers.remove(worker_id)
+
+    def queued_tasks(self) -> int:
+        return sum(len(q) for q in self.tasks.values())
+
+    # -- decisions -----------------------------------------------------------------------
+
+    def schedule(self) -> list:
+        node = self.node
+        actions: list = []
+        for actor_id, units in list(self.actors.items()):
+            alloc = node.try_acquire(units)
+            if alloc is not None:
+                del self.actors[actor_id]
+                actions.append(PlaceActor(actor_id, alloc))
+
+        tentative: list[Allocation] = []
+        need: dict[PoolKey, int] = {}
+        for units, queue in list(self.tasks.items()):
+            while queue:
+                alloc = node.try_acquire(units)
+                if alloc is None:
+                    break
+                workers = self.idle.get(alloc.gpu_ids)
+                if workers:
+                    task_id = queue.popleft()
+                    del self.task_units[task_id]
+                    actions.append(Dispatch(task_id, workers.pop(), alloc))
+                    continue
+                # No idle worker: count how many more of these could run right now.
+                tentative.append(alloc)
+                need[alloc.gpu_ids] = need.get(alloc.gpu_ids, 0) + 1
+                for _ in range(len(queue) - 1):
+                    more = node.try_acquire(units)
+                    if more is None:
+                        break
+                    tentative.append(more)
+                    need[more.gpu_ids] = need.get(more.gpu_ids, 0) + 1
+                break
+            if not queue:
+                del self.tasks[units]
+        for alloc in tentative:
+            node.release(alloc)
+        for key, count in need.items():
+            extra = count - self.starting.get(key, 0)
+            if extra > 0:
+                actions.append(StartWorkers(key, extra))
+        return actions

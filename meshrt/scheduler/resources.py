@@ -1,0 +1,130 @@
+"""Resource arithmetic for one node: CPUs, fractional GPUs, memory, custom resources.
+
+Amounts are kept as integers in units of 1/10000 (as Ray does) so that ten tasks of
+``num_gpus=0.1`` add up to exactly one GPU. GPUs are also tracked one by one:
+whole-GPU requests take whole free GPUs; a fractional request is packed onto the
+GPU with the least room that still fits it (best fit), so fractions share a card
+instead of spreading over all of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+UNIT = 10_000
+
+
+def to_units(amount: float) -> int:
+    return int(round(float(amount) * UNIT))
+
+
+def from_units(units: int) -> float:
+    value = units / UNIT
+    return int(value) if value == int(value) else value
+
+
+def normalize(request: dict[str, float]) -> tuple[tuple[str, int], ...]:
+    """A request as a hashable, sorted tuple of (name, units), zero amounts dropped."""
+    return tuple(sorted((k, to_units(v)) for k, v in request.items() if v))
+
+
+def validate_request(request: dict, what: str) -> None:
+    """Reject malformed amounts at the call site, naming the option to change."""
+    for name, amount in request.items():
+        if not isinstance(name, str):
+            raise TypeError(f"{what}: resource names must be strings, got {name!r}")
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)):
+            raise TypeError(f"{what}: resource {name!r} must be a number, got {amount!r}")
+        if amount < 0:
+            raise ValueError(f"{what}: resource {name!r} must be >= 0, got {amount}")
+        if name == "GPU" and amount > 1 and float(amount) != int(amount):
+            raise ValueError(
+                f"{what}: num_gpus={amount}: more than one GPU must be a whole number "
+                "(fractions are for sharing one GPU)"
+            )
+
+
+@dataclass
+class Allocation:
+    """What one task or actor holds: units per resource and the GPU slots it got."""
+
+    units: tuple[tuple[str, int], ...]
+    gpus: tuple[tuple[int, int], ...] = ()  # ((gpu index, units of that gpu), ...)
+
+    @property
+    def gpu_ids(self) -> tuple[int, ...]:
+        return tuple(i for i, _ in self.gpus)
+
+    def cpu_units(self) -> int:
+        return dict(self.units).get("CPU", 0)
+
+
+@dataclass
+class NodeResources:
+    total: dict[str, int]
+    available: dict[str, int] = field(default_factory=dict)
+    gpu_free: list[int] = field(default_factory=list)
+
+    @classmethod
+    def create(cls, amounts: dict[str, float]) -> NodeResources:
+        total = {k: to_units(v) for k, v in amounts.items() if v}
+        ngpus = int(amounts.get("GPU", 0))
+        return cls(total=total, available=dict(total), gpu_free=[UNIT] * ngpus)
+
+    def infeasible(self, units: tuple[tuple[str, int], ...]) -> tuple[str, int, int] | None:
+        """(resource, requested, total) for the first thing this node can never give."""
+        for name, amount in units:
+            have = self.total.get(name, 0)
+            if amount > have:
+                return name, amount, have
+        return None
+
+    def try_acquire(self, units: tuple[tuple[str, int], ...]) -> Allocation | None:
+        avail = self.available
+        for name, amount in units:
+            if avail.get(name, 0) < amount:
+                return None
+        gpus: tuple = ()
+        gpu_units = dict(units).get("GPU", 0)
+        if gpu_units:
+            gpus = self._pick_gpus(gpu_units)
+            if gpus is None:
+                return None
+            for index, amount in gpus:
+                self.gpu_free[index] -= amount
+        for name, amount in units:
+            avail[name] = avail.get(name, 0) - amount
+        return Allocation(units, gpus)
+
+    def _pick_gpus(self, gpu_units: int):
+        if gpu_units >= UNIT:
+            whole = [i for i, free in enumerate(self.gpu_free) if free == UNIT]
+            count = gpu_units // UNIT
+            return tuple((i, UNIT) for i in whole[:count]) if len(whole) >= count else None
+        fits = [(free, i) for i, free in enumerate(self.gpu_free) if free >= gpu_units]
+        if not fits:
+            return None
+        _, best = min(fits)
+        return ((best, gpu_units),)
+
+    def release(self, alloc: Allocation) -> None:
+        for name, amount in alloc.units:
+            self.available[name] = self.available.get(name, 0) + amount
+        for index, amount in alloc.gpus:
+            self.gpu_free[index] += amount
+
+    def lend_cpu(self, alloc: Allocation) -> None:
+        """A task blocked in ``get`` gives its CPUs back while it waits."""
+        cpu = alloc.cpu_units()
+        if cpu:
+            self.available["CPU"] = self.available.get("CPU", 0) + cpu
+
+    def reclaim_cpu(self, alloc: Allocation) -> None:
+        """The blocked task resumes; it takes its CPUs back even if that oversubscribes."""
+        cpu = alloc.cpu_units()
+        if cpu:
+            self.available["CPU"] = self.available.get("CPU", 0) - cpu
+
+    def as_floats(self, which: str = "available") -> dict[str, float]:
+        table = self.available if which == "available" else self.total
+        return {k: from_units(max(v, 0)) for k, v in table.items() if which == "total" or v > 0}
