@@ -68,9 +68,9 @@ class TaskError(MeshrtError):
             f"{self.cause_repr}\n\n{where} raised it; remote traceback:\n"
             f"{traceback_str.rstrip()}"
         )
-        super().__init__(message)
-        # BaseException.__new__ stored the class's own args; keep ours instead.
-        self.args = (message,)
+        # Not super(): in the class built per cause, the next __init__ in the MRO is the
+        # cause's own, which would run with our message as its arguments.
+        Exception.__init__(self, message)
 
     def __str__(self) -> str:
         return self.args[0] if self.args else ""

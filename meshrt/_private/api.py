@@ -207,9 +207,9 @@ class ActorHandle:
             hint = difflib.get_close_matches(name, known, n=1)
             extra = f"; did you mean {hint[0]!r}?" if hint else f"; it has {', '.join(sorted(known)) or 'no methods'}"
             raise AttributeError(f"actor {self._class_name} has no method {name!r}{extra}")
-        method = ActorMethod(self, name, meta.num_returns, meta.checker)
-        self.__dict__[name] = method  # later lookups skip __getattr__
-        return method
+        # Not cached on the handle: a method pointing back at its handle would make a
+        # cycle, and the actor must end as soon as its last handle is dropped.
+        return ActorMethod(self, name, meta.num_returns, meta.checker)
 
     def __reduce__(self):
         blob = self._meta_blob or pickle.dumps(self._meta, protocol=5)

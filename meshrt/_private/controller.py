@@ -107,7 +107,10 @@ class Controller(ActorDirectory):
     async def start(self) -> None:
         self.servers.append(await wire.listen(self.address, self.token, self._conn_kwargs))
         if self.tcp_address:
-            self.servers.append(await wire.listen(self.tcp_address, self.token, self._conn_kwargs))
+            server = await wire.listen(self.tcp_address, self.token, self._conn_kwargs)
+            host, port = server.sockets[0].getsockname()[:2]
+            self.tcp_address = f"tcp:{host}:{port}"  # the real port when asked for port 0
+            self.servers.append(server)
         env = dict(os.environ)
         env.update({
             "MESHRT_CONTROLLER": self.address,

@@ -30,6 +30,7 @@ from .. import exceptions as exc
 from ..objstore.serialization import (
     deserialize,
     error_payload,
+    loads_code,
     serialize,
     system_error_payload,
 )
@@ -109,7 +110,7 @@ class Executor:
     def load(self, code_id: int) -> Any:
         obj = self.code.get(code_id)
         if obj is None:
-            obj = self.code[code_id] = pickle.loads(self.core.code_blobs[code_id])
+            obj = self.code[code_id] = loads_code(self.core.code_blobs[code_id])
         return obj
 
     # -- submitting work (core loop) ----------------------------------------------------------

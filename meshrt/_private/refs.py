@@ -71,7 +71,7 @@ class ObjectRef:
         return state.core().get([self], timeout)[0]
 
     def __await__(self):
-        return state.core().await_ref(self).__await__()
+        return state.core().await_ref(self)
 
     def future(self):
         """A ``concurrent.futures.Future`` completed with the value (Ray's ``ref.future()``)."""
@@ -79,7 +79,11 @@ class ObjectRef:
 
     def as_future(self) -> asyncio.Future:
         """An asyncio future in the running loop, completed with the value."""
-        return asyncio.ensure_future(state.core().await_ref(self))
+        return asyncio.ensure_future(_awaited(self))
+
+
+async def _awaited(ref: ObjectRef):
+    return await ref
 
 
 def _rebuild_ref(oid: int, owner: int) -> ObjectRef:

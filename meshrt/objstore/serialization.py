@@ -122,8 +122,62 @@ def deserialize(payload: Payload) -> Any:
 
 
 def dumps_code(obj: Any) -> bytes:
-    """Functions and classes travel by value once per worker (cloudpickle)."""
-    return cloudpickle.dumps(obj, protocol=5)
+    """Functions and classes travel by value once per worker (cloudpickle).
+
+    cloudpickle renames the source file of code it sends by value to
+    ``<dynamic-code>``; the real file travels beside it so remote tracebacks keep
+    file names and source lines (see :func:`loads_code`).
+    """
+    return cloudpickle.dumps((_source_file(obj), obj), protocol=5)
+
+
+def loads_code(blob: bytes) -> Any:
+    filename, obj = pickle.loads(blob)
+    if filename:
+        _restore_filenames(obj, filename)
+    return obj
+
+
+_DYNAMIC = "<dynamic-code>"
+
+
+def _source_file(obj: Any) -> str | None:
+    code = getattr(obj, "__code__", None)
+    if code is not None:
+        return code.co_filename
+    for value in vars(obj).values() if isinstance(obj, type) else ():
+        for fn in _functions_of(value):
+            return fn.__code__.co_filename
+    return None
+
+
+def _functions_of(value: Any):
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
+    if isinstance(value, property):
+        return [f for f in (value.fget, value.fset, value.fdel) if hasattr(f, "__code__")]
+    return [value] if hasattr(value, "__code__") else []
+
+
+def _fixed(code, filename: str):
+    consts = tuple(_fixed(c, filename) if isinstance(c, type(code)) else c for c in code.co_consts)
+    if code.co_filename == _DYNAMIC:
+        return code.replace(co_filename=filename, co_consts=consts)
+    return code.replace(co_consts=consts) if consts != code.co_consts else code
+
+
+def _restore_filenames(obj: Any, filename: str) -> None:
+    targets = []
+    if hasattr(obj, "__code__"):
+        targets.append(obj)
+    elif isinstance(obj, type):
+        for value in vars(obj).values():
+            targets.extend(_functions_of(value))
+    for fn in targets:
+        try:
+            fn.__code__ = _fixed(fn.__code__, filename)
+        except (AttributeError, TypeError, ValueError):
+            pass
 
 
 # -- errors ----------------------------------------------------------------------------

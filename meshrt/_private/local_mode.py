@@ -1,0 +1,297 @@
+"""``init(local_mode=True)``: the same API, run in the driver process, eagerly.
+
+Every ``.remote()`` runs the task or method at once on the calling thread, so a
+debugger and print statements just work, and unit tests of user code need no
+processes. Arguments and results still go through serialization, so code that
+passes something unpicklable, or mutates an argument expecting to change the
+caller's copy, fails here as it would on a cluster. Async actor methods run on one
+background event loop. Not simulated: worker crashes, restarts and resource waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import threading
+from typing import Any
+
+from .. import exceptions as exc
+from ..objstore.serialization import error_payload, serialize, system_error_payload
+from ..scheduler.resources import NodeResources, from_units
+from . import args as argpack
+from . import context, ids
+from .core import Core, PendingTask
+from .executor import ActorExit
+from .portal import LoopThread
+
+
+class _LocalCall:
+    """Enough of executor.Call for the runtime context."""
+
+    def __init__(self, task_id: int) -> None:
+        self.task_id = task_id
+
+
+class _LocalActor:
+    def __init__(self, instance, meta, lock) -> None:
+        self.instance = instance
+        self.meta = meta
+        self.lock = lock
+        self.dead: Any = None
+
+
+class LocalCore(Core):
+    is_driver = True
+
+    def __init__(self, config: dict) -> None:
+        io = LoopThread("meshrt-local")
+        super().__init__(0, io, b"")
+        self.config = config
+        self.node = NodeResources.create(config["resources"])
+        self.actors: dict[int, _LocalActor] = {}
+        self.names: dict[tuple[str, str], int] = {}
+        self.lock = threading.RLock()
+        io.post(self.start_timers)
+
+    # -- plumbing that has nothing to talk to ---------------------------------------------
+
+    def send_controller(self, msg) -> None:
+        pass
+
+    def send_to(self, peer: int, msg) -> None:
+        pass
+
+    def define_code(self, code_id: int, blob_fn) -> None:
+        pass
+
+    def drain(self) -> None:
+        with self.lock:
+            super().drain()
+
+    def check_feasible(self, units: tuple, what: str, actor: bool = False) -> None:
+        missing = self.node.infeasible(units)
+        if missing is not None:
+            name, requested, have = missing
+            klass = exc.ActorUnschedulableError if actor else exc.TaskUnschedulableError
+            raise klass(what, name, from_units(requested), from_units(have))
+
+    async def request(self, method: str, *args):
+        if method in ("cluster_resources", "available_resources"):
+            return self.node.as_floats("total")
+        if method == "nodes":
+            return [{"NodeID": self.config["node_id"], "Alive": True, "NodeManagerAddress": "127.0.0.1",
+                     "Resources": self.node.as_floats("total"), "alive": True}]
+        raise ValueError(f"{method} is not available in local mode")
+
+    # -- running things now ------------------------------------------------------------------
+
+    def _resolved_args(self, payload, deps):
+        """Deserialize arguments, putting dependency values in; None if a dependency failed."""
+        dep_payloads = []
+        for pos, ref in deps:
+            entry = self.table.entries.get(ref._id) or self._entry_for_unknown(ref)
+            if entry.payload is None:
+                raise RuntimeError("local mode: a dependency is not ready (awaited inside an async method?)")
+            if entry.payload.is_error:
+                return entry.payload
+            dep_payloads.append((pos, entry.payload))
+        from ..objstore.serialization import deserialize
+
+        return argpack.unpack(payload, tuple(dep_payloads), deserialize)
+
+    def _deliver(self, pt: PendingTask, fn, args, kwargs, name: str) -> None:
+        token = context.enter(_LocalCall(pt.task_id), self)
+        try:
+            result = fn(*args, **kwargs)
+            if pt.num_returns == -1:
+                index = 0
+                for value in result:
+                    self._stream_value(pt, index, value)
+                    index += 1
+                self._finish_stream(pt, None)
+            else:
+                self._resolve(pt, self._pack(pt, result, name))
+        except ActorExit:
+            raise
+        except BaseException as err:  # noqa: BLE001 - handed to whoever reads the ref
+            self._fail(pt, error_payload(err, name, os.getpid(), skip_frames=1))
+        finally:
+            context.leave(token)
+
+    def _pack(self, pt: PendingTask, result, name: str) -> list:
+        n = pt.num_returns
+        if n == 0:
+            return []
+        if n == 1:
+            return [serialize(result)]
+        if not isinstance(result, (tuple, list)) or len(result) != n:
+            raise ValueError(f"{name} returned {type(result).__name__}, but num_returns={n} "
+                             f"expects a tuple or list of {n} values")
+        return [serialize(v) for v in result]
+
+    def _resolve(self, pt: PendingTask, packed: list) -> None:
+        with self.lock:
+            self.pending.pop(pt.task_id, None)
+            for entry, (payload, held) in zip(pt.entries, packed):
+                self.table.resolve(entry, payload, held)
+                self._check.append(entry)
+
+    def _fail(self, pt: PendingTask, error) -> None:
+        with self.lock:
+            if pt.stream is not None:
+                self._finish_stream(pt, error)
+                return
+            self.pending.pop(pt.task_id, None)
+            for entry in pt.entries:
+                self.table.resolve(entry, error)
+                self._check.append(entry)
+
+    def _stream_value(self, pt: PendingTask, index: int, value) -> None:
+        from . import messages as m
+
+        payload, held = serialize(value)
+        with self.lock:
+            self.on_stream_item(None, m.StreamItem(pt.task_id, index, payload))
+
+    def _finish_stream(self, pt: PendingTask, error) -> None:
+        with self.lock:
+            self.pending.pop(pt.task_id, None)
+            stream = self.streams.get(pt.task_id)
+            if stream is not None:
+                stream.end(self, error)
+
+    # -- the API -------------------------------------------------------------------------------
+
+    def submit_task(self, fn, args: tuple, kwargs: dict, opts) -> Any:
+        payload, deps, pins = argpack.pack(args, kwargs, f"{opts.name}.remote()")
+        pt = PendingTask(ids.new_task_id(), opts.name, payload, deps, pins, opts.num_returns)
+        result = self._make_returns(pt, opts.num_returns)
+        self.pending[pt.task_id] = pt
+        resolved = self._resolved_args(payload, deps)
+        if not isinstance(resolved, tuple):
+            self._fail(pt, resolved)
+            return result
+        self._deliver(pt, fn._function, *resolved, opts.name)
+        return result
+
+    def create_actor(self, actor_cls, args: tuple, kwargs: dict, opts) -> Any:
+        from .api import ActorHandle
+
+        payload, deps, _ = argpack.pack(args, kwargs, f"{actor_cls._name}.remote()")
+        actor_id = ids.new_task_id()
+        namespace = opts.namespace or self.namespace()
+        if opts.name is not None:
+            existing = self.names.get((namespace, opts.name))
+            if existing is not None and self.actors[existing].dead is None:
+                if opts.get_if_exists:
+                    return ActorHandle(existing, self.actors[existing].meta, None)
+                raise exc.ActorNameTakenError(opts.name, namespace)
+            self.names[(namespace, opts.name)] = actor_id
+        resolved = self._resolved_args(payload, deps)
+        actor = _LocalActor(None, actor_cls._meta, threading.RLock())
+        self.actors[actor_id] = actor
+        try:
+            if not isinstance(resolved, tuple):
+                raise RuntimeError("a constructor argument failed")
+            cls = actor_cls._cls
+            if actor_cls._is_async:
+                async def construct():
+                    return cls(*resolved[0], **resolved[1])
+
+                actor.instance = asyncio.run_coroutine_threadsafe(construct(), self.io.loop).result()
+            else:
+                actor.instance = cls(*resolved[0], **resolved[1])
+        except BaseException as err:  # noqa: BLE001
+            actor.dead = system_error_payload(exc.ActorDiedError(
+                ids.to_hex(actor_id), actor_cls._name, f"its constructor raised {type(err).__name__}: {err}"))
+        return ActorHandle(actor_id, actor_cls._meta, None)
+
+    def call_actor(self, handle, method: str, args: tuple, kwargs: dict, num_returns: int) -> Any:
+        payload, deps, pins = argpack.pack(args, kwargs, f"{handle._class_name}.{method}.remote()")
+        name = f"{handle._class_name}.{method}"
+        pt = PendingTask(ids.new_task_id(), name, payload, deps, pins, num_returns)
+        pt.kind = "call"
+        result = self._make_returns(pt, num_returns)
+        self.pending[pt.task_id] = pt
+        actor = self.actors.get(handle._actor_id)
+        if actor is None or actor.dead is not None:
+            self._fail(pt, actor.dead if actor is not None else system_error_payload(
+                exc.ActorDiedError(ids.to_hex(handle._actor_id), handle._class_name, "it is unknown here")))
+            return result
+        resolved = self._resolved_args(payload, deps)
+        if not isinstance(resolved, tuple):
+            self._fail(pt, resolved)
+            return result
+        if method == "__ray_ready__":
+            fn = lambda: True  # noqa: E731
+        elif method in ("__ray_terminate__", "__meshrt_release__"):
+            self._kill(handle._actor_id, actor, "it was terminated with __ray_terminate__()")
+            self._fail(pt, actor.dead)
+            return result
+        else:
+            fn = getattr(actor.instance, method)
+        if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+            self._run_async(pt, fn, resolved, name, handle._actor_id, actor)
+        else:
+            with actor.lock:
+                try:
+                    self._deliver(pt, fn, *resolved, name)
+                except ActorExit:
+                    self._kill(handle._actor_id, actor, "exit_actor() was called")
+                    self._fail(pt, actor.dead)
+        return result
+
+    def _run_async(self, pt, fn, resolved, name, actor_id, actor) -> None:
+        async def run():
+            token = context.enter(_LocalCall(pt.task_id), self)
+            try:
+                if pt.num_returns == -1:
+                    index = 0
+                    async for value in fn(*resolved[0], **resolved[1]):
+                        self._stream_value(pt, index, value)
+                        index += 1
+                    self._finish_stream(pt, None)
+                else:
+                    self._resolve(pt, self._pack(pt, await fn(*resolved[0], **resolved[1]), name))
+            except ActorExit:
+                self._kill(actor_id, actor, "exit_actor() was called")
+                self._fail(pt, actor.dead)
+            except BaseException as err:  # noqa: BLE001
+                self._fail(pt, error_payload(err, name, os.getpid(), skip_frames=1))
+            finally:
+                context.leave(token)
+
+        if self.io.in_loop():  # called from another async method: finish later
+            self.io.loop.create_task(run())
+        else:
+            asyncio.run_coroutine_threadsafe(run(), self.io.loop).result()
+
+    def _kill(self, actor_id: int, actor: _LocalActor, reason: str) -> None:
+        if actor.dead is None:
+            actor.dead = system_error_payload(exc.ActorDiedError(
+                ids.to_hex(actor_id), actor.meta.class_name, reason))
+        for key, value in list(self.names.items()):
+            if value == actor_id:
+                del self.names[key]
+
+    def kill_actor(self, actor_id: int, no_restart: bool) -> None:
+        actor = self.actors.get(actor_id)
+        if actor is not None:
+            self._kill(actor_id, actor, "it was killed by meshrt.kill()")
+
+    def get_actor(self, name: str, namespace: str | None) -> Any:
+        from .api import ActorHandle
+
+        namespace = namespace or self.namespace()
+        actor_id = self.names.get((namespace, name))
+        if actor_id is None or self.actors[actor_id].dead is not None:
+            raise exc.ActorNotFoundError(name, namespace)
+        return ActorHandle(actor_id, self.actors[actor_id].meta, None)
+
+    def cancel(self, task_id: int, force: bool) -> None:
+        pass  # every task has already run to completion
+
+    def shutdown(self) -> None:
+        self.close()
+        self.io.stop()

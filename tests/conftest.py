@@ -1,0 +1,92 @@
+"""Shared fixtures: a runtime per test, and a check that nothing outlives it.
+
+After every test the runtime is shut down and we verify that no child process,
+socket or pipe file descriptor, or shared-memory segment was left behind.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+
+import psutil
+import pytest
+
+import meshrt
+
+LEAK_DEADLINE_S = 5.0
+
+
+def _fds() -> dict[str, int]:
+    counts = {"socket": 0, "pipe": 0}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        for kind in counts:
+            if target.startswith(kind + ":"):
+                counts[kind] += 1
+    return counts
+
+
+def _live_children() -> list[psutil.Process]:
+    alive = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE:
+                alive.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def wait_until(predicate, timeout: float = LEAK_DEADLINE_S, interval: float = 0.01):
+    """Poll ``predicate`` until it is truthy or the deadline passes; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def warm_process():
+    """Start and stop one runtime first: uvloop creates a pipe pair once per process,
+    which must not count as a leak of whichever test happens to run first."""
+    meshrt.init(num_cpus=1)
+    meshrt.shutdown()
+    yield
+
+
+@pytest.fixture(autouse=True)
+def no_leaks():
+    before = _fds() if os.path.isdir("/proc/self/fd") else None
+    yield
+    if meshrt.is_initialized():
+        meshrt.shutdown()
+    leaked = wait_until(lambda: not _live_children()) or _live_children()
+    assert leaked is True or not leaked, f"processes outlived the test: {leaked}"
+    assert not glob.glob("/dev/shm/meshrt*"), "shared-memory segments outlived the test"
+    if before is not None:
+        after = wait_until(lambda: all(_fds()[k] <= before[k] for k in before)) and _fds()
+        after = after or _fds()
+        for kind in before:
+            assert after[kind] <= before[kind], f"{kind} fds leaked: {before[kind]} -> {after[kind]}"
+
+
+@pytest.fixture
+def rt():
+    """A runtime with 2 CPUs (the size of this machine)."""
+    meshrt.init(num_cpus=2)
+    yield meshrt
+    meshrt.shutdown()
+
+
+@pytest.fixture
+def rt4():
+    meshrt.init(num_cpus=4)
+    yield meshrt
+    meshrt.shutdown()

@@ -1,0 +1,351 @@
+"""Actors: ordering, async and threaded actors, handles, names, kill, restarts, deaths."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+
+import pytest
+
+import meshrt
+from meshrt.exceptions import ActorDiedError, ActorNameTakenError, ActorNotFoundError
+
+
+@meshrt.remote
+class Counter:
+    def __init__(self, start=0):
+        self.n = start
+
+    def incr(self, k=1):
+        self.n += k
+        return self.n
+
+    def value(self):
+        return self.n
+
+    def pid(self):
+        return os.getpid()
+
+    def die(self, code=1):
+        import sys
+
+        print(f"dying with {code}", file=sys.stderr, flush=True)
+        os._exit(code)
+
+
+def test_sync_actor_keeps_state_and_order(rt):
+    c = Counter.remote(10)
+    refs = [c.incr.remote() for _ in range(200)]
+    assert meshrt.get(refs) == list(range(11, 211))
+
+
+def test_one_process_per_actor(rt):
+    a, b = Counter.remote(), Counter.remote()
+    assert meshrt.get(a.pid.remote()) != meshrt.get(b.pid.remote())
+
+
+def test_async_actor_interleaves_at_await(rt):
+    @meshrt.remote
+    class Rendezvous:
+        def __init__(self):
+            self.arrived = 0
+            self.event = asyncio.Event()
+
+        async def meet(self, n):
+            self.arrived += 1
+            if self.arrived == n:
+                self.event.set()
+            await asyncio.wait_for(self.event.wait(), 30)
+            return self.arrived
+
+    r = Rendezvous.remote()
+    # All five must be in flight at once for any of them to return.
+    assert meshrt.get([r.meet.remote(5) for _ in range(5)], timeout=60) == [5] * 5
+
+
+def test_async_actor_sync_methods_run_off_the_event_loop(rt):
+    @meshrt.remote
+    class Mixed:
+        def __init__(self):
+            self.event = threading.Event()
+
+        def blocking_wait(self):
+            return self.event.wait(30)  # would stall the loop if run on it
+
+        async def release(self):
+            self.event.set()
+            return "released"
+
+        def thread_name(self):
+            return threading.current_thread().name
+
+    m = Mixed.remote()
+    waiting = m.blocking_wait.remote()
+    assert meshrt.get(m.release.remote(), timeout=30) == "released"
+    assert meshrt.get(waiting, timeout=30) is True
+    assert meshrt.get(m.thread_name.remote()) != "MainThread"
+
+
+def test_max_concurrency_threaded_actor(rt):
+    @meshrt.remote(max_concurrency=4)
+    class Barrier:
+        def __init__(self):
+            self.barrier = threading.Barrier(4)
+
+        def cross(self):
+            return self.barrier.wait(30)
+
+    b = Barrier.remote()
+    assert sorted(meshrt.get([b.cross.remote() for _ in range(4)], timeout=60)) == [0, 1, 2, 3]
+
+
+def test_async_max_concurrency_limits_running_coroutines(rt):
+    @meshrt.remote(max_concurrency=2)
+    class Limited:
+        def __init__(self):
+            self.running = 0
+            self.peak = 0
+
+        async def work(self):
+            self.running += 1
+            self.peak = max(self.peak, self.running)
+            await asyncio.sleep(0.01)
+            self.running -= 1
+
+        async def peak_seen(self):
+            return self.peak
+
+    a = Limited.remote()
+    meshrt.get([a.work.remote() for _ in range(10)])
+    assert meshrt.get(a.peak_seen.remote()) == 2
+
+
+def test_handles_are_picklable_and_called_directly_from_tasks(rt):
+    c = Counter.remote()
+
+    @meshrt.remote
+    def bump(counter, times):
+        return meshrt.get([counter.incr.remote() for _ in range(times)])[-1]
+
+    assert meshrt.get(bump.remote(c, 5)) == 5
+    assert meshrt.get(c.value.remote()) == 5
+
+
+def test_actor_calls_another_actor(rt):
+    @meshrt.remote
+    class Forwarder:
+        def __init__(self, target):
+            self.target = target
+
+        def forward(self, k):
+            return meshrt.get(self.target.incr.remote(k))
+
+    c = Counter.remote()
+    f = Forwarder.remote(c)
+    assert meshrt.get(f.forward.remote(3)) == 3
+    assert meshrt.get(f.forward.remote(4)) == 7
+
+
+def test_named_actors_namespaces_and_get_if_exists(rt):
+    a = Counter.options(name="hits", namespace="web").remote(100)
+    same = meshrt.get_actor("hits", namespace="web")
+    assert meshrt.get(same.incr.remote()) == 101
+    with pytest.raises(ActorNameTakenError, match="hits"):
+        Counter.options(name="hits", namespace="web").remote()
+    reused = Counter.options(name="hits", namespace="web", get_if_exists=True).remote()
+    assert meshrt.get(reused.value.remote()) == 101
+    other = Counter.options(name="hits", namespace="jobs").remote(0)
+    assert meshrt.get(other.value.remote()) == 0
+    with pytest.raises(ActorNotFoundError):
+        meshrt.get_actor("hits", namespace="nowhere")
+    with pytest.raises(ValueError):  # Ray code catches ValueError here
+        meshrt.get_actor("missing")
+    del a
+
+
+def test_get_actor_from_a_task(rt):
+    Counter.options(name="shared").remote(5)
+
+    @meshrt.remote
+    def use():
+        return meshrt.get(meshrt.get_actor("shared").incr.remote())
+
+    assert meshrt.get(use.remote()) == 6
+
+
+def test_kill_fails_later_calls(rt):
+    c = Counter.remote()
+    assert meshrt.get(c.incr.remote()) == 1
+    meshrt.kill(c)
+    with pytest.raises(ActorDiedError, match="meshrt.kill"):
+        meshrt.get(c.incr.remote(), timeout=30)
+
+
+def test_max_restarts_runs_constructor_again(rt):
+    c = Counter.options(max_restarts=2).remote(7)
+    first = meshrt.get(c.pid.remote())
+    with pytest.raises(ActorDiedError):
+        meshrt.get(c.die.remote(), timeout=30)
+    # Calls made after the death go to the new incarnation, built by __init__ again.
+    assert meshrt.get(c.incr.remote(), timeout=30) == 8
+    assert meshrt.get(c.pid.remote()) != first
+
+
+def test_max_task_retries_resends_in_flight_calls(rt, tmp_path):
+    marker = tmp_path / "crashed"
+
+    @meshrt.remote(max_restarts=1, max_task_retries=1)
+    class Fragile:
+        def work(self, path):
+            if not os.path.exists(path):
+                open(path, "w").close()
+                os._exit(1)
+            return "done"
+
+    f = Fragile.remote()
+    assert meshrt.get(f.work.remote(str(marker)), timeout=60) == "done"
+
+
+def test_death_reports_exit_code_and_stderr(rt):
+    c = Counter.remote()
+    with pytest.raises(ActorDiedError) as info:
+        meshrt.get(c.die.remote(7), timeout=30)
+    message = str(info.value)
+    assert "exited with code 7" in message
+    assert "dying with 7" in message
+    with pytest.raises(ActorDiedError):
+        meshrt.get(c.value.remote(), timeout=30)
+
+
+def test_death_by_signal_is_named(rt):
+    @meshrt.remote
+    class Victim:
+        def segfault(self):
+            import signal
+
+            os.kill(os.getpid(), signal.SIGSEGV)
+
+    v = Victim.remote()
+    with pytest.raises(ActorDiedError, match="SIGSEGV"):
+        meshrt.get(v.segfault.remote(), timeout=30)
+
+
+def test_constructor_error_kills_actor(rt):
+    @meshrt.remote
+    class Broken:
+        def __init__(self):
+            raise RuntimeError("bad config")
+
+        def ping(self):
+            return "pong"
+
+    b = Broken.remote()
+    with pytest.raises(ActorDiedError, match="bad config"):
+        meshrt.get(b.ping.remote(), timeout=30)
+
+
+def test_method_num_returns(rt):
+    @meshrt.remote
+    class Splitter:
+        @meshrt.method(num_returns=2)
+        def split(self, s):
+            head, _, tail = s.partition(" ")
+            return head, tail
+
+    s = Splitter.remote()
+    head, tail = s.split.remote("hello big world")
+    assert meshrt.get([head, tail]) == ["hello", "big world"]
+    one, two, three = s.split.options(num_returns=3).remote("x")
+    with pytest.raises(ValueError):
+        meshrt.get(one)
+
+
+def test_actor_streaming_methods(rt):
+    @meshrt.remote
+    class Source:
+        def numbers(self, n):
+            yield from range(n)
+
+        async def async_numbers(self, n):
+            for i in range(n):
+                await asyncio.sleep(0)
+                yield i * 10
+
+    s = Source.remote()
+    assert [meshrt.get(r) for r in s.numbers.remote(3)] == [0, 1, 2]
+    assert [meshrt.get(r) for r in s.async_numbers.remote(3)] == [0, 10, 20]
+
+
+def test_exit_actor_fails_callers_and_does_not_restart(rt):
+    @meshrt.remote(max_restarts=3)
+    class Quitter:
+        def quit(self):
+            meshrt.actor.exit_actor()
+
+        def ping(self):
+            return "pong"
+
+    q = Quitter.remote()
+    assert meshrt.get(q.ping.remote()) == "pong"
+    with pytest.raises(ActorDiedError, match="exit_actor"):
+        meshrt.get(q.quit.remote(), timeout=30)
+    with pytest.raises(ActorDiedError):
+        meshrt.get(q.ping.remote(), timeout=30)
+
+
+def test_ray_terminate_and_ready(rt):
+    c = Counter.remote()
+    assert meshrt.get(c.__ray_ready__.remote()) is True
+    c.__ray_terminate__.remote()
+    with pytest.raises(ActorDiedError):
+        meshrt.get(c.value.remote(), timeout=30)
+
+
+def test_dropping_last_handle_ends_the_actor(rt):
+    import psutil
+
+    c = Counter.remote()
+    worker_pid = meshrt.get(c.pid.remote())
+    del c
+    proc = psutil.Process(worker_pid)
+    proc.wait(timeout=10)  # returns once the worker exits
+    assert not psutil.pid_exists(worker_pid) or proc.status() == psutil.STATUS_ZOMBIE
+
+
+def test_calls_from_many_threads(rt):
+    c = Counter.remote()
+    results = []
+
+    def hammer():
+        results.extend(meshrt.get([c.incr.remote() for _ in range(50)]))
+
+    threads = [threading.Thread(target=hammer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(results) == list(range(1, 201))
+
+
+async def test_await_actor_calls_from_asyncio(rt):
+    c = Counter.remote()
+    values = await asyncio.gather(*(c.incr.remote() for _ in range(100)))
+    assert values == list(range(1, 101))
+
+
+def test_many_actors_fit_with_zero_cpu_default(rt):
+    actors = [Counter.remote(i) for i in range(6)]  # more than num_cpus=2
+    assert meshrt.get([a.value.remote() for a in actors], timeout=60) == list(range(6))
+
+
+def test_actor_reserving_cpus_waits_for_them(rt):
+    Big = Counter.options(num_cpus=2)
+    first = Big.remote()
+    assert meshrt.get(first.value.remote()) == 0
+    second = Big.remote()
+    ready, _ = meshrt.wait([second.value.remote()], timeout=0.3)
+    assert ready == []  # no CPU left for it
+    meshrt.kill(first)
+    assert meshrt.get(second.value.remote(), timeout=30) == 0

@@ -1,0 +1,42 @@
+"""The public surface is exactly what meshrt/__init__.py lists."""
+
+from __future__ import annotations
+
+import meshrt
+import meshrt.exceptions
+import meshrt.util
+import meshrt.util.queue
+
+EXPECTED = {
+    "init", "shutdown", "is_initialized", "remote", "method", "get", "put", "wait", "kill",
+    "cancel", "get_actor", "get_runtime_context", "get_gpu_ids", "available_resources",
+    "cluster_resources", "nodes", "ObjectRef", "ObjectRefGenerator", "ActorHandle", "ActorClass",
+    "ActorMethod", "RemoteFunction", "RuntimeContext", "exceptions", "actor", "util",
+}
+
+
+def test_public_names():
+    assert set(meshrt.__all__) == EXPECTED
+    for name in meshrt.__all__:
+        assert hasattr(meshrt, name), name
+
+
+def test_public_classes_say_meshrt():
+    for name in ("ObjectRef", "ObjectRefGenerator", "ActorHandle", "RemoteFunction"):
+        assert getattr(meshrt, name).__module__ == "meshrt"
+    assert meshrt.exceptions.TaskError.__module__ == "meshrt.exceptions"
+
+
+def test_ray_style_submodules():
+    from meshrt.util import ActorPool  # noqa: F401
+    from meshrt.util.queue import Empty, Full, Queue  # noqa: F401
+
+    assert callable(meshrt.actor.exit_actor)
+    for name in ("RayError", "RayTaskError", "RayActorError", "GetTimeoutError", "TaskCancelledError",
+                 "WorkerCrashedError", "ObjectLostError", "ActorDiedError", "ObjectStoreFullError"):
+        assert hasattr(meshrt.exceptions, name), name
+
+
+def test_refs_have_no_public_constructor_needed():
+    assert "ObjectRef" in meshrt.__all__
+    assert meshrt.ObjectRef.__init__.__code__.co_argcount >= 3  # internal (id, owner)

@@ -1,0 +1,151 @@
+"""init/shutdown, and no worker outliving its driver however the driver ends."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import psutil
+import pytest
+
+import meshrt
+from tests.conftest import wait_until
+
+
+@meshrt.remote
+def one():
+    return 1
+
+
+def test_init_twice_raises_unless_told(rt):
+    with pytest.raises(RuntimeError, match="ignore_reinit_error"):
+        meshrt.init()
+    info = meshrt.init(ignore_reinit_error=True)
+    assert info["node_id"]
+
+
+def test_shutdown_then_init_again():
+    for _ in range(3):
+        meshrt.init(num_cpus=1)
+        assert meshrt.get(one.remote()) == 1
+        meshrt.shutdown()
+        assert not meshrt.is_initialized()
+
+
+def test_auto_init_on_first_use():
+    assert not meshrt.is_initialized()
+    assert meshrt.get(one.remote()) == 1
+    assert meshrt.is_initialized()
+    meshrt.shutdown()
+
+
+def test_unknown_init_argument_is_named():
+    with pytest.raises(TypeError, match="num_cpu"):
+        meshrt.init(num_cpu=2)
+
+
+DRIVER = textwrap.dedent(
+    """
+    import os, sys, time, meshrt
+    meshrt.init(num_cpus=2)
+
+    @meshrt.remote
+    class Sleeper:
+        def pid(self):
+            return os.getpid()
+
+    @meshrt.remote
+    def pid():
+        return os.getpid()
+
+    actors = [Sleeper.remote() for _ in range(2)]
+    pids = meshrt.get([a.pid.remote() for a in actors] + [pid.remote()])
+    print("PIDS", *pids, flush=True)
+    sys.stdin.readline()  # the test says when to leave
+    sys.exit(0)
+    """
+)
+
+
+def _run_driver(tmp_path):
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert line.startswith("PIDS"), line
+    descendants = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+    return proc, [int(x) for x in line.split()[1:]], descendants
+
+
+def _all_gone(pids):
+    return wait_until(lambda: not any(_alive(p) for p in pids), timeout=10)
+
+
+def _alive(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.parametrize("mode", ["exit", "sigint", "sigkill", "sigterm"])
+def test_no_worker_outlives_the_driver(tmp_path, mode):
+    proc, pids, descendants = _run_driver(tmp_path)
+    try:
+        assert set(pids) <= set(descendants) and len(descendants) >= 4  # + the zygote
+        if mode == "exit":
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        elif mode == "sigint":
+            proc.send_signal(signal.SIGINT)
+        elif mode == "sigkill":
+            proc.kill()
+        elif mode == "sigterm":
+            proc.terminate()
+        proc.wait(30)
+    finally:
+        proc.stdin.close()
+        proc.stdout.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert _all_gone(descendants), [p for p in descendants if _alive(p)]
+
+
+def test_local_mode_runs_in_the_driver_process():
+    meshrt.init(local_mode=True)
+
+    @meshrt.remote
+    def where():
+        return os.getpid()
+
+    @meshrt.remote
+    class Acc:
+        def __init__(self):
+            self.total = 0
+
+        def add(self, x):
+            self.total += x
+            return self.total
+
+        async def later(self):
+            return self.total
+
+    assert meshrt.get(where.remote()) == os.getpid()
+    a = Acc.remote()
+    assert meshrt.get([a.add.remote(1), a.add.remote(2)]) == [1, 3]
+    assert meshrt.get(a.later.remote()) == 3
+    assert meshrt.get(one.remote()) == 1
+    with pytest.raises(ZeroDivisionError):
+        meshrt.get(_zero.remote())
+    assert psutil.Process().children() == []
+    meshrt.shutdown()
+
+
+@meshrt.remote
+def _zero():
+    return 1 / 0

@@ -1,0 +1,271 @@
+"""ObjectRef and the module-level API: get/wait/put/cancel, awaiting from any loop."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import meshrt
+from meshrt.exceptions import GetTimeoutError, TaskCancelledError
+
+
+@meshrt.remote
+def add(a, b):
+    return a + b
+
+
+@meshrt.remote
+class Gate:
+    """An event the test opens, so 'slow' tasks end exactly when told to."""
+
+    def __init__(self):
+        self.event = threading.Event()
+
+    def open(self):
+        self.event.set()
+
+    def wait(self, timeout=30):
+        return self.event.wait(timeout)
+
+
+def gate():
+    return Gate.options(max_concurrency=8).remote()
+
+
+@meshrt.remote
+def wait_on(g):
+    return meshrt.get(g.wait.remote())
+
+
+def test_put_get_and_snapshot_semantics(rt):
+    data = np.ones(1 << 16)
+    ref = meshrt.put(data)
+    data[:] = 0  # the stored value is a snapshot taken at put time
+    out = meshrt.get(ref)
+    assert out.sum() == 1 << 16
+    assert not out.flags.writeable  # zero-copy views are read-only, as in Ray
+    assert meshrt.get(meshrt.put({"a": [1, 2]})) == {"a": [1, 2]}
+
+
+def test_put_of_ref_is_rejected(rt):
+    with pytest.raises(TypeError, match="ObjectRef"):
+        meshrt.put(meshrt.put(1))
+
+
+def test_ref_get_method_and_future(rt):
+    ref = add.remote(2, 3)
+    assert ref.get(timeout=30) == 5
+    fut = add.remote(4, 5).future()
+    assert isinstance(fut, concurrent.futures.Future)
+    assert fut.result(timeout=30) == 9
+
+
+def test_get_timeout(rt):
+    g = gate()
+    ref = wait_on.remote(g)
+    with pytest.raises(GetTimeoutError, match="timed out"):
+        meshrt.get(ref, timeout=0.2)
+    assert isinstance(GetTimeoutError("x"), TimeoutError)
+    meshrt.get(g.open.remote())
+    assert meshrt.get(ref, timeout=30) is True
+
+
+def test_wait_returns_ready_first_in_order(rt):
+    g = gate()
+    slow = wait_on.remote(g)
+    fast = [add.remote(i, i) for i in range(3)]
+    ready, not_ready = meshrt.wait([slow, *fast], num_returns=3, timeout=30)
+    assert ready == fast and not_ready == [slow]
+    ready, not_ready = meshrt.wait([slow], timeout=0)
+    assert ready == [] and not_ready == [slow]
+    meshrt.get(g.open.remote())
+    ready, _ = meshrt.wait([slow], timeout=30)
+    assert ready == [slow]
+
+
+def test_wait_validates_arguments(rt):
+    ref = meshrt.put(1)
+    with pytest.raises(ValueError, match="num_returns"):
+        meshrt.wait([ref], num_returns=2)
+    with pytest.raises(ValueError, match="more than once"):
+        meshrt.wait([ref, ref])
+    with pytest.raises(TypeError, match="list"):
+        meshrt.wait(ref)
+
+
+async def test_await_and_asyncio_helpers(rt):
+    assert await add.remote(1, 2) == 3
+    assert await asyncio.gather(*(add.remote(i, 1) for i in range(5))) == [1, 2, 3, 4, 5]
+    assert await asyncio.wait_for(add.remote(5, 5), timeout=30) == 10
+    done, pending = await asyncio.wait([asyncio.ensure_future(add.remote(1, 1))], timeout=30)
+    assert len(done) == 1 and not pending
+    assert await add.remote(3, 3).as_future() == 6
+
+
+def test_await_in_event_loops_of_other_threads(rt):
+    refs = [add.remote(i, i) for i in range(10)]
+    results = {}
+
+    def run_loop(name):
+        async def main():
+            return await asyncio.gather(*refs)
+
+        results[name] = asyncio.run(main())
+
+    threads = [threading.Thread(target=run_loop, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert results == {"a": [2 * i for i in range(10)], "b": [2 * i for i in range(10)]}
+
+
+async def test_wait_for_timeout_leaves_ref_usable(rt):
+    g = gate()
+    ref = wait_on.remote(g)
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(ref, timeout=0.1)
+    await g.open.remote()
+    assert await ref is True
+
+
+def test_cancel_queued_task(rt):
+    g = gate()
+    blockers = [wait_on.remote(g) for _ in range(2)]  # occupy both CPUs
+    queued = add.remote(1, 1)
+    meshrt.cancel(queued)
+    with pytest.raises(TaskCancelledError):
+        meshrt.get(queued, timeout=30)
+    meshrt.get(g.open.remote())
+    assert meshrt.get(blockers, timeout=30) == [True, True]
+
+
+def test_cancel_running_task_interrupts_it(rt):
+    @meshrt.remote
+    def sleeper():
+        time.sleep(60)
+        return "not interrupted"
+
+    @meshrt.remote
+    def spin(g):
+        g.open.remote()
+        while True:
+            pass
+
+    ref = sleeper.remote()
+    # wait until it runs: a second task on the other CPU reports back
+    ready, _ = meshrt.wait([ref], timeout=0.3)
+    assert not ready
+    meshrt.cancel(ref)
+    with pytest.raises(TaskCancelledError):
+        meshrt.get(ref, timeout=30)
+    g = gate()
+    busy = spin.remote(g)
+    meshrt.get(g.wait.remote())
+    meshrt.cancel(busy)
+    with pytest.raises(TaskCancelledError):
+        meshrt.get(busy, timeout=30)
+    assert meshrt.get(add.remote(1, 2)) == 3  # the worker survived and is reused
+
+
+def test_cancel_force_kills_worker(rt):
+    @meshrt.remote(max_retries=3)
+    def stuck(g):
+        import signal
+
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # cannot be interrupted politely
+        g.open.remote()
+        time.sleep(60)
+
+    g = gate()
+    ref = stuck.remote(g)
+    meshrt.get(g.wait.remote())
+    meshrt.cancel(ref, force=True)
+    with pytest.raises(TaskCancelledError):
+        meshrt.get(ref, timeout=30)
+
+
+def test_cancel_async_actor_call(rt):
+    @meshrt.remote
+    class Slow:
+        async def forever(self):
+            await asyncio.sleep(60)
+
+        async def ping(self):
+            return "pong"
+
+    s = Slow.remote()
+    ref = s.forever.remote()
+    assert meshrt.get(s.ping.remote()) == "pong"
+    meshrt.cancel(ref)
+    with pytest.raises(TaskCancelledError):
+        meshrt.get(ref, timeout=30)
+    with pytest.raises(ValueError, match="force"):
+        meshrt.cancel(s.forever.remote(), force=True)
+
+
+def test_runtime_context(rt):
+    ctx = meshrt.get_runtime_context()
+    assert ctx.get_job_id() and ctx.get_node_id()
+    assert ctx.get_actor_id() is None
+
+    @meshrt.remote
+    def task_ctx():
+        c = meshrt.get_runtime_context()
+        return c.get_task_id(), c.get_actor_id(), c.get_job_id(), c.get_pid()
+
+    task_id, actor_id, job_id, pid = meshrt.get(task_ctx.remote())
+    assert task_id and actor_id is None and job_id == ctx.get_job_id() and pid > 0
+
+    @meshrt.remote
+    class Who:
+        def ids(self):
+            c = meshrt.get_runtime_context()
+            return c.get_actor_id(), c.get_task_id(), c.namespace
+
+    actor_id, task_id, namespace = meshrt.get(Who.remote().ids.remote())
+    assert actor_id and task_id and namespace == ctx.namespace
+
+
+def test_resources_and_nodes(rt):
+    total = meshrt.cluster_resources()
+    assert total["CPU"] == 2
+    assert meshrt.available_resources()["CPU"] == 2
+    nodes = meshrt.nodes()
+    assert len(nodes) == 1 and nodes[0]["Alive"] and nodes[0]["Resources"]["CPU"] == 2
+    assert meshrt.is_initialized()
+
+
+def test_objects_are_freed_when_refs_go(rt):
+    from meshrt._private import state
+
+    table = state.core().table.entries
+    before = len(table)
+    refs = [meshrt.put(np.zeros(1000)) for _ in range(50)]
+    assert len(table) >= before + 50
+    del refs
+    from tests.conftest import wait_until
+
+    assert wait_until(lambda: len(table) <= before, timeout=5)
+
+
+def test_borrowed_ref_outlives_owner_handle(rt):
+    @meshrt.remote
+    class Keeper:
+        def keep(self, box):
+            self.ref = box[0]
+            return True
+
+        def read(self):
+            return meshrt.get(self.ref)
+
+    k = Keeper.remote()
+    ref = meshrt.put("kept value")
+    assert meshrt.get(k.keep.remote([ref]))
+    del ref  # the actor still borrows it
+    assert meshrt.get(k.read.remote()) == "kept value"

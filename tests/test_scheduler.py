@@ -1,0 +1,92 @@
+"""The placement policy as a pure function: no sockets, no processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from meshrt.scheduler.policy import Dispatch, PlaceActor, Scheduler, StartWorkers
+from meshrt.scheduler.resources import NodeResources, normalize, validate_request
+
+
+def node(**amounts):
+    return NodeResources.create(amounts)
+
+
+def test_dispatches_to_idle_workers_then_asks_for_more():
+    s = Scheduler(node(CPU=2))
+    s.worker_idle(1, ())
+    for t in range(3):
+        s.submit_task(t, normalize({"CPU": 1}))
+    actions = s.schedule()
+    assert actions == [Dispatch(0, 1, actions[0].alloc), StartWorkers((), 1)]
+    s.worker_starting((), 1)
+    assert s.schedule() == []  # one is on its way already
+
+
+def test_work_waits_until_resources_free_up():
+    n = node(CPU=1)
+    s = Scheduler(n)
+    s.worker_idle(1, ())
+    s.worker_idle(2, ())
+    s.submit_task(10, normalize({"CPU": 1}))
+    s.submit_task(11, normalize({"CPU": 1}))
+    first = s.schedule()
+    assert [type(a) for a in first] == [Dispatch]
+    n.release(first[0].alloc)
+    assert [a.task_id for a in s.schedule()] == [11]
+
+
+def test_fractional_gpus_share_one_card_best_fit():
+    n = node(CPU=8, GPU=2)
+    a = n.try_acquire(normalize({"GPU": 0.5}))
+    b = n.try_acquire(normalize({"GPU": 0.5}))
+    c = n.try_acquire(normalize({"GPU": 0.25}))
+    assert a.gpu_ids == b.gpu_ids  # packed onto the same card
+    assert c.gpu_ids != a.gpu_ids
+    whole = n.try_acquire(normalize({"GPU": 1}))
+    assert whole is None  # card 0 full, card 1 partly used
+    n.release(c)
+    assert n.try_acquire(normalize({"GPU": 1})).gpu_ids == (1,)
+
+
+def test_ten_tenths_make_one_gpu_exactly():
+    n = node(GPU=1)
+    allocs = [n.try_acquire(normalize({"GPU": 0.1})) for _ in range(10)]
+    assert all(allocs) and n.try_acquire(normalize({"GPU": 0.1})) is None
+
+
+def test_gpu_tasks_only_use_workers_started_with_their_devices():
+    s = Scheduler(node(CPU=4, GPU=2))
+    s.worker_idle(1, ())  # a CPU-only pool worker
+    s.submit_task(5, normalize({"CPU": 1, "GPU": 1}))
+    actions = s.schedule()
+    assert actions == [StartWorkers((0,), 1)]
+
+
+def test_actors_placed_before_tasks_and_blocked_cpu_lending():
+    n = node(CPU=1)
+    s = Scheduler(n)
+    s.submit_actor(99, normalize({"CPU": 1}))
+    s.submit_task(1, normalize({"CPU": 1}))
+    s.worker_idle(7, ())
+    actions = s.schedule()
+    assert isinstance(actions[0], PlaceActor) and len(actions) == 1
+    n.lend_cpu(actions[0].alloc)  # e.g. blocked in get
+    assert isinstance(s.schedule()[0], Dispatch)
+
+
+def test_infeasible_and_validation():
+    n = node(CPU=2)
+    assert n.infeasible(normalize({"CPU": 3})) == ("CPU", 30000, 20000)
+    assert n.infeasible(normalize({"TPU": 1}))[0] == "TPU"
+    with pytest.raises(ValueError, match="whole number"):
+        validate_request({"GPU": 1.5}, "task f")
+    with pytest.raises(TypeError, match="number"):
+        validate_request({"CPU": "2"}, "task f")
+
+
+def test_cancel_removes_queued_task():
+    s = Scheduler(node(CPU=1))
+    s.submit_task(1, normalize({"CPU": 1}))
+    assert s.remove_task(1) and not s.remove_task(1)
+    assert s.queued_tasks() == 0

@@ -1,0 +1,259 @@
+"""Remote functions: arguments, dependencies, returns, streaming, retries, options."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import meshrt
+from meshrt.exceptions import TaskError, WorkerCrashedError
+
+
+@meshrt.remote
+def add(a, b):
+    return a + b
+
+
+@meshrt.remote
+def echo(x):
+    return x
+
+
+@meshrt.remote
+def pid():
+    return os.getpid()
+
+
+def test_args_kwargs_and_defaults(rt):
+    @meshrt.remote
+    def f(a, b=2, *, c=3):
+        return a + b + c
+
+    assert meshrt.get(f.remote(1)) == 6
+    assert meshrt.get(f.remote(1, 10, c=100)) == 111
+    assert meshrt.get(add.remote(b=1, a=2)) == 3
+
+
+def test_refs_as_arguments_are_resolved(rt):
+    assert meshrt.get(add.remote(add.remote(1, 2), 3)) == 6
+    ref = meshrt.put(40)
+    assert meshrt.get(add.remote(ref, b=add.remote(1, 1))) == 42
+
+
+def test_nested_refs_pass_through_as_refs(rt):
+    @meshrt.remote
+    def inspect(items):
+        kinds = [type(x).__name__ for x in items["refs"]]
+        return kinds, meshrt.get(items["refs"])
+
+    refs = [meshrt.put(i) for i in range(3)]
+    kinds, values = meshrt.get(inspect.remote({"refs": refs}))
+    assert kinds == ["ObjectRef"] * 3
+    assert values == [0, 1, 2]
+
+
+def test_large_numpy_round_trip(rt):
+    data = np.arange(1 << 20, dtype=np.float64)
+    out = meshrt.get(echo.remote(data))
+    assert isinstance(out, np.ndarray) and np.array_equal(out, data)
+
+
+def test_pool_workers_are_reused(rt):
+    pids = set(meshrt.get([pid.remote() for _ in range(20)]))
+    assert 1 <= len(pids) <= 2
+
+
+def test_tasks_submit_and_get_tasks_without_deadlock(rt):
+    # Every worker waits on a child task: they lend their CPU back while blocked.
+    @meshrt.remote
+    def parent(depth):
+        if depth == 0:
+            return 1
+        return sum(meshrt.get([parent.remote(depth - 1) for _ in range(2)]))
+
+    assert meshrt.get(parent.remote(3), timeout=60) == 8
+
+
+def test_num_returns(rt):
+    @meshrt.remote(num_returns=3)
+    def three():
+        return 1, "two", [3]
+
+    a, b, c = three.remote()
+    assert meshrt.get([a, b, c]) == [1, "two", [3]]
+
+    @meshrt.remote(num_returns=0)
+    def nothing():
+        return None
+
+    assert nothing.remote() is None
+
+
+def test_num_returns_mismatch_is_a_clear_error(rt):
+    @meshrt.remote(num_returns=2)
+    def one():
+        return 1
+
+    a, b = one.remote()
+    with pytest.raises(ValueError, match="num_returns=2"):
+        meshrt.get(a)
+
+
+def test_streaming_generator_yields_in_order_while_running(rt):
+    @meshrt.remote
+    def gen(n):
+        for i in range(n):
+            yield i * i
+
+    stream = gen.remote(5)
+    assert isinstance(stream, meshrt.ObjectRefGenerator)
+    assert [meshrt.get(ref) for ref in stream] == [0, 1, 4, 9, 16]
+
+
+def test_streaming_first_item_arrives_before_generator_ends(rt):
+    @meshrt.remote(num_returns="streaming")
+    def gated(q):
+        yield "first"
+        meshrt.get(q.wait.remote())  # blocks until the driver has seen "first"
+        yield "second"
+
+    @meshrt.remote
+    class Gate:
+        def __init__(self):
+            import threading
+
+            self.event = threading.Event()
+
+        def open(self):
+            self.event.set()
+
+        def wait(self):
+            return self.event.wait(30)
+
+    gate = Gate.options(max_concurrency=2).remote()
+    stream = gated.remote(gate)
+    assert meshrt.get(next(stream)) == "first"
+    meshrt.get(gate.open.remote())
+    assert meshrt.get(next(stream)) == "second"
+    with pytest.raises(StopIteration):
+        next(stream)
+
+
+def test_streaming_error_becomes_last_ref(rt):
+    @meshrt.remote
+    def gen():
+        yield 1
+        raise KeyError("boom")
+
+    refs = list(gen.remote())
+    assert meshrt.get(refs[0]) == 1
+    with pytest.raises(KeyError, match="boom"):
+        meshrt.get(refs[1])
+
+
+async def test_streaming_async_iteration(rt):
+    @meshrt.remote
+    def gen(n):
+        yield from range(n)
+
+    seen = [await ref async for ref in gen.remote(4)]
+    assert seen == [0, 1, 2, 3]
+
+
+def test_max_retries_on_worker_death(rt, tmp_path):
+    marker = tmp_path / "died-once"
+
+    @meshrt.remote(max_retries=2)
+    def flaky(path):
+        if not os.path.exists(path):
+            open(path, "w").close()
+            os._exit(1)
+        return "ok"
+
+    assert meshrt.get(flaky.remote(str(marker)), timeout=60) == "ok"
+
+
+def test_worker_death_without_retries_raises(rt):
+    @meshrt.remote(max_retries=0)
+    def die():
+        import sys
+
+        print("about to exit", file=sys.stderr, flush=True)
+        os._exit(3)
+
+    with pytest.raises(WorkerCrashedError, match="exited with code 3") as info:
+        meshrt.get(die.remote(), timeout=60)
+    assert "about to exit" in str(info.value)
+
+
+def test_retry_exceptions(rt, tmp_path):
+    counter = tmp_path / "count"
+    counter.write_text("0")
+
+    @meshrt.remote(max_retries=3, retry_exceptions=[ConnectionError])
+    def sometimes(path):
+        n = int(open(path).read()) + 1
+        open(path, "w").write(str(n))
+        if n < 3:
+            raise ConnectionError(f"try {n}")
+        return n
+
+    assert meshrt.get(sometimes.remote(str(counter))) == 3
+
+    @meshrt.remote(max_retries=3, retry_exceptions=[ConnectionError])
+    def wrong_kind():
+        raise ValueError("not retried")
+
+    with pytest.raises(ValueError, match="not retried"):
+        meshrt.get(wrong_kind.remote())
+
+
+def test_options_override(rt):
+    @meshrt.remote(num_returns=1)
+    def pair():
+        return 1, 2
+
+    a, b = pair.options(num_returns=2).remote()
+    assert meshrt.get([a, b]) == [1, 2]
+    assert meshrt.get(pair.remote()) == (1, 2)
+
+
+def test_generator_function_defaults_to_streaming(rt):
+    @meshrt.remote
+    def gen():
+        yield "x"
+
+    assert isinstance(gen.remote(), meshrt.ObjectRefGenerator)
+
+
+def test_closures_and_lambdas_travel_by_value(rt):
+    scale = 7
+    square = lambda x: x * x  # noqa: E731
+
+    @meshrt.remote
+    def f(x):
+        return square(x) * scale
+
+    assert meshrt.get(f.remote(3)) == 63
+
+
+def test_error_in_dependency_propagates(rt):
+    @meshrt.remote
+    def fail():
+        raise RuntimeError("upstream")
+
+    with pytest.raises(RuntimeError, match="upstream"):
+        meshrt.get(add.remote(fail.remote(), 1))
+
+
+def test_task_error_is_instance_of_original(rt):
+    @meshrt.remote
+    def bad():
+        raise ValueError("nope")
+
+    with pytest.raises(ValueError) as info:
+        meshrt.get(bad.remote())
+    assert isinstance(info.value, TaskError)
+    assert "nope" in str(info.value) and "bad" in info.value.traceback_str
