@@ -104,7 +104,10 @@ class TaskError(MeshrtError):
     ) -> TaskError:
         """Build the error as an instance of both TaskError and the cause's class."""
         klass = _task_error_class(cause_class or (type(cause) if cause is not None else None))
-        err = BaseException.__new__(klass)
+        try:
+            err = klass.__new__(klass)  # OSError and friends insist on their own __new__
+        except Exception:
+            err = TaskError.__new__(TaskError)
         TaskError.__init__(err, cause, traceback_str, function_name, pid, cause_repr)
         return err
 

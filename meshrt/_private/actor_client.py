@@ -63,10 +63,10 @@ class ActorClient:
     def replied(self, pt) -> None:
         self.inflight.pop(pt.task_id, None)
 
-    def cancel(self, pt) -> bool:
+    def cancel(self, pt, recursive: bool = True) -> bool:
         """True when the call never left (the caller fails it); else ask the actor."""
         if pt.task_id in self.inflight:
-            self.core.send_to(self.worker_id, m.CancelTask(pt.task_id, False))
+            self.core.send_to(self.worker_id, m.CancelTask(pt.task_id, False, recursive))
             return False
         return True
 

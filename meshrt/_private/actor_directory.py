@@ -193,7 +193,7 @@ class ActorDirectory:
             ids.to_hex(rec.spec.actor_id), rec.spec.class_name, reason, tail, creation_error))
         self._publish(rec)
         key = (rec.spec.namespace, rec.spec.name)
-        if rec.spec.name and self.names.get(key) == rec.spec.actor_id:
+        if rec.spec.name and self.names.get(key, (None,))[0] == rec.spec.actor_id:
             del self.names[key]
 
     def owner_died_actors(self, worker_id: int) -> None:
@@ -205,29 +205,34 @@ class ActorDirectory:
 
     # -- names -------------------------------------------------------------------------------
 
-    def rpc_register_actor_name(self, caller, name: str, namespace: str, actor_id: int, get_if_exists: bool):
-        existing = self.names.get((namespace, name))
+    def rpc_register_actor_name(self, caller, name: str, namespace: str, actor_id: int,
+                                get_if_exists: bool, meta: bytes):
+        """Claim a name before the actor exists, so racing creators agree on one actor."""
+        key = (namespace, name)
+        existing = self.names.get(key)
         if existing is not None:
-            rec = self.actors.get(existing)
-            if rec is not None and rec.state != "dead":
+            other_id, other_meta, other_owner = existing
+            rec = self.actors.get(other_id)
+            if rec is None or rec.state != "dead":  # no record yet: its CreateActor is on the way
                 if get_if_exists:
-                    return ("exists", existing, rec.spec.meta, rec.spec.owner)
+                    return ("exists", other_id, other_meta, other_owner)
                 raise exc.ActorNameTakenError(name, namespace)
-        self.names[(namespace, name)] = actor_id
+        self.names[key] = (actor_id, meta, caller)
         return ("created", actor_id, None, None)
 
     def rpc_get_actor(self, caller, name: str, namespace: str):
-        actor_id = self.names.get((namespace, name))
-        rec = self.actors.get(actor_id) if actor_id is not None else None
-        if rec is None or rec.state == "dead":
+        entry = self.names.get((namespace, name))
+        rec = self.actors.get(entry[0]) if entry is not None else None
+        if entry is None or (rec is not None and rec.state == "dead"):
             raise exc.ActorNotFoundError(name, namespace)
-        return (actor_id, rec.spec.meta, rec.spec.owner)
+        return entry
 
     def rpc_list_named_actors(self, caller, namespace: str | None) -> list:
         return [
             {"name": n, "namespace": ns} if namespace is None else n
-            for (ns, n), aid in self.names.items()
-            if (namespace is None or ns == namespace) and self.actors[aid].state != "dead"
+            for (ns, n), (aid, _, _) in self.names.items()
+            if (namespace is None or ns == namespace)
+            and (aid not in self.actors or self.actors[aid].state != "dead")
         ]
 
     def rpc_actor_info(self, caller, actor_id: int) -> Any:

@@ -409,7 +409,7 @@ class Controller(ActorDirectory):
             if w.pid:
                 _kill(w.pid)
         elif w.conn is not None:
-            w.conn.send(m.CancelTask(msg.task_id, False))
+            w.conn.send(m.CancelTask(msg.task_id, False, msg.recursive))
 
     def _task_worker_died(self, w: WorkerRecord, rec: TaskRecord, cause: str) -> None:
         self.tasks.pop(rec.spec.task_id, None)

@@ -36,6 +36,7 @@ from . import args as argpack
 from . import ids
 from . import messages as m
 from .portal import AsyncWaiter, LoopThread, Wakeup, bridge_for
+from .context import current_call
 from .refs import ObjectRef, ObjectRefGenerator
 from .streams import Stream
 
@@ -86,6 +87,7 @@ class Core:
         self.streams: dict[int, Stream] = {}
         self.actor_clients: dict[int, Any] = {}
         self.code_defined: set[int] = set()
+        self.children: dict[int, list[int]] = {}  # running call -> tasks it submitted
         self._release_batch: dict[int, list] = {}
         self._check: list[ObjectEntry] = []
         self._drain_timer: asyncio.TimerHandle | None = None
@@ -175,8 +177,14 @@ class Core:
 
         pt.then = submit
         self.pending[task_id] = pt
+        self._note_child(task_id)
         self.io.post(self._start_pending, pt)
         return result
+
+    def _note_child(self, task_id: int) -> None:
+        parent = current_call()
+        if parent is not None:
+            self.children.setdefault(parent.task_id, []).append(task_id)
 
     def _make_returns(self, pt: PendingTask, num_returns: int) -> Any:
         me = self.worker_id
@@ -202,6 +210,7 @@ class Core:
         pt.retries_left = handle._max_task_retries
         result = self._make_returns(pt, num_returns)
         self.pending[task_id] = pt
+        self._note_child(task_id)
         self.io.post(self._submit_actor_call, handle._actor_id, handle._class_name, pt)
         return result
 
@@ -330,7 +339,7 @@ class Core:
                 not_ready.append(ref)
         return ready, not_ready
 
-    def cancel(self, task_id: int, force: bool) -> None:
+    def cancel(self, task_id: int, force: bool, recursive: bool = True) -> None:
         pt = self.pending.get(task_id)
         if pt is None:
             return  # finished (or not ours): cancelling is a no-op, as in Ray
@@ -339,7 +348,7 @@ class Core:
                 "cancel(force=True) cannot be used on actor method calls; use "
                 "meshrt.kill(actor) to stop the actor, or cancel without force"
             )
-        self.io.post(self._cancel, pt, force)
+        self.io.post(self._cancel, pt, force, recursive)
 
     def create_actor(self, actor_cls, args: tuple, kwargs: dict, opts) -> Any:
         from .api import ActorHandle
@@ -350,7 +359,8 @@ class Core:
         namespace = opts.namespace or self.namespace()
         if opts.name is not None:
             status, existing, meta_blob, _owner = self.request_sync(
-                "register_actor_name", opts.name, namespace, actor_id, opts.get_if_exists)
+                "register_actor_name", opts.name, namespace, actor_id, opts.get_if_exists,
+                actor_cls._meta_blob)
             if status == "exists":
                 return ActorHandle(existing, pickle.loads(meta_blob), None, meta_blob)
         handle_oid = ids.object_id(actor_id, 0)
@@ -466,20 +476,27 @@ class Core:
         pt.deps = []
         self.drain()
 
-    def _cancel(self, pt: PendingTask, force: bool) -> None:
+    def cancel_children(self, task_id: int) -> None:
+        """Loop: a cancelled call takes the tasks it submitted with it (recursive=True)."""
+        for child in self.children.pop(task_id, ()):
+            pt = self.pending.get(child)
+            if pt is not None:
+                self._cancel(pt, False, True)
+
+    def _cancel(self, pt: PendingTask, force: bool, recursive: bool = True) -> None:
         if self.pending.get(pt.task_id) is not pt:
             return
         pt.cancelled = True
         error = system_error_payload(exc.TaskCancelledError(ids.to_hex(pt.task_id)))
         if pt.client is not None:
-            if not pt.client.cancel(pt):
+            if not pt.client.cancel(pt, recursive):
                 return  # already sent: the actor will answer with the cancellation
             self.fail_pending(pt, error)
             return
         if not pt.sent:
             self.fail_pending(pt, error)
             return
-        self.send_controller(m.CancelTask(pt.task_id, force))
+        self.send_controller(m.CancelTask(pt.task_id, force, recursive))
 
     def _fetch(self, entry: ObjectEntry) -> None:
         if entry.payload is not None or entry.fetching:

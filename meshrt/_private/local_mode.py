@@ -289,8 +289,11 @@ class LocalCore(Core):
             raise exc.ActorNotFoundError(name, namespace)
         return ActorHandle(actor_id, self.actors[actor_id].meta, None)
 
-    def cancel(self, task_id: int, force: bool) -> None:
+    def cancel(self, task_id: int, force: bool, recursive: bool = True) -> None:
         pass  # every task has already run to completion
+
+    def _note_child(self, task_id: int) -> None:
+        pass  # nothing runs later, so there is nothing to cancel with its parent
 
     def shutdown(self) -> None:
         self.close()

@@ -122,10 +122,12 @@ class WorkerBlocked(NamedTuple):
 
 
 class CancelTask(NamedTuple):
-    """Owner -> controller (tasks) or -> actor worker (calls): stop this task."""
+    """Owner -> controller (tasks) or -> actor worker (calls): stop this task
+    (``recursive``: and the tasks it submitted)."""
 
     task_id: int
     force: bool
+    recursive: bool = True
 
 
 # -- actors ----------------------------------------------------------------------------

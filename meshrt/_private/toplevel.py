@@ -107,7 +107,7 @@ def cancel(ref, *, force: bool = False, recursive: bool = True) -> None:
         task_id = ids.task_of(ref._id)
     else:
         raise TypeError(f"cancel() expects an ObjectRef, got {type(ref).__qualname__}")
-    state.core().cancel(task_id, force)
+    state.core().cancel(task_id, force, recursive)
 
 
 def get_actor(name: str, namespace: str | None = None) -> ActorHandle:

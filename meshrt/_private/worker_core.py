@@ -188,6 +188,8 @@ class WorkerCore(Core):
 
     def on_cancel(self, conn, msg: m.CancelTask) -> None:
         self.executor.cancel(msg.task_id)
+        if msg.recursive:
+            self.cancel_children(msg.task_id)
 
     def on_exit(self, conn, msg: m.Exit) -> None:
         self._leave()
@@ -195,6 +197,7 @@ class WorkerCore(Core):
     # -- work out (called on the core loop by the executor) ------------------------------------
 
     def call_finished(self, call: Call, results: tuple, result_held, error) -> None:
+        self.children.pop(call.task_id, None)
         call.held = None
         self.drain()
         borrowed = self._still_borrowed(call.arg_refs)
@@ -218,6 +221,7 @@ class WorkerCore(Core):
         return tuple(borrowed)
 
     def task_retry(self, call: Call) -> None:
+        self.children.pop(call.task_id, None)
         call.held = None
         self.drain()
         self.send_controller(m.TaskDone(call.task_id, retry=True))

@@ -63,10 +63,9 @@ class ActorPool:
         """The next result in submission order."""
         if not self.has_next():
             raise StopIteration("ActorPool: no more results to get")
-        while self._returned not in self._by_index:
-            if not self._busy:
-                raise StopIteration("ActorPool: no more results to get")
-            self._release_one(list(self._busy)[0], timeout=None)
+        # Skip results already taken by get_next_unordered.
+        while self._returned not in self._by_index and self._returned < self._submitted:
+            self._returned += 1
         ref = self._by_index[self._returned]
         if timeout is not None:
             ready, _ = toplevel.wait([ref], timeout=timeout)
@@ -93,9 +92,6 @@ class ActorPool:
         self._by_index.pop(index, None)
         self._finish(ref)
         return toplevel.get(ref)
-
-    def _release_one(self, ref: ObjectRef, timeout) -> None:
-        toplevel.wait([ref], timeout=timeout)
 
     def _finish(self, ref: ObjectRef) -> None:
         _, actor = self._busy.pop(ref)
