@@ -90,3 +90,19 @@ def test_cancel_removes_queued_task():
     s.submit_task(1, normalize({"CPU": 1}))
     assert s.remove_task(1) and not s.remove_task(1)
     assert s.queued_tasks() == 0
+
+
+def test_pipeline_share_only_for_long_queues():
+    s = Scheduler(node(CPU=2))
+    units = normalize({"CPU": 1})
+    for t in range(3):
+        s.submit_task(t, units)
+    assert s.pipeline_share(units, depth=8, busy_slots=1, workers=2) == 1
+    assert s.pipeline_share(units, depth=8, busy_slots=1, workers=4) == 0  # short queue
+    for t in range(3, 100):
+        s.submit_task(t, units)
+    assert s.pipeline_share(units, depth=8, busy_slots=1, workers=2) == 7
+    taken = s.take(units, 3)
+    assert taken == [0, 1, 2]
+    s.requeue_front(taken[1:], units)
+    assert s.take(units, 2) == [1, 2]

@@ -257,3 +257,54 @@ def test_task_error_is_instance_of_original(rt):
         meshrt.get(bad.remote())
     assert isinstance(info.value, TaskError)
     assert "nope" in str(info.value) and "bad" in info.value.traceback_str
+
+
+# -- pipelining: many queued tasks go to busy workers in batches ---------------------------
+
+
+def test_deep_queue_of_tasks_that_block_on_children(rt):
+    # Parents queued behind a parent that blocks in get() are handed back, so the
+    # children they wait for always find a CPU.
+    @meshrt.remote
+    def child(i):
+        return i
+
+    @meshrt.remote
+    def parent(i):
+        return meshrt.get(child.remote(i)) * 2
+
+    assert meshrt.get([parent.remote(i) for i in range(60)], timeout=90) == [2 * i for i in range(60)]
+
+
+def test_cancel_a_task_queued_behind_others(rt):
+    @meshrt.remote
+    def slow(i):
+        import time
+
+        time.sleep(0.01)
+        return i
+
+    refs = [slow.remote(i) for i in range(40)]
+    meshrt.cancel(refs[30])
+    results = []
+    for i, ref in enumerate(refs):
+        try:
+            results.append(meshrt.get(ref, timeout=60))
+        except meshrt.exceptions.TaskCancelledError:
+            results.append("cancelled")
+    # refs[30] may have finished before the cancel arrived; all others are untouched
+    assert [r for i, r in enumerate(results) if i != 30] == [i for i in range(40) if i != 30]
+    assert results[30] in (30, "cancelled")
+
+
+def test_worker_death_retries_tasks_queued_behind(rt, tmp_path):
+    marker = tmp_path / "crashed"
+
+    @meshrt.remote(max_retries=2)
+    def maybe_crash(i, path):
+        if i == 5 and not os.path.exists(path):
+            open(path, "w").close()
+            os._exit(1)
+        return i
+
+    assert meshrt.get([maybe_crash.remote(i, str(marker)) for i in range(50)], timeout=90) == list(range(50))

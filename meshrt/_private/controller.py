@@ -8,6 +8,7 @@ module only moves messages and processes. Actors live in actor_directory.py.
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 import os
@@ -32,6 +33,9 @@ _UNSET = object()
 FINALIZE_GRACE_S = 2.0
 IDLE_TRIM_S = 30.0
 MAX_STARTUP_FAILURES = 3
+# Tasks a pool worker may hold at once (one running, the rest queued behind it) when
+# the queue is long: saves a controller round trip per task. See Scheduler.pipeline_share.
+PIPELINE_DEPTH = 8
 
 
 @dataclass
@@ -44,7 +48,9 @@ class WorkerRecord:
     conn: Any = None
     address: str | None = None
     state: str = "starting"  # starting | idle | busy | dead
-    task: Any = None
+    tasks: Any = field(default_factory=collections.deque)  # assigned, in order; the first runs
+    alloc: Allocation | None = None  # held while it has tasks (all of one shape)
+    units: tuple = ()
     actor_id: int | None = None
     label: str = "worker"
     code_sent: set = field(default_factory=set)
@@ -138,6 +144,8 @@ class Controller(ActorDirectory):
             if w.conn is not None and not w.conn.closed:
                 w.conn.send(m.Exit("the driver is shutting down"))
                 w.conn.close()
+            elif w.pid and w.exit_code is _UNSET:
+                _kill(w.pid)  # still starting up: nothing to finish
         deadline = self.loop.time() + 1.0
         while any(w.pid and w.exit_code is _UNSET for w in self.workers.values()) and self.loop.time() < deadline:
             await asyncio.sleep(0.005)
@@ -225,7 +233,7 @@ class Controller(ActorDirectory):
 
     def _set_idle(self, w: WorkerRecord) -> None:
         w.state = "idle"
-        w.task = None
+        w.tasks.clear()
         w.idle_since = time.monotonic()
         self.scheduler.worker_idle(w.id, w.pool_key)
 
@@ -267,8 +275,11 @@ class Controller(ActorDirectory):
                 self.scheduler.worker_started(w.pool_key)
             self.startup_failures += 1
         cause = exc.describe_exit(None if w.exit_code is _UNSET else w.exit_code)
-        if w.task is not None:
-            self._task_worker_died(w, w.task, cause)
+        if w.tasks:
+            self._release_worker_alloc(w)
+            for rec in list(w.tasks):
+                self._task_worker_died(w, rec, cause)
+            w.tasks.clear()
         if w.actor_id is not None:
             self.actor_worker_died(w, cause)
         elif previous == "starting" and self.startup_failures >= MAX_STARTUP_FAILURES:
@@ -350,24 +361,48 @@ class Controller(ActorDirectory):
             if rec is not None:
                 self.scheduler.submit_task(rec.spec.task_id, rec.units)
             return
-        rec.worker = w.id
-        rec.alloc = action.alloc
-        w.task = rec
+        w.alloc = action.alloc
+        w.units = rec.units
         w.state = "busy"
-        w.label = rec.spec.name
+        self._assign(w, rec)
+        self._top_up(w)
+
+    def _assign(self, w: WorkerRecord, rec: TaskRecord) -> None:
+        rec.worker = w.id
+        w.tasks.append(rec)
+        if len(w.tasks) == 1:
+            w.label = rec.spec.name
         self.send_code(w, rec.spec.code_id)
-        w.conn.send(m.ExecuteTask(rec.spec, action.alloc.gpu_ids))
+        w.conn.send(m.ExecuteTask(rec.spec, w.alloc.gpu_ids))
+
+    def _top_up(self, w: WorkerRecord) -> None:
+        """Queue more tasks of the same shape behind a busy worker's current one."""
+        if w.blocked or w.state != "busy" or w.alloc is None:
+            return
+        workers = sum(1 for o in self.workers.values() if o.kind == "task" and o.pool_key == w.pool_key)
+        extra = self.scheduler.pipeline_share(w.units, PIPELINE_DEPTH, len(w.tasks), workers)
+        for task_id in self.scheduler.take(w.units, extra):
+            self._assign(w, self.tasks[task_id])
+
+    def _release_worker_alloc(self, w: WorkerRecord) -> None:
+        if w.alloc is not None:
+            if w.blocked:
+                self.node.reclaim_cpu(w.alloc)  # its CPUs were lent out: take them back first
+            self.node.release(w.alloc)
+            w.alloc = None
+        w.blocked = False
 
     def on_task_done(self, conn, msg: m.TaskDone) -> None:
         w = self.workers.get(conn.peer_id)
         rec = self.tasks.pop(msg.task_id, None)
-        if rec is not None and rec.alloc is not None:
-            if w is not None and w.blocked:
-                self.node.lend_cpu(rec.alloc)  # its CPU was already lent out; do not count it twice
-            self.node.release(rec.alloc)
-        if w is not None:
-            w.blocked = False
-            if w.state == "busy":
+        if w is not None and w.state == "busy":
+            if rec is not None and rec in w.tasks:
+                w.tasks.remove(rec)
+            if w.tasks:
+                w.label = w.tasks[0].spec.name
+                self._top_up(w)
+            else:
+                self._release_worker_alloc(w)
                 self._set_idle(w)
         if rec is not None and msg.retry and not rec.cancelled:
             self._requeue(rec)
@@ -380,15 +415,22 @@ class Controller(ActorDirectory):
 
     def on_worker_blocked(self, conn, msg: m.WorkerBlocked) -> None:
         w = self.workers.get(conn.peer_id)
-        if w is None or w.task is None or w.task.alloc is None:
+        if w is None or w.alloc is None:
             return
+        if msg.returned:  # queued behind the blocked task: give them to someone else
+            back = [self.tasks[t] for t in msg.returned if t in self.tasks]
+            for rec in back:
+                if rec in w.tasks:
+                    w.tasks.remove(rec)
+                rec.worker = None
+            self.scheduler.requeue_front([r.spec.task_id for r in back], w.units)
         if msg.blocked and not w.blocked:
             w.blocked = True
-            self.node.lend_cpu(w.task.alloc)
+            self.node.lend_cpu(w.alloc)
             self.schedule()
         elif not msg.blocked and w.blocked:
             w.blocked = False
-            self.node.reclaim_cpu(w.task.alloc)
+            self.node.reclaim_cpu(w.alloc)
 
     def on_cancel_task(self, conn, msg: m.CancelTask) -> None:
         rec = self.tasks.get(msg.task_id)
@@ -413,10 +455,6 @@ class Controller(ActorDirectory):
 
     def _task_worker_died(self, w: WorkerRecord, rec: TaskRecord, cause: str) -> None:
         self.tasks.pop(rec.spec.task_id, None)
-        if rec.alloc is not None:
-            if w.blocked:
-                self.node.lend_cpu(rec.alloc)
-            self.node.release(rec.alloc)
         spec = rec.spec
         if rec.cancelled:
             self._fail_task(spec, system_error_payload(exc.TaskCancelledError(

@@ -96,7 +96,10 @@ class Executor:
             item = self.queue.get()
             if item is None:
                 return
-            item()
+            if type(item) is Call:
+                self.run_call(item)
+            else:
+                item()
             if self.user_loop is not None:  # became an async actor: the loop takes over
                 self.user_loop.run_forever()
                 return
@@ -124,7 +127,21 @@ class Executor:
         elif self.pool is not None:
             self.pool.submit(self.run_call, call)
         else:
-            self.queue.put(lambda: self.run_call(call))
+            self.queue.put(call)
+
+    def take_unstarted(self) -> list[Call]:
+        """Main thread: remove the pool tasks still queued here (to hand them back)."""
+        items = []
+        while True:
+            try:
+                items.append(self.queue.get_nowait())
+            except queue.Empty:
+                break
+        taken = [i for i in items if type(i) is Call and i.is_task]
+        for other in items:
+            if not (type(other) is Call and other.is_task):
+                self.queue.put(other)
+        return taken
 
     def cancel(self, task_id: int) -> None:
         """Core loop: stop a queued or running call (a no-op once it has finished)."""

@@ -116,9 +116,11 @@ class StreamEnd(NamedTuple):
 
 
 class WorkerBlocked(NamedTuple):
-    """Worker -> controller: my task waits in ``get``; lend its CPU to someone else."""
+    """Worker -> controller: my task waits in ``get``; lend its CPU to someone else.
+    ``returned``: tasks queued behind it that it hands back unstarted."""
 
     blocked: bool
+    returned: tuple = ()
 
 
 class CancelTask(NamedTuple):

@@ -150,7 +150,13 @@ class WorkerCore(Core):
 
     def on_block(self, blocked: bool) -> None:
         if self.kind == "task" and threading.get_ident() == self.main_ident:
-            self.io.post(self.send_controller, m.WorkerBlocked(blocked))
+            returned: tuple = ()
+            if blocked:  # what waits behind us might be what we wait for: hand it back
+                calls = self.executor.take_unstarted()
+                for call in calls:
+                    call.held = None
+                returned = tuple(c.task_id for c in calls)
+            self.io.post(self.send_controller, m.WorkerBlocked(blocked, returned))
 
     # -- work in -----------------------------------------------------------------------------
 

@@ -97,6 +97,40 @@ class Scheduler:
     def queued_tasks(self) -> int:
         return sum(len(q) for q in self.tasks.values())
 
+    # -- pipelining ----------------------------------------------------------------------
+
+    def pipeline_share(self, units: Units, depth: int, busy_slots: int, workers: int) -> int:
+        """How many more tasks of this shape a busy worker may queue behind its current one.
+
+        Only when the queue is longer than the workers can take one at a time: a short
+        queue never waits behind someone else's task, a long one saves a round trip to
+        the controller per task. ``busy_slots`` is what the worker already holds.
+        """
+        queue = self.tasks.get(units)
+        if not queue or workers <= 0:
+            return 0
+        share = len(queue) // workers
+        return max(0, min(depth - busy_slots, share))
+
+    def take(self, units: Units, count: int) -> list[int]:
+        """Pop up to ``count`` queued tasks of this shape (for a worker that already holds it)."""
+        queue = self.tasks.get(units)
+        taken = []
+        while queue and len(taken) < count:
+            task_id = queue.popleft()
+            del self.task_units[task_id]
+            taken.append(task_id)
+        if queue is not None and not queue:
+            del self.tasks[units]
+        return taken
+
+    def requeue_front(self, task_ids: list[int], units: Units) -> None:
+        """Tasks handed back unstarted go to the head of their queue, in their order."""
+        queue = self.tasks.setdefault(units, collections.deque())
+        for task_id in reversed(task_ids):
+            queue.appendleft(task_id)
+            self.task_units[task_id] = units
+
     # -- decisions -----------------------------------------------------------------------
 
     def schedule(self) -> list:

@@ -1,0 +1,120 @@
+"""Resources end to end: GPUs through CUDA_VISIBLE_DEVICES, custom resources, waiting."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+import pytest
+
+import meshrt
+
+
+@meshrt.remote
+class Gate:
+    def __init__(self):
+        self.event = threading.Event()
+
+    def open(self):
+        self.event.set()
+
+    def wait(self):
+        return self.event.wait(30)
+
+
+def test_gpu_tasks_see_their_devices():
+    meshrt.init(num_cpus=2, num_gpus=2)
+
+    @meshrt.remote(num_gpus=1)
+    def visible():
+        return os.environ["CUDA_VISIBLE_DEVICES"], meshrt.get_gpu_ids()
+
+    env, ids = meshrt.get(visible.remote())
+    assert env in ("0", "1") and ids == [int(env)]
+
+    @meshrt.remote
+    def cpu_only():
+        return os.environ.get("CUDA_VISIBLE_DEVICES"), meshrt.get_gpu_ids()
+
+    assert meshrt.get(cpu_only.remote()) == ("", [])
+    assert meshrt.get_gpu_ids() == []  # the driver holds none
+
+
+def test_fractional_gpu_actors_share_a_card():
+    meshrt.init(num_cpus=2, num_gpus=2)
+
+    @meshrt.remote(num_gpus=0.5)
+    class Half:
+        def ids(self):
+            return meshrt.get_gpu_ids()
+
+    a, b = Half.remote(), Half.remote()
+    assert meshrt.get(a.ids.remote()) == meshrt.get(b.ids.remote())
+    assert meshrt.available_resources()["GPU"] == 1
+
+    @meshrt.remote(num_gpus=2)
+    class Both:
+        def ids(self):
+            return sorted(meshrt.get_gpu_ids())
+
+    waiting = Both.remote()
+    ready, _ = meshrt.wait([waiting.ids.remote()], timeout=0.3)
+    assert not ready  # a half-used card cannot be handed out whole
+    meshrt.kill(a)
+    meshrt.kill(b)
+    assert meshrt.get(waiting.ids.remote(), timeout=30) == [0, 1]
+
+
+def test_custom_resources_limit_concurrency():
+    meshrt.init(num_cpus=2, resources={"licence": 1})
+    gate = Gate.options(max_concurrency=4).remote()
+
+    @meshrt.remote(resources={"licence": 1})
+    def licensed(g):
+        return meshrt.get(g.wait.remote())
+
+    first = licensed.remote(gate)
+    second = licensed.remote(gate)
+    # Only one licence: the second waits even though a CPU is free.
+    ready, _ = meshrt.wait([first, second], num_returns=1, timeout=0.3)
+    assert not ready
+    meshrt.get(gate.open.remote())
+    assert meshrt.get([first, second], timeout=30) == [True, True]
+    assert meshrt.cluster_resources()["licence"] == 1
+
+
+def test_options_can_ask_for_cpus():
+    meshrt.init(num_cpus=2)
+    gate = Gate.options(max_concurrency=4).remote()
+
+    @meshrt.remote
+    def hold(g):
+        return meshrt.get(g.wait.remote())
+
+    @meshrt.remote
+    def quick():
+        return "ran"
+
+    big = hold.options(num_cpus=2).remote(gate)
+    small = quick.remote()
+    ready, _ = meshrt.wait([small], timeout=0.3)
+    # while `big` blocks in get it lends its CPUs back, so `small` can run
+    assert meshrt.get(small, timeout=30) == "ran"
+    meshrt.get(gate.open.remote())
+    assert meshrt.get(big, timeout=30) is True
+
+
+def test_workers_import_only_what_payloads_need(rt):
+    @meshrt.remote
+    def modules():
+        return "torch" in sys.modules, "numpy" in sys.modules
+
+    assert meshrt.get(modules.remote()) == (False, False)
+
+    @meshrt.remote
+    def uses_torch(t):
+        return float(t.sum()), "torch" in sys.modules
+
+    torch = pytest.importorskip("torch")
+    assert meshrt.get(uses_torch.remote(torch.ones(4))) == (4.0, True)
