@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import glob
 import os
-import time
 
 import psutil
 import pytest
 
 import meshrt
+from tests.helpers import wait_until
 
 LEAK_DEADLINE_S = 5.0
 
@@ -40,16 +40,6 @@ def _live_children() -> list[psutil.Process]:
         except psutil.NoSuchProcess:
             pass
     return alive
-
-
-def wait_until(predicate, timeout: float = LEAK_DEADLINE_S, interval: float = 0.01):
-    """Poll ``predicate`` until it is truthy or the deadline passes; returns its last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(interval)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 import meshrt
-from tests.conftest import wait_until
+from tests.helpers import wait_until
 
 
 @meshrt.remote

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 import meshrt
-from tests.conftest import wait_until
+from tests.helpers import wait_until
 
 
 def _collect(capsys, needle: str) -> str:

@@ -12,29 +12,12 @@ import pytest
 
 import meshrt
 from meshrt.exceptions import GetTimeoutError, TaskCancelledError
+from tests.helpers import gate, wait_until
 
 
 @meshrt.remote
 def add(a, b):
     return a + b
-
-
-@meshrt.remote
-class Gate:
-    """An event the test opens, so 'slow' tasks end exactly when told to."""
-
-    def __init__(self):
-        self.event = threading.Event()
-
-    def open(self):
-        self.event.set()
-
-    def wait(self, timeout=30):
-        return self.event.wait(timeout)
-
-
-def gate():
-    return Gate.options(max_concurrency=8).remote()
 
 
 @meshrt.remote
@@ -249,8 +232,6 @@ def test_objects_are_freed_when_refs_go(rt):
     refs = [meshrt.put(np.zeros(1000)) for _ in range(50)]
     assert len(table) >= before + 50
     del refs
-    from tests.conftest import wait_until
-
     assert wait_until(lambda: len(table) <= before, timeout=5)
 
 

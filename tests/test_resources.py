@@ -4,23 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 
 import pytest
 
 import meshrt
-
-
-@meshrt.remote
-class Gate:
-    def __init__(self):
-        self.event = threading.Event()
-
-    def open(self):
-        self.event.set()
-
-    def wait(self):
-        return self.event.wait(30)
+from tests.helpers import gate
 
 
 def test_gpu_tasks_see_their_devices():
@@ -68,25 +56,25 @@ def test_fractional_gpu_actors_share_a_card():
 
 def test_custom_resources_limit_concurrency():
     meshrt.init(num_cpus=2, resources={"licence": 1})
-    gate = Gate.options(max_concurrency=4).remote()
+    g = gate()
 
     @meshrt.remote(resources={"licence": 1})
     def licensed(g):
         return meshrt.get(g.wait.remote())
 
-    first = licensed.remote(gate)
-    second = licensed.remote(gate)
+    first = licensed.remote(g)
+    second = licensed.remote(g)
     # Only one licence: the second waits even though a CPU is free.
     ready, _ = meshrt.wait([first, second], num_returns=1, timeout=0.3)
     assert not ready
-    meshrt.get(gate.open.remote())
+    meshrt.get(g.open.remote())
     assert meshrt.get([first, second], timeout=30) == [True, True]
     assert meshrt.cluster_resources()["licence"] == 1
 
 
 def test_options_can_ask_for_cpus():
     meshrt.init(num_cpus=2)
-    gate = Gate.options(max_concurrency=4).remote()
+    g = gate()
 
     @meshrt.remote
     def hold(g):
@@ -96,12 +84,12 @@ def test_options_can_ask_for_cpus():
     def quick():
         return "ran"
 
-    big = hold.options(num_cpus=2).remote(gate)
+    big = hold.options(num_cpus=2).remote(g)
     small = quick.remote()
     ready, _ = meshrt.wait([small], timeout=0.3)
     # while `big` blocks in get it lends its CPUs back, so `small` can run
     assert meshrt.get(small, timeout=30) == "ran"
-    meshrt.get(gate.open.remote())
+    meshrt.get(g.open.remote())
     assert meshrt.get(big, timeout=30) is True
 
 

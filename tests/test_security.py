@@ -40,7 +40,7 @@ def _refused(sock: socket.socket, payload: bytes) -> bool:
     try:
         while sock.recv(4096):
             pass
-    except (ConnectionResetError, socket.timeout):
+    except (TimeoutError, ConnectionResetError):
         pass
     return True
 

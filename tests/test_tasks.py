@@ -9,6 +9,7 @@ import pytest
 
 import meshrt
 from meshrt.exceptions import TaskError, WorkerCrashedError
+from tests import helpers
 
 
 @meshrt.remote
@@ -119,20 +120,7 @@ def test_streaming_first_item_arrives_before_generator_ends(rt):
         meshrt.get(q.wait.remote())  # blocks until the driver has seen "first"
         yield "second"
 
-    @meshrt.remote
-    class Gate:
-        def __init__(self):
-            import threading
-
-            self.event = threading.Event()
-
-        def open(self):
-            self.event.set()
-
-        def wait(self):
-            return self.event.wait(30)
-
-    gate = Gate.options(max_concurrency=2).remote()
+    gate = helpers.gate()
     stream = gated.remote(gate)
     assert meshrt.get(next(stream)) == "first"
     meshrt.get(gate.open.remote())
@@ -287,7 +275,7 @@ def test_cancel_a_task_queued_behind_others(rt):
     refs = [slow.remote(i) for i in range(40)]
     meshrt.cancel(refs[30])
     results = []
-    for i, ref in enumerate(refs):
+    for ref in refs:
         try:
             results.append(meshrt.get(ref, timeout=60))
         except meshrt.exceptions.TaskCancelledError:

@@ -108,8 +108,8 @@ class ActorClient:
         if self.released or self.state == "dead":
             return
         self.released = True
-        from .core import PendingTask
         from ..objstore.serialization import serialize
+        from .pending import PendingTask
 
         pt = PendingTask(0, f"{self.class_name}.__meshrt_release__", serialize(((), {}))[0], [], [], 0)
         pt.method = "__meshrt_release__"

@@ -6,8 +6,9 @@ import difflib
 import inspect
 import pickle
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..objstore.serialization import dumps_code
 from . import state

@@ -8,7 +8,8 @@ lists or dicts travel as refs.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..objstore.serialization import Payload, serialize
 from .refs import ObjectRef

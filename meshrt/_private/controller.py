@@ -13,7 +13,6 @@ import itertools
 import logging
 import os
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 from .. import exceptions as exc
 from ..objstore.serialization import system_error_payload
 from ..scheduler.policy import Dispatch, PlaceActor, Scheduler, StartWorkers
-from ..scheduler.resources import Allocation, NodeResources, from_units
+from ..scheduler.resources import Allocation, NodeResources
 from . import gpus, ids, wire
 from . import messages as m
 from .actor_directory import ActorDirectory
@@ -95,6 +94,7 @@ class Controller(ActorDirectory):
         self.zygote: Zygote | None = None
         self.startup_failures = 0
         self.stopping = False
+        self._all_exited: asyncio.Event | None = None
         self._trim_timer = None
         ActorDirectory.__init__(self)
         self.handlers = {
@@ -146,9 +146,12 @@ class Controller(ActorDirectory):
                 w.conn.close()
             elif w.pid and w.exit_code is _UNSET:
                 _kill(w.pid)  # still starting up: nothing to finish
-        deadline = self.loop.time() + 1.0
-        while any(w.pid and w.exit_code is _UNSET for w in self.workers.values()) and self.loop.time() < deadline:
-            await asyncio.sleep(0.005)
+        self._all_exited = asyncio.Event()
+        self._check_all_exited()
+        try:
+            await asyncio.wait_for(self._all_exited.wait(), 1.0)
+        except asyncio.TimeoutError:
+            pass
         for w in self.workers.values():
             if w.pid and w.exit_code is _UNSET:
                 _kill(w.pid)
@@ -196,6 +199,14 @@ class Controller(ActorDirectory):
         if w is not None:
             w.exit_code = code
             self._maybe_finalize(w)
+        if self.stopping:
+            self._check_all_exited()
+
+    def _check_all_exited(self) -> None:
+        if self._all_exited is not None and not any(
+            w.pid and w.exit_code is _UNSET for w in self.workers.values()
+        ):
+            self._all_exited.set()
 
     def _on_zygote_lost(self) -> None:
         if not self.stopping:
@@ -323,11 +334,7 @@ class Controller(ActorDirectory):
     # -- tasks -------------------------------------------------------------------------
 
     def check_feasible(self, units: tuple, what: str, actor: bool = False) -> None:
-        missing = self.node.infeasible(units)
-        if missing is not None:
-            name, requested, have = missing
-            klass = exc.ActorUnschedulableError if actor else exc.TaskUnschedulableError
-            raise klass(what, name, from_units(requested), from_units(have))
+        self.node.check_feasible(units, what, actor)
 
     def on_submit_task(self, conn, msg: m.SubmitTask) -> None:
         spec = msg.spec

@@ -14,11 +14,9 @@ the controller in-process (driver.py), a worker talks to it over a socket
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import logging
 import os
-import pickle
 import time
 from typing import Any
 
@@ -31,12 +29,15 @@ from ..objstore.serialization import (
     serialize,
     system_error_payload,
 )
-from ..objstore.table import KIND_ACTOR_HANDLE, ObjectEntry, ObjectTable
+from ..objstore.table import ObjectEntry, ObjectTable
 from . import args as argpack
 from . import ids
 from . import messages as m
-from .portal import AsyncWaiter, LoopThread, Wakeup, bridge_for
+from .actor_calls import ActorCalls
 from .context import current_call
+from .ownership import Ownership
+from .pending import PendingTask
+from .portal import AsyncWaiter, LoopThread, Wakeup, bridge_for
 from .refs import ObjectRef, ObjectRefGenerator
 from .streams import Stream
 
@@ -46,35 +47,7 @@ DRAIN_INTERVAL_S = 0.05
 _NONE_PAYLOAD, _ = serialize(None)
 
 
-class PendingTask:
-    """A task, actor call or actor creation this process submitted and still awaits."""
-
-    __slots__ = (
-        "task_id", "name", "entries", "stream", "pins", "deps", "waiting", "cancelled",
-        "client", "method", "num_returns", "retries_left", "args", "then", "sent", "ready", "kind",
-    )
-
-    def __init__(self, task_id: int, name: str, args: Payload, deps: list, pins: list, num_returns: int):
-        self.task_id = task_id
-        self.name = name
-        self.args = args
-        self.deps = deps  # [(position, ObjectRef)]
-        self.pins = pins
-        self.num_returns = num_returns
-        self.entries: list[ObjectEntry] = []
-        self.stream: Stream | None = None
-        self.waiting = 0
-        self.cancelled = False
-        self.client = None
-        self.method = ""
-        self.retries_left = 0
-        self.then = None
-        self.sent = False
-        self.ready = False
-        self.kind = "task"  # "task" | "call" | "create"
-
-
-class Core:
+class Core(Ownership, ActorCalls):
     is_driver = False
 
     def __init__(self, worker_id: int, io: LoopThread, token: bytes) -> None:
@@ -201,19 +174,6 @@ class Core:
             refs.append(ObjectRef(oid, me, deltas))
         return refs[0] if num_returns == 1 else refs
 
-    def call_actor(self, handle, method: str, args: tuple, kwargs: dict, num_returns: int) -> Any:
-        payload, deps, pins = argpack.pack(args, kwargs, f"{handle._class_name}.{method}.remote()")
-        task_id = ids.new_task_id()
-        pt = PendingTask(task_id, f"{handle._class_name}.{method}", payload, deps, pins, num_returns)
-        pt.method = method
-        pt.kind = "call"
-        pt.retries_left = handle._max_task_retries
-        result = self._make_returns(pt, num_returns)
-        self.pending[task_id] = pt
-        self._note_child(task_id)
-        self.io.post(self._submit_actor_call, handle._actor_id, handle._class_name, pt)
-        return result
-
     def get(self, refs: list, timeout: float | None) -> list:
         if self.io.in_loop():
             raise RuntimeError(
@@ -332,7 +292,7 @@ class Core:
             finally:
                 self.on_block(False)
         ready, not_ready = [], []
-        for ref, e in zip(refs, found):
+        for ref, e in zip(refs, found, strict=True):
             if e.payload is not None and len(ready) < num_returns:
                 ready.append(ref)
             else:
@@ -349,57 +309,6 @@ class Core:
                 "meshrt.kill(actor) to stop the actor, or cancel without force"
             )
         self.io.post(self._cancel, pt, force, recursive)
-
-    def create_actor(self, actor_cls, args: tuple, kwargs: dict, opts) -> Any:
-        from .api import ActorHandle
-
-        self.define_code(actor_cls.code_id, actor_cls.code_blob)
-        payload, deps, pins = argpack.pack(args, kwargs, f"{actor_cls._name}.remote()")
-        actor_id = ids.new_task_id()
-        namespace = opts.namespace or self.namespace()
-        if opts.name is not None:
-            status, existing, meta_blob, _owner = self.request_sync(
-                "register_actor_name", opts.name, namespace, actor_id, opts.get_if_exists,
-                actor_cls._meta_blob)
-            if status == "exists":
-                return ActorHandle(existing, pickle.loads(meta_blob), None, meta_blob)
-        handle_oid = ids.object_id(actor_id, 0)
-        handle_ref = None
-        if opts.name is None and not opts.detached:
-            # Unnamed actors live while some handle to them does (Ray's rule).
-            entry = ObjectEntry(handle_oid, self.worker_id, kind=KIND_ACTOR_HANDLE)
-            entry.actor_id = actor_id
-            self.table.entries[handle_oid] = entry
-            handle_ref = ObjectRef(handle_oid, self.worker_id, self.table.deltas)
-        pt = PendingTask(actor_id, actor_cls._name, payload, deps, pins, 0)
-        pt.kind = "create"
-
-        def create(pt=pt):
-            spec = m.ActorSpec(
-                actor_id, actor_cls.code_id, actor_cls._name, pt.args, self._dep_payloads(pt),
-                self.worker_id, handle_oid, opts.resources, opts.max_restarts, opts.max_concurrency,
-                actor_cls._is_async, opts.name, namespace, opts.detached, actor_cls._meta_blob,
-            )
-            self.send_controller(m.CreateActor(spec))
-
-        pt.then = create
-        self.io.post(self._create_actor, pt, actor_cls._name)
-        return ActorHandle(actor_id, actor_cls._meta, handle_ref, actor_cls._meta_blob)
-
-    def _create_actor(self, pt: PendingTask, class_name: str) -> None:
-        client = self.actor_client(pt.task_id, class_name)
-        client.creation_pins = pt.pins  # constructor arguments stay alive for restarts
-        self._start_pending(pt)
-
-    def get_actor(self, name: str, namespace: str | None) -> Any:
-        from .api import ActorHandle, _META_CACHE
-
-        actor_id, meta_blob, _owner = self.request_sync("get_actor", name, namespace or self.namespace())
-        meta = _META_CACHE.get(actor_id) or pickle.loads(meta_blob)
-        return ActorHandle(actor_id, meta, None, meta_blob)
-
-    def kill_actor(self, actor_id: int, no_restart: bool) -> None:
-        self.io.post(self.send_controller, m.KillActor(actor_id, not no_restart, "it was killed by meshrt.kill()"))
 
     def namespace(self) -> str:
         from . import context
@@ -447,20 +356,6 @@ class Core:
         entries = self.table.entries
         return tuple((pos, entries[ref._id].payload) for pos, ref in pt.deps)
 
-    def _submit_actor_call(self, actor_id: int, class_name: str, pt: PendingTask) -> None:
-        client = self.actor_client(actor_id, class_name)
-        pt.client = client
-        client.submit(pt)
-
-    def actor_client(self, actor_id: int, class_name: str = ""):
-        client = self.actor_clients.get(actor_id)
-        if client is None:
-            from .actor_client import ActorClient
-
-            client = self.actor_clients[actor_id] = ActorClient(self, actor_id, class_name)
-            client.subscribe()
-        return client
-
     def fail_pending(self, pt: PendingTask, error: Payload) -> None:
         """Resolve every return of ``pt`` with ``error`` and forget it."""
         if self.pending.pop(pt.task_id, None) is None:
@@ -498,12 +393,6 @@ class Core:
             return
         self.send_controller(m.CancelTask(pt.task_id, force, recursive))
 
-    def _fetch(self, entry: ObjectEntry) -> None:
-        if entry.payload is not None or entry.fetching:
-            return
-        entry.fetching = True
-        self.send_to(entry.owner, m.FetchObject(entry.id))
-
     # ===================================================================================
     # loop side: incoming
 
@@ -530,7 +419,7 @@ class Core:
             return
         if pt.client is not None:
             pt.client.replied(pt)
-        for entry, payload in zip(pt.entries, msg.results):
+        for entry, payload in zip(pt.entries, msg.results, strict=False):
             self.table.resolve(entry, payload, self.adopt(payload))
             self._check.append(entry)
         if pt.stream is not None and not pt.stream.finished:
@@ -554,131 +443,6 @@ class Core:
         stream = self.streams.get(msg.task_id)
         if stream is not None:
             stream.end(self, msg.error)
-
-    def on_fetch_object(self, conn, msg: m.FetchObject) -> None:
-        entry = self.table.entries.get(msg.object_id)
-        borrower = conn.peer_id
-        if entry is None:
-            payload = system_error_payload(exc.ObjectFreedError(
-                ids.to_hex(msg.object_id, 36), "the owner has already freed this value"))
-            self.send_to(borrower, m.ObjectValue(msg.object_id, payload))
-        elif entry.payload is not None:
-            self.send_value(entry, borrower)
-        else:
-            entry.add_waiter(_FetchWaiter(self, borrower))
-
-    def send_value(self, entry: ObjectEntry, borrower: int) -> None:
-        self.account_outgoing(entry.payload, borrower)
-        self.send_to(borrower, m.ObjectValue(entry.id, entry.payload))
-
-    def on_object_value(self, conn, msg: m.ObjectValue) -> None:
-        held = self.adopt(msg.payload)
-        entry = self.table.entries.get(msg.object_id)
-        if entry is not None and entry.payload is None:
-            self.table.resolve(entry, msg.payload, held)
-            self._check.append(entry)
-
-    def on_add_borrower(self, conn, msg: m.AddBorrower) -> None:
-        for oid in msg.object_ids:
-            entry = self.table.entries.get(oid)
-            if entry is not None:
-                self.table.add_borrower(entry, msg.borrower, 1)
-                self._check.append(entry)
-
-    def on_release_borrows(self, conn, msg: m.ReleaseBorrows) -> None:
-        sender = conn.peer_id
-        for oid, count in msg.items:
-            entry = self.table.entries.get(oid)
-            if entry is not None:
-                self.table.add_borrower(entry, sender, -count)
-                self._check.append(entry)
-
-    def on_peer_gone(self, conn, msg: m.PeerGone) -> None:
-        gone = msg.worker_id
-        self._check.extend(self.table.drop_borrower(gone))
-        lost = None
-        for entry in list(self.table.entries.values()):
-            if entry.owner == gone and entry.payload is None:
-                lost = lost or system_error_payload(exc.OwnerDiedError(
-                    "", f"its owner (worker {gone}) died before handing the value over"))
-                self.table.resolve(entry, lost)
-        self.forget_peer(gone)
-
-    def forget_peer(self, peer: int) -> None:
-        """Drop cached routes to a dead process (subclasses)."""
-
-    def on_actor_state(self, conn, msg: m.ActorState) -> None:
-        client = self.actor_clients.get(msg.actor_id)
-        if client is not None:
-            client.on_state(msg)
-
-    # ===================================================================================
-    # reference counting
-
-    def adopt(self, payload: Payload, count: bool = True) -> list | None:
-        """A payload arrived: hold the refs inside it while it lives.
-
-        ``count``: the sender counted us as a borrower of each (results, fetched
-        values), so record the receipt. Call arguments are not counted on arrival:
-        the caller pins them and learns afterwards what we kept (``borrowed``).
-        """
-        refs = payload.refs
-        if not refs:
-            return None
-        me = self.worker_id
-        table = self.table
-        deltas = table.deltas
-        held = []
-        for oid, owner in refs:
-            if owner == me:
-                entry = table.entries.get(oid)
-                if entry is not None and count:  # consume the count the sender added for us
-                    table.add_borrower(entry, me, -1)
-            else:
-                entry = table.borrowed(oid, owner)
-                if count:
-                    entry.receipts += 1
-            held.append(ObjectRef(oid, owner, deltas))
-        return held
-
-    def account_outgoing(self, payload: Payload, dest: int) -> None:
-        """Before a payload leaves for ``dest``: count ``dest`` as a borrower of its refs."""
-        for oid, owner in payload.refs:
-            self.add_borrower(oid, owner, dest)
-
-    def add_borrower(self, oid: int, owner: int, borrower: int) -> None:
-        if owner == self.worker_id:
-            entry = self.table.entries.get(oid)
-            if entry is not None:
-                self.table.add_borrower(entry, borrower, 1)
-                self._check.append(entry)
-        else:
-            self.send_to(owner, m.AddBorrower((oid,), borrower))
-
-    def drain(self) -> None:
-        check, self._check = self._check, []
-        self.table.drain(self._release_owned, self._release_borrowed, check)
-        if self._release_batch:
-            batch, self._release_batch = self._release_batch, {}
-            for owner, items in batch.items():
-                self.send_to(owner, m.ReleaseBorrows(tuple(items)))
-
-    def _release_owned(self, entry: ObjectEntry) -> None:
-        self.store.free(entry.id)
-        if entry.kind == KIND_ACTOR_HANDLE:
-            self.actor_handle_released(entry.actor_id)
-
-    def _release_borrowed(self, entry: ObjectEntry) -> None:
-        if entry.receipts:
-            self._release_batch.setdefault(entry.owner, []).append((entry.id, entry.receipts))
-
-    def actor_handle_released(self, actor_id: int) -> None:
-        """The last handle to an actor we created is gone: let it finish and exit."""
-        client = self.actor_clients.get(actor_id)
-        if client is not None:
-            client.release()
-        else:
-            self.send_controller(m.KillActor(actor_id, False, "all handles to it went out of scope"))
 
     # ===================================================================================
     # streams
@@ -731,17 +495,6 @@ class _DepWaiter:
         pt.waiting -= 1
         if pt.waiting == 0:
             self.core._deps_ready(pt)
-
-
-class _FetchWaiter:
-    __slots__ = ("core", "borrower")
-
-    def __init__(self, core: Core, borrower: int) -> None:
-        self.core = core
-        self.borrower = borrower
-
-    def fire(self, entry: ObjectEntry) -> None:
-        self.core.send_value(entry, self.borrower)
 
 
 def _who(conn) -> str:

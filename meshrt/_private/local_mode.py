@@ -18,11 +18,12 @@ from typing import Any
 
 from .. import exceptions as exc
 from ..objstore.serialization import error_payload, serialize, system_error_payload
-from ..scheduler.resources import NodeResources, from_units
+from ..scheduler.resources import NodeResources
 from . import args as argpack
 from . import context, ids
-from .core import Core, PendingTask
+from .core import Core
 from .executor import ActorExit
+from .pending import PendingTask
 from .portal import LoopThread
 
 
@@ -70,11 +71,7 @@ class LocalCore(Core):
             super().drain()
 
     def check_feasible(self, units: tuple, what: str, actor: bool = False) -> None:
-        missing = self.node.infeasible(units)
-        if missing is not None:
-            name, requested, have = missing
-            klass = exc.ActorUnschedulableError if actor else exc.TaskUnschedulableError
-            raise klass(what, name, from_units(requested), from_units(have))
+        self.node.check_feasible(units, what, actor)
 
     async def request(self, method: str, *args):
         if method in ("cluster_resources", "available_resources"):
@@ -133,7 +130,7 @@ class LocalCore(Core):
     def _resolve(self, pt: PendingTask, packed: list) -> None:
         with self.lock:
             self.pending.pop(pt.task_id, None)
-            for entry, (payload, held) in zip(pt.entries, packed):
+            for entry, (payload, held) in zip(pt.entries, packed, strict=False):
                 self.table.resolve(entry, payload, held)
                 self._check.append(entry)
 

@@ -8,7 +8,7 @@ hosts the controller).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 from ..objstore.serialization import Payload
 
@@ -20,7 +20,7 @@ class Hello(NamedTuple):
 
     worker_id: int
     pid: int
-    address: Optional[str]
+    address: str | None
 
 
 class Welcome(NamedTuple):
@@ -58,7 +58,7 @@ class TaskSpec(NamedTuple):
     deps: tuple  # ((position, Payload), ...): resolved top-level ref arguments
     num_returns: int  # -1 means streaming
     owner: int
-    owner_address: Optional[str]
+    owner_address: str | None
     resources: tuple  # ((name, amount), ...)
     max_retries: int
     retry_exceptions: Any  # bool or tuple of exception classes (pickled by reference)
@@ -96,7 +96,7 @@ class TaskDone(NamedTuple):
 
     task_id: int
     retry: bool = False
-    error: Optional[Payload] = None
+    error: Payload | None = None
 
 
 class StreamItem(NamedTuple):
@@ -112,7 +112,7 @@ class StreamEnd(NamedTuple):
 
     task_id: int
     count: int
-    error: Optional[Payload] = None
+    error: Payload | None = None
 
 
 class WorkerBlocked(NamedTuple):
@@ -147,7 +147,7 @@ class ActorSpec(NamedTuple):
     max_restarts: int
     max_concurrency: int
     is_async: bool
-    name: Optional[str]
+    name: str | None
     namespace: str
     detached: bool
     meta: bytes  # pickled ActorMeta, handed to get_actor() callers
@@ -172,7 +172,7 @@ class ActorStarted(NamedTuple):
 
     actor_id: int
     incarnation: int
-    error: Optional[Payload] = None
+    error: Payload | None = None
 
 
 class ActorCall(NamedTuple):
@@ -192,9 +192,9 @@ class ActorState(NamedTuple):
     actor_id: int
     state: str  # "alive" | "restarting" | "dead"
     worker_id: int
-    address: Optional[str]
+    address: str | None
     incarnation: int
-    death: Optional[Payload] = None
+    death: Payload | None = None
 
 
 class KillActor(NamedTuple):

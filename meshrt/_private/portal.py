@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 try:  # uvloop is a hard dependency on POSIX; fall back quietly elsewhere.
     import uvloop

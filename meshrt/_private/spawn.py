@@ -16,7 +16,7 @@ import pickle
 import socket
 import subprocess
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 log = logging.getLogger("meshrt")
 
@@ -99,12 +99,32 @@ class Zygote:
         proc = self.proc
         if proc is None:
             return
-        deadline = self.loop.time() + timeout
-        while proc.poll() is None and self.loop.time() < deadline:
-            await asyncio.sleep(0.005)
-        if proc.poll() is None:
+        if not await _exited(self.loop, proc, timeout):
             proc.kill()
-            proc.wait()
+        proc.wait()
+
+
+async def _exited(loop, proc: subprocess.Popen, timeout: float) -> bool:
+    """Wait for a child to exit without polling (a pidfd on Linux); True if it did."""
+    if proc.poll() is not None:
+        return True
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # not Linux >= 5.3: fall back to polling
+        deadline = loop.time() + timeout
+        while proc.poll() is None and loop.time() < deadline:  # noqa: ASYNC110 - no event exists
+            await asyncio.sleep(0.005)
+        return proc.poll() is not None
+    done = loop.create_future()
+    loop.add_reader(fd, lambda: done.done() or done.set_result(None))
+    try:
+        await asyncio.wait_for(done, timeout)
+        return True
+    except asyncio.TimeoutError:
+        return False
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
 
 
 class OutputPipe(asyncio.Protocol):

@@ -31,7 +31,8 @@ import secrets
 import socket
 import struct
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 log = logging.getLogger("meshrt.wire")
 
@@ -345,6 +346,16 @@ def parse_tcp(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _bound_unix_socket(path: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    if not path.startswith("\0") and os.path.exists(path):
+        os.unlink(path)  # a stale socket file from a process that died
+    sock.bind(path)
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
 async def listen(address: str, token: bytes, factory_kwargs: Callable[[], dict]) -> asyncio.AbstractServer:
     """Serve ``address``; each accepted peer gets a Connection built from factory_kwargs()."""
     loop = asyncio.get_running_loop()
@@ -353,14 +364,7 @@ async def listen(address: str, token: bytes, factory_kwargs: Callable[[], dict])
         return Connection(token, server_side=True, **factory_kwargs())
 
     if address.startswith("unix:"):
-        path = _unix_path(address)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        if not path.startswith("\0") and os.path.exists(path):
-            os.unlink(path)
-        sock.bind(path)
-        sock.listen(1024)
-        sock.setblocking(False)
-        return await loop.create_unix_server(make, sock=sock)
+        return await loop.create_unix_server(make, sock=_bound_unix_socket(_unix_path(address)))
     if address.startswith("tcp:"):
         host, port = parse_tcp(address)
         return await loop.create_server(make, host, port, backlog=1024, reuse_address=True)

@@ -18,7 +18,7 @@ order.
 from __future__ import annotations
 
 import collections
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from .serialization import Payload
 

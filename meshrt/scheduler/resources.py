@@ -79,6 +79,16 @@ class NodeResources:
                 return name, amount, have
         return None
 
+    def check_feasible(self, units: tuple[tuple[str, int], ...], what: str, actor: bool = False) -> None:
+        """Raise at the call site when no amount of waiting would make this fit."""
+        missing = self.infeasible(units)
+        if missing is not None:
+            from ..exceptions import ActorUnschedulableError, TaskUnschedulableError
+
+            name, requested, have = missing
+            klass = ActorUnschedulableError if actor else TaskUnschedulableError
+            raise klass(what, name, from_units(requested), from_units(have))
+
     def try_acquire(self, units: tuple[tuple[str, int], ...]) -> Allocation | None:
         avail = self.available
         for name, amount in units:

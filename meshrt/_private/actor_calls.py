@@ -1,0 +1,101 @@
+"""The caller's side of actors, mixed into Core: create, call, look up, kill."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+from ..objstore.table import KIND_ACTOR_HANDLE, ObjectEntry
+from . import args as argpack
+from . import ids
+from . import messages as m
+from .pending import PendingTask
+from .refs import ObjectRef
+
+
+class ActorCalls:
+    """Needs from its host: worker_id, table, pending, actor_clients, io, define_code,
+    request_sync, send_controller, namespace, _make_returns, _note_child, _start_pending."""
+
+    def call_actor(self, handle, method: str, args: tuple, kwargs: dict, num_returns: int) -> Any:
+        payload, deps, pins = argpack.pack(args, kwargs, f"{handle._class_name}.{method}.remote()")
+        task_id = ids.new_task_id()
+        pt = PendingTask(task_id, f"{handle._class_name}.{method}", payload, deps, pins, num_returns)
+        pt.method = method
+        pt.kind = "call"
+        pt.retries_left = handle._max_task_retries
+        result = self._make_returns(pt, num_returns)
+        self.pending[task_id] = pt
+        self._note_child(task_id)
+        self.io.post(self._submit_actor_call, handle._actor_id, handle._class_name, pt)
+        return result
+
+    def create_actor(self, actor_cls, args: tuple, kwargs: dict, opts) -> Any:
+        from .api import ActorHandle
+
+        self.define_code(actor_cls.code_id, actor_cls.code_blob)
+        payload, deps, pins = argpack.pack(args, kwargs, f"{actor_cls._name}.remote()")
+        actor_id = ids.new_task_id()
+        namespace = opts.namespace or self.namespace()
+        if opts.name is not None:
+            status, existing, meta_blob, _owner = self.request_sync(
+                "register_actor_name", opts.name, namespace, actor_id, opts.get_if_exists,
+                actor_cls._meta_blob)
+            if status == "exists":
+                return ActorHandle(existing, pickle.loads(meta_blob), None, meta_blob)
+        handle_oid = ids.object_id(actor_id, 0)
+        handle_ref = None
+        if opts.name is None and not opts.detached:
+            # Unnamed actors live while some handle to them does (Ray's rule).
+            entry = ObjectEntry(handle_oid, self.worker_id, kind=KIND_ACTOR_HANDLE)
+            entry.actor_id = actor_id
+            self.table.entries[handle_oid] = entry
+            handle_ref = ObjectRef(handle_oid, self.worker_id, self.table.deltas)
+        pt = PendingTask(actor_id, actor_cls._name, payload, deps, pins, 0)
+        pt.kind = "create"
+
+        def create(pt=pt):
+            spec = m.ActorSpec(
+                actor_id, actor_cls.code_id, actor_cls._name, pt.args, self._dep_payloads(pt),
+                self.worker_id, handle_oid, opts.resources, opts.max_restarts, opts.max_concurrency,
+                actor_cls._is_async, opts.name, namespace, opts.detached, actor_cls._meta_blob,
+            )
+            self.send_controller(m.CreateActor(spec))
+
+        pt.then = create
+        self.io.post(self._create_actor, pt, actor_cls._name)
+        return ActorHandle(actor_id, actor_cls._meta, handle_ref, actor_cls._meta_blob)
+
+    def _create_actor(self, pt: PendingTask, class_name: str) -> None:
+        client = self.actor_client(pt.task_id, class_name)
+        client.creation_pins = pt.pins  # constructor arguments stay alive for restarts
+        self._start_pending(pt)
+
+    def get_actor(self, name: str, namespace: str | None) -> Any:
+        from .api import _META_CACHE, ActorHandle
+
+        actor_id, meta_blob, _owner = self.request_sync("get_actor", name, namespace or self.namespace())
+        meta = _META_CACHE.get(actor_id) or pickle.loads(meta_blob)
+        return ActorHandle(actor_id, meta, None, meta_blob)
+
+    def kill_actor(self, actor_id: int, no_restart: bool) -> None:
+        self.io.post(self.send_controller, m.KillActor(actor_id, not no_restart, "it was killed by meshrt.kill()"))
+
+    def _submit_actor_call(self, actor_id: int, class_name: str, pt: PendingTask) -> None:
+        client = self.actor_client(actor_id, class_name)
+        pt.client = client
+        client.submit(pt)
+
+    def actor_client(self, actor_id: int, class_name: str = ""):
+        client = self.actor_clients.get(actor_id)
+        if client is None:
+            from .actor_client import ActorClient
+
+            client = self.actor_clients[actor_id] = ActorClient(self, actor_id, class_name)
+            client.subscribe()
+        return client
+
+    def on_actor_state(self, conn, msg: m.ActorState) -> None:
+        client = self.actor_clients.get(msg.actor_id)
+        if client is not None:
+            client.on_state(msg)

@@ -1,0 +1,158 @@
+"""The owner's side of the object protocol, mixed into Core.
+
+Borrowers fetch values from their owner; every process that receives a ref is
+counted before the message carrying it leaves (``account_outgoing``) and records
+the receipt on arrival (``adopt``); dropped refs go back to their owner in batches
+(``drain``). See objstore/table.py for the counting rules.
+"""
+
+from __future__ import annotations
+
+from .. import exceptions as exc
+from ..objstore.serialization import Payload, system_error_payload
+from ..objstore.table import KIND_ACTOR_HANDLE, ObjectEntry
+from . import ids
+from . import messages as m
+from .refs import ObjectRef
+
+
+class Ownership:
+    """Needs from its host: worker_id, table, store, _check, _release_batch, send_to,
+    send_controller, actor_clients."""
+
+    def _fetch(self, entry: ObjectEntry) -> None:
+        if entry.payload is not None or entry.fetching:
+            return
+        entry.fetching = True
+        self.send_to(entry.owner, m.FetchObject(entry.id))
+
+    def on_fetch_object(self, conn, msg: m.FetchObject) -> None:
+        entry = self.table.entries.get(msg.object_id)
+        borrower = conn.peer_id
+        if entry is None:
+            payload = system_error_payload(exc.ObjectFreedError(
+                ids.to_hex(msg.object_id, 36), "the owner has already freed this value"))
+            self.send_to(borrower, m.ObjectValue(msg.object_id, payload))
+        elif entry.payload is not None:
+            self.send_value(entry, borrower)
+        else:
+            entry.add_waiter(_FetchWaiter(self, borrower))
+
+    def send_value(self, entry: ObjectEntry, borrower: int) -> None:
+        self.account_outgoing(entry.payload, borrower)
+        self.send_to(borrower, m.ObjectValue(entry.id, entry.payload))
+
+    def on_object_value(self, conn, msg: m.ObjectValue) -> None:
+        held = self.adopt(msg.payload)
+        entry = self.table.entries.get(msg.object_id)
+        if entry is not None and entry.payload is None:
+            self.table.resolve(entry, msg.payload, held)
+            self._check.append(entry)
+
+    def on_add_borrower(self, conn, msg: m.AddBorrower) -> None:
+        for oid in msg.object_ids:
+            entry = self.table.entries.get(oid)
+            if entry is not None:
+                self.table.add_borrower(entry, msg.borrower, 1)
+                self._check.append(entry)
+
+    def on_release_borrows(self, conn, msg: m.ReleaseBorrows) -> None:
+        sender = conn.peer_id
+        for oid, count in msg.items:
+            entry = self.table.entries.get(oid)
+            if entry is not None:
+                self.table.add_borrower(entry, sender, -count)
+                self._check.append(entry)
+
+    def on_peer_gone(self, conn, msg: m.PeerGone) -> None:
+        gone = msg.worker_id
+        self._check.extend(self.table.drop_borrower(gone))
+        lost = None
+        for entry in list(self.table.entries.values()):
+            if entry.owner == gone and entry.payload is None:
+                lost = lost or system_error_payload(exc.OwnerDiedError(
+                    "", f"its owner (worker {gone}) died before handing the value over"))
+                self.table.resolve(entry, lost)
+        self.forget_peer(gone)
+
+    def forget_peer(self, peer: int) -> None:
+        """Drop cached routes to a dead process (subclasses)."""
+
+    # ===================================================================================
+    # reference counting
+
+    def adopt(self, payload: Payload, count: bool = True) -> list | None:
+        """A payload arrived: hold the refs inside it while it lives.
+
+        ``count``: the sender counted us as a borrower of each (results, fetched
+        values), so record the receipt. Call arguments are not counted on arrival:
+        the caller pins them and learns afterwards what we kept (``borrowed``).
+        """
+        refs = payload.refs
+        if not refs:
+            return None
+        me = self.worker_id
+        table = self.table
+        deltas = table.deltas
+        held = []
+        for oid, owner in refs:
+            if owner == me:
+                entry = table.entries.get(oid)
+                if entry is not None and count:  # consume the count the sender added for us
+                    table.add_borrower(entry, me, -1)
+            else:
+                entry = table.borrowed(oid, owner)
+                if count:
+                    entry.receipts += 1
+            held.append(ObjectRef(oid, owner, deltas))
+        return held
+
+    def account_outgoing(self, payload: Payload, dest: int) -> None:
+        """Before a payload leaves for ``dest``: count ``dest`` as a borrower of its refs."""
+        for oid, owner in payload.refs:
+            self.add_borrower(oid, owner, dest)
+
+    def add_borrower(self, oid: int, owner: int, borrower: int) -> None:
+        if owner == self.worker_id:
+            entry = self.table.entries.get(oid)
+            if entry is not None:
+                self.table.add_borrower(entry, borrower, 1)
+                self._check.append(entry)
+        else:
+            self.send_to(owner, m.AddBorrower((oid,), borrower))
+
+    def drain(self) -> None:
+        check, self._check = self._check, []
+        self.table.drain(self._release_owned, self._release_borrowed, check)
+        if self._release_batch:
+            batch, self._release_batch = self._release_batch, {}
+            for owner, items in batch.items():
+                self.send_to(owner, m.ReleaseBorrows(tuple(items)))
+
+    def _release_owned(self, entry: ObjectEntry) -> None:
+        self.store.free(entry.id)
+        if entry.kind == KIND_ACTOR_HANDLE:
+            self.actor_handle_released(entry.actor_id)
+
+    def _release_borrowed(self, entry: ObjectEntry) -> None:
+        if entry.receipts:
+            self._release_batch.setdefault(entry.owner, []).append((entry.id, entry.receipts))
+
+    def actor_handle_released(self, actor_id: int) -> None:
+        """The last handle to an actor we created is gone: let it finish and exit."""
+        client = self.actor_clients.get(actor_id)
+        if client is not None:
+            client.release()
+        else:
+            self.send_controller(m.KillActor(actor_id, False, "all handles to it went out of scope"))
+
+
+class _FetchWaiter:
+    __slots__ = ("core", "borrower")
+
+    def __init__(self, core, borrower: int) -> None:
+        self.core = core
+        self.borrower = borrower
+
+    def fire(self, entry: ObjectEntry) -> None:
+        self.core.send_value(entry, self.borrower)

@@ -1,0 +1,39 @@
+"""A call this process submitted and still awaits the results of."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..objstore.serialization import Payload
+
+if TYPE_CHECKING:
+    from ..objstore.table import ObjectEntry
+    from .streams import Stream
+
+
+class PendingTask:
+    """A task, actor call or actor creation this process submitted and still awaits."""
+
+    __slots__ = (
+        "task_id", "name", "entries", "stream", "pins", "deps", "waiting", "cancelled",
+        "client", "method", "num_returns", "retries_left", "args", "then", "sent", "ready", "kind",
+    )
+
+    def __init__(self, task_id: int, name: str, args: Payload, deps: list, pins: list, num_returns: int):
+        self.task_id = task_id
+        self.name = name
+        self.args = args
+        self.deps = deps  # [(position, ObjectRef)]
+        self.pins = pins
+        self.num_returns = num_returns
+        self.entries: list[ObjectEntry] = []
+        self.stream: Stream | None = None
+        self.waiting = 0
+        self.cancelled = False
+        self.client = None
+        self.method = ""
+        self.retries_left = 0
+        self.then = None
+        self.sent = False
+        self.ready = False
+        self.kind = "task"  # "task" | "call" | "create"
