@@ -149,3 +149,18 @@ def test_local_mode_runs_in_the_driver_process():
 @meshrt.remote
 def _zero():
     return 1 / 0
+
+
+def test_a_killed_zygote_is_replaced_and_work_continues(rt):
+    from meshrt._private import state
+
+    @meshrt.remote(max_retries=3)
+    def square(x):
+        return x * x
+
+    assert meshrt.get(square.remote(3)) == 9
+    controller = state.core().controller
+    old = controller.zygote.proc
+    old.kill()
+    assert wait_until(lambda: controller.zygote.proc is not old, timeout=10)
+    assert meshrt.get([square.remote(i) for i in range(8)], timeout=60) == [i * i for i in range(8)]

@@ -209,8 +209,12 @@ class Controller(ActorDirectory):
             self._all_exited.set()
 
     def _on_zygote_lost(self) -> None:
-        if not self.stopping:
-            log.error("meshrt: the worker zygote died; no new workers can start")
+        """The zygote died (killed by hand, OOM): its workers die with it, their tasks are
+        retried, and a new zygote takes over spawning."""
+        if self.stopping:
+            return
+        log.warning("meshrt: the worker zygote died; starting a new one")
+        self.zygote.start()
 
     def on_hello(self, conn, msg: m.Hello) -> None:
         w = self.workers.get(msg.worker_id)

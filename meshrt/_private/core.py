@@ -204,6 +204,7 @@ class Core(Ownership, ActorCalls):
                     entry.add_waiter(waker)
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if (remaining is not None and remaining <= 0) or not waker.wait(remaining):
+                        entry.remove_waiter(waker)
                         if entry.payload is not None:
                             break
                         missing = sum(1 for e in waiting if e.payload is None)
@@ -291,6 +292,9 @@ class Core(Ownership, ActorCalls):
                     waker.wait(remaining)
             finally:
                 self.on_block(False)
+                for e in found:
+                    if e.payload is None:
+                        e.remove_waiter(waker)
         ready, not_ready = [], []
         for ref, e in zip(refs, found, strict=True):
             if e.payload is not None and len(ready) < num_returns:

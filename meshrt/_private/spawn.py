@@ -89,6 +89,8 @@ class Zygote:
             self.loop.remove_reader(self.sock.fileno())
             self.sock.close()
             self.sock = None
+            if self.proc is not None:
+                self.proc.wait()  # it closed its end: it is exiting, reap it
             self.on_lost()
 
     async def close(self, timeout: float = 3.0) -> None:

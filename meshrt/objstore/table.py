@@ -51,6 +51,15 @@ class ObjectEntry:
     def ready(self) -> bool:
         return self.payload is not None
 
+    def remove_waiter(self, waiter) -> None:
+        """Forget a waiter that gave up (timeout), so polling callers do not pile up."""
+        waiters = self.waiters
+        if waiters:
+            try:
+                waiters.remove(waiter)
+            except ValueError:
+                pass
+
     def add_waiter(self, waiter) -> None:
         """Register ``waiter.fire(entry)``; safe from any thread (see ``resolve``)."""
         if self.waiters is None:
@@ -112,7 +121,7 @@ class ObjectTable:
     def drop_borrower(self, borrower: int) -> list[ObjectEntry]:
         """Forget every count held by a dead process; returns entries now possibly free."""
         touched = []
-        for entry in self.entries.values():
+        for entry in list(self.entries.values()):  # user threads may add entries meanwhile
             if entry.borrowers and entry.borrowers.pop(borrower, None) is not None:
                 touched.append(entry)
         return touched

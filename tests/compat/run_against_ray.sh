@@ -29,4 +29,4 @@ if grep -n 'meshrt' "$DEST"/*.py; then
 fi
 
 cd "$DEST"
-exec "$PYTHON" -m pytest -p no:cacheprovider -q "$@" .
+exec "$PYTHON" -m pytest -p no:cacheprovider -q "$@"

@@ -86,7 +86,7 @@ class Batcher:
             inputs = [item for item, _ in batch]
             self.batches.append(inputs)
             outputs = [v * v for v in inputs]  # one "vectorized" model call
-            for (_, f), out in zip(batch, outputs):
+            for (_, f), out in zip(batch, outputs, strict=True):
                 f.set_result(out)
         return await asyncio.wait_for(fut, timeout=30)
 

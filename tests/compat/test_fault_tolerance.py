@@ -9,17 +9,26 @@
 * A cache actor with ``max_restarts`` that ``os._exit``s: the in-flight call
   fails with ``RayActorError``, the actor comes back with fresh state in a
   new process, and once restarts are exhausted calls raise ``ActorDiedError``.
+* A supervisor restarting a wedged actor with ``ray.kill(no_restart=False)``,
+  then retiring it for good with a plain ``ray.kill``.
 * ``max_task_retries`` making an actor crash invisible to the caller.
 * A task whose worker process dies: ``WorkerCrashedError`` without retries,
   transparent recovery with them.
 * An actor whose constructor fails.
 """
 import os
+import threading
 
 import pytest
 
 import meshrt as ray
-from meshrt.exceptions import ActorDiedError, RayActorError, RayError, RayTaskError, WorkerCrashedError
+from meshrt.exceptions import (
+    ActorDiedError,
+    RayActorError,
+    RayError,
+    RayTaskError,
+    WorkerCrashedError,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -188,6 +197,39 @@ def test_actor_restarts_after_crash():
         ray.get(shard.get.remote("b"))
 
 
+@ray.remote(max_restarts=1)
+class StreamConsumer:
+    def __init__(self):
+        self.hang = threading.Event()
+
+    def pid(self):
+        return os.getpid()
+
+    def consume_forever(self):
+        self.hang.wait()  # stuck on a broker that stopped responding
+
+
+def test_supervisor_restarts_wedged_actor():
+    ray.init(num_cpus=4)
+    consumer = StreamConsumer.remote()
+    old_pid = ray.get(consumer.pid.remote())
+    stuck = consumer.consume_forever.remote()
+    ready, _ = ray.wait([stuck], timeout=0.3)
+    assert ready == []
+
+    # Kill the process but let the actor restart (uses up its one restart).
+    ray.kill(consumer, no_restart=False)
+    with pytest.raises(RayActorError):
+        ray.get(stuck, timeout=60)
+    new_pid = call_with_retry(consumer.pid)
+    assert new_pid != old_pid
+
+    # A plain ray.kill is final.
+    ray.kill(consumer)
+    with pytest.raises(RayActorError):
+        ray.get(consumer.pid.remote(), timeout=60)
+
+
 @ray.remote(max_restarts=2, max_task_retries=2)
 class FlakyNativeWorker:
     def process(self, marker_path, x):
@@ -218,7 +260,7 @@ def render_frame(marker_path, frame):
 
 
 def test_worker_crash_in_task(tmp_path):
-    ray.init(num_cpus=4)
+    ray.init(num_cpus=4, log_to_driver=False)
     with pytest.raises(WorkerCrashedError):
         ray.get(render_frame.options(max_retries=0).remote(str(tmp_path / "crash-a"), 1))
 

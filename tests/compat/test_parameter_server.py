@@ -91,6 +91,9 @@ def test_async_parameter_server_with_wait_loop():
     workers = [DataWorker.remote(X[idx], y[idx], i)
                for i, idx in enumerate(np.array_split(np.arange(len(y)), 3))]
     ps = ParameterServer.remote(TRUE_W.size, lr=0.1)
+    # Start the loop once every worker is up: a late starter's first gradient
+    # (computed at w=0) arriving after many updates would undo them.
+    ray.get([w.num_computed.remote() for w in workers])
 
     total_updates = 90
     weights = ray.get(ps.get_weights.remote())

@@ -1,0 +1,208 @@
+"""Actor lifecycle: singletons, killing, self-termination, identity, threads.
+
+* A global event counter created with ``get_if_exists=True`` (and
+  ``lifetime="detached"``) from many tasks at once: all of them end up
+  talking to the same single actor.
+* ``ray.kill`` of a wedged actor: the stuck call and every later call fail
+  with ``RayActorError`` / ``ActorDiedError``.
+* Graceful shutdown: a worker that calls ``ray.actor.exit_actor()`` after
+  flushing, and ``__ray_terminate__`` letting already-queued calls finish.
+* ``ray.get_runtime_context()`` inside the driver, tasks and actors.
+* A threaded actor (``max_concurrency``) serving blocking I/O-style calls
+  concurrently, with a lock around its shared state.
+"""
+import threading
+
+import pytest
+
+import meshrt as ray
+from meshrt.exceptions import ActorDiedError, RayActorError
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@ray.remote
+class GlobalCounter:
+    def __init__(self):
+        self.value = 0
+
+    def incr(self, n=1):
+        self.value += n
+        return self.value
+
+    def actor_id(self):
+        return ray.get_runtime_context().get_actor_id()
+
+
+@ray.remote
+def record_event(n):
+    # Detached: a non-detached actor would be owned by (and die with) whichever
+    # task happened to create it.
+    counter = GlobalCounter.options(
+        name="events", get_if_exists=True, lifetime="detached").remote()
+    ray.get(counter.incr.remote(n))
+    return ray.get(counter.actor_id.remote())
+
+
+def test_get_if_exists_singleton_from_many_tasks():
+    ray.init(num_cpus=4, namespace="metrics")
+    actor_ids = ray.get([record_event.remote(i) for i in range(1, 11)])
+    assert len(set(actor_ids)) == 1
+
+    counter = ray.get_actor("events")
+    assert ray.get(counter.incr.remote(0)) == sum(range(1, 11))
+    same = GlobalCounter.options(name="events", get_if_exists=True).remote()
+    assert ray.get(same.actor_id.remote()) == actor_ids[0]
+    with pytest.raises(ValueError):
+        GlobalCounter.options(name="events").remote()  # name already taken
+
+
+@ray.remote
+class Downloader:
+    def __init__(self):
+        self.never = threading.Event()
+
+    def ping(self):
+        return "pong"
+
+    def download_forever(self):
+        self.never.wait()  # wedged on a connection that never answers
+
+
+def test_kill_wedged_actor():
+    ray.init(num_cpus=4)
+    dl = Downloader.remote()
+    assert ray.get(dl.ping.remote()) == "pong"
+    stuck = dl.download_forever.remote()
+    ready, _ = ray.wait([stuck], timeout=0.3)
+    assert ready == []
+
+    ray.kill(dl)
+    with pytest.raises(RayActorError):
+        ray.get(stuck, timeout=60)
+    with pytest.raises(ActorDiedError):
+        ray.get(dl.ping.remote(), timeout=60)
+    # Other actors of the same class are unaffected.
+    assert ray.get(Downloader.remote().ping.remote()) == "pong"
+
+
+@ray.remote
+class BufferedWriter:
+    def __init__(self, sink):
+        self.sink = sink
+        self.buffer = []
+
+    def write(self, line):
+        self.buffer.append(line)
+        return len(self.buffer)
+
+    def close(self):
+        ray.get(self.sink.extend.remote(self.buffer))
+        ray.actor.exit_actor()
+
+
+@ray.remote
+class ListSink:
+    def __init__(self):
+        self.items = []
+
+    def extend(self, items):
+        self.items.extend(items)
+
+    def get(self):
+        return list(self.items)
+
+
+def test_exit_actor_and_ray_terminate():
+    ray.init(num_cpus=4)
+    sink = ListSink.remote()
+    writer = BufferedWriter.remote(sink)
+    assert ray.get([writer.write.remote(f"line {i}") for i in range(3)]) == [1, 2, 3]
+    with pytest.raises(RayActorError):
+        ray.get(writer.close.remote())  # the actor exited while running close()
+    assert ray.get(sink.get.remote()) == ["line 0", "line 1", "line 2"]
+    with pytest.raises(RayActorError):
+        ray.get(writer.write.remote("too late"))
+
+    # __ray_terminate__ is queued behind calls already submitted.
+    writer2 = BufferedWriter.remote(sink)
+    queued = [writer2.write.remote(f"x{i}") for i in range(5)]
+    writer2.__ray_terminate__.remote()
+    assert ray.get(queued) == [1, 2, 3, 4, 5]
+    with pytest.raises(RayActorError):
+        ray.get(writer2.write.remote("after terminate"), timeout=60)
+
+
+@ray.remote
+def task_context():
+    ctx = ray.get_runtime_context()
+    return {"job": ctx.get_job_id(), "task": ctx.get_task_id(), "actor": ctx.get_actor_id(),
+            "node": ctx.get_node_id(), "namespace": ctx.namespace}
+
+
+@ray.remote
+class Identified:
+    def context(self):
+        ctx = ray.get_runtime_context()
+        return {"job": ctx.get_job_id(), "task": ctx.get_task_id(), "actor": ctx.get_actor_id(),
+                "worker": ctx.get_worker_id(), "node": ctx.get_node_id()}
+
+
+def test_runtime_context_everywhere():
+    ray.init(num_cpus=4, namespace="ctx-demo")
+    driver = ray.get_runtime_context()
+    job_id = driver.get_job_id()
+    node_id = driver.get_node_id()
+    assert isinstance(job_id, str) and job_id
+    assert isinstance(node_id, str) and node_id
+    assert driver.get_actor_id() is None
+    assert driver.namespace == "ctx-demo"
+    assert isinstance(driver.get_worker_id(), str)
+
+    tasks = ray.get([task_context.remote() for _ in range(3)])
+    for t in tasks:
+        assert t["job"] == job_id and t["node"] == node_id
+        assert t["actor"] is None
+        assert t["namespace"] == "ctx-demo"
+        assert isinstance(t["task"], str) and t["task"]
+    assert len({t["task"] for t in tasks}) == 3
+
+    a, b = Identified.remote(), Identified.remote()
+    a1, a2, b1 = ray.get([a.context.remote(), a.context.remote(), b.context.remote()])
+    assert a1["actor"] == a2["actor"] != b1["actor"]
+    assert a1["worker"] == a2["worker"] != b1["worker"]
+    assert a1["task"] != a2["task"]
+    assert a1["job"] == b1["job"] == job_id
+    assert a1["node"] == node_id
+
+
+@ray.remote
+class ConnectionPool:
+    def __init__(self, size):
+        self.barrier = threading.Barrier(size, timeout=30)
+        self.lock = threading.Lock()
+        self.served = 0
+        self.threads = set()
+
+    def query(self, q):
+        # Every caller waits here until `size` calls are in progress at once:
+        # this only completes if the actor really runs calls concurrently.
+        self.barrier.wait()
+        with self.lock:
+            self.served += 1
+            self.threads.add(threading.get_ident())
+        return q.upper()
+
+    def stats(self):
+        with self.lock:
+            return self.served, len(self.threads)
+
+
+def test_threaded_actor_max_concurrency():
+    ray.init(num_cpus=4)
+    pool = ConnectionPool.options(max_concurrency=4).remote(4)
+    results = ray.get([pool.query.remote(f"select {i}") for i in range(8)])
+    assert results == [f"SELECT {i}" for i in range(8)]
+    served, threads = ray.get(pool.stats.remote())
+    assert served == 8
+    assert threads >= 4
