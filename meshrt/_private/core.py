@@ -37,7 +37,7 @@ from .actor_calls import ActorCalls
 from .context import current_call
 from .ownership import Ownership
 from .pending import PendingTask
-from .portal import AsyncWaiter, LoopThread, Wakeup, bridge_for
+from .portal import AsyncWaiter, CountdownWaiter, LoopThread, Wakeup, bridge_for
 from .refs import ObjectRef, ObjectRefGenerator
 from .streams import Stream
 
@@ -196,23 +196,24 @@ class Core(Ownership, ActorCalls):
         deadline = None if timeout is None else time.monotonic() + timeout
         self.on_block(True)
         try:
-            for entry in waiting:
-                while entry.payload is None:
+            while waiting:
+                waiter = CountdownWaiter(len(waiting))
+                for entry in waiting:
                     if entry.owner != self.worker_id and not entry.fetching:
                         self.io.post(self._fetch, entry)
-                    waker = Wakeup()
-                    entry.add_waiter(waker)
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if (remaining is not None and remaining <= 0) or not waker.wait(remaining):
-                        entry.remove_waiter(waker)
-                        if entry.payload is not None:
-                            break
-                        missing = sum(1 for e in waiting if e.payload is None)
-                        raise exc.GetTimeoutError(
-                            f"get() timed out after {timeout} s: {missing} of {len(refs)} "
-                            f"refs not ready (the first is ObjectRef({ids.to_hex(entry.id, 36)})); "
-                            "raise timeout= or wait with meshrt.wait() first"
-                        )
+                    entry.add_waiter(waiter)
+                remaining = None if deadline is None else deadline - time.monotonic()
+                woke = (remaining is None or remaining > 0) and waiter.wait(remaining)
+                still = [e for e in waiting if e.payload is None]
+                for entry in still:
+                    entry.remove_waiter(waiter)
+                if still and not woke:
+                    raise exc.GetTimeoutError(
+                        f"get() timed out after {timeout} s: {len(still)} of {len(refs)} "
+                        f"refs not ready (the first is ObjectRef({ids.to_hex(still[0].id, 36)})); "
+                        "raise timeout= or wait with meshrt.wait() first"
+                    )
+                waiting = still
         finally:
             self.on_block(False)
 

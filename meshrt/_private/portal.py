@@ -118,6 +118,40 @@ class Wakeup:
         return self._lock.acquire(timeout=max(timeout, 0.0))
 
 
+class CountdownWaiter:
+    """Wakes a blocked thread once ``count`` distinct entries have resolved.
+
+    ``get`` of many refs sleeps through all of them in one wake-up instead of one per
+    ref (each wake-up is a GIL hand-off). Fires come from the core loop and, for an
+    entry resolved while being registered, from the waiting thread itself: a small
+    lock keeps the count exact, and firing the same entry twice counts once.
+    """
+
+    __slots__ = ("_lock", "_done", "_remaining", "_fired")
+
+    def __init__(self, count: int) -> None:
+        self._lock = threading.Lock()
+        self._done = threading.Lock()
+        self._done.acquire()
+        self._remaining = count
+        self._fired: set[int] = set()
+
+    def fire(self, entry) -> None:
+        with self._lock:
+            if entry.id in self._fired:
+                return
+            self._fired.add(entry.id)
+            self._remaining -= 1
+            if self._remaining != 0:
+                return
+        self._done.release()
+
+    def wait(self, timeout: float | None) -> bool:
+        if timeout is None:
+            return self._done.acquire()
+        return self._done.acquire(timeout=max(timeout, 0.0))
+
+
 class AsyncBridge:
     """Resolves asyncio futures of one foreign event loop, many per wake-up."""
 
