@@ -250,3 +250,25 @@ def test_borrowed_ref_outlives_owner_handle(rt):
     assert meshrt.get(k.keep.remote([ref]))
     del ref  # the actor still borrows it
     assert meshrt.get(k.read.remote()) == "kept value"
+
+
+def test_current_actor_handle_reaches_the_same_actor(rt):
+    @meshrt.remote
+    class Selfish:
+        def __init__(self):
+            self.calls = 0
+
+        def me(self):
+            return meshrt.get_runtime_context().current_actor
+
+        def bump(self):
+            self.calls += 1
+            return self.calls
+
+    s = Selfish.remote()
+    handle = meshrt.get(s.me.remote())
+    assert handle == s
+    assert meshrt.get(handle.bump.remote()) == 1
+    assert meshrt.get(s.bump.remote()) == 2
+    with pytest.raises(RuntimeError, match="inside an actor"):
+        meshrt.get_runtime_context().current_actor

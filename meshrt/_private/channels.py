@@ -24,6 +24,7 @@ class PeerChannel:
         self.queue: list = []
         self.connecting = False
         self.dead = False
+        self._task = None  # keeps the connecting task referenced
 
     def send(self, msg) -> None:
         conn = self.conn
@@ -35,7 +36,7 @@ class PeerChannel:
         self.queue.append(msg)
         if not self.connecting:
             self.connecting = True
-            self.core.io.loop.create_task(self._connect())
+            self._task = self.core.io.loop.create_task(self._connect())
 
     async def _connect(self) -> None:
         core = self.core

@@ -35,6 +35,7 @@ def set_actor(spec, core, incarnation: int = 0) -> None:
     process["actor_id"] = spec.actor_id
     process["actor_name"] = spec.name
     process["actor_class"] = spec.class_name
+    process["actor_meta"] = spec.meta
     process["incarnation"] = incarnation
     process["resources"] = dict(_units_to_floats(spec.resources))
 

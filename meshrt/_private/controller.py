@@ -94,6 +94,7 @@ class Controller(ActorDirectory):
         self.zygote: Zygote | None = None
         self.startup_failures = 0
         self.stopping = False
+        self._background: set = set()  # tasks we started and must keep referenced
         self._all_exited: asyncio.Event | None = None
         self._trim_timer = None
         ActorDirectory.__init__(self)
@@ -183,8 +184,13 @@ class Controller(ActorDirectory):
         async def attach():
             w.pipes = await attach_pipes(self.loop, w, out_fd, err_fd, self.config["log_to_driver"], eof)
 
-        self.loop.create_task(attach())
+        self.spawn_background(attach())
         return w
+
+    def spawn_background(self, coro) -> None:
+        task = self.loop.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _on_spawned(self, worker_id: int, pid: int) -> None:
         w = self.workers.get(worker_id)
@@ -504,7 +510,7 @@ class Controller(ActorDirectory):
     # -- control-plane requests -----------------------------------------------------------
 
     def on_request(self, conn, msg: m.Request) -> None:
-        self.loop.create_task(self._answer(conn, msg))
+        self.spawn_background(self._answer(conn, msg))
 
     async def _answer(self, conn, msg: m.Request) -> None:
         try:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import os
 import time
 from typing import Any
 
@@ -506,6 +505,3 @@ def _who(conn) -> str:
     peer = getattr(conn, "peer_id", None)
     return f"worker {peer}" if peer is not None else "a peer"
 
-
-def current_pid() -> int:
-    return os.getpid()

@@ -13,7 +13,6 @@ import os
 import secrets
 import socket
 import sys
-import threading
 import time
 import uuid
 from typing import Any
@@ -310,6 +309,3 @@ def _register_atexit() -> None:
 def is_initialized() -> bool:
     return state.core_or_none() is not None
 
-
-def main_thread_is_current() -> bool:
-    return threading.current_thread() is threading.main_thread()

@@ -183,7 +183,14 @@ class RuntimeContext:
 
     @property
     def current_actor(self) -> ActorHandle:
-        raise NotImplementedError("current_actor is not supported yet; pass the handle explicitly")
+        """A handle to the actor this code runs in (to give out, or to call itself)."""
+        import pickle
+
+        actor_id = context.process.get("actor_id")
+        if actor_id is None:
+            raise RuntimeError("current_actor is only available inside an actor method")
+        blob = context.process["actor_meta"]
+        return ActorHandle(actor_id, pickle.loads(blob), None, blob)
 
     @property
     def job_id(self):

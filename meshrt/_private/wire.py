@@ -77,7 +77,7 @@ class Connection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.open = False
         self.closed = False
-        self._loop = asyncio.get_event_loop()
+        self._loop = asyncio.get_running_loop()
         self._outbox: list = []
         self._flush_pending = False
         # receive state
