@@ -272,3 +272,52 @@ def test_current_actor_handle_reaches_the_same_actor(rt):
     assert meshrt.get(s.bump.remote()) == 2
     with pytest.raises(RuntimeError, match="inside an actor"):
         meshrt.get_runtime_context().current_actor
+
+
+def test_value_owned_by_a_dead_worker_raises_owner_died(rt):
+    import os
+    import signal
+
+    @meshrt.remote
+    def make():
+        return os.getpid(), [meshrt.put("owned by this worker")]
+
+    pid, (inner,) = meshrt.get(make.remote())
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(meshrt.exceptions.ObjectLostError):
+        # the worker may still be answering while it dies; give it a moment to go
+        wait_until(lambda: not _alive(pid), timeout=10)
+        meshrt.get(inner, timeout=30)
+
+
+def _alive(pid):
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_owner_frees_value_after_borrower_lets_go(rt):
+    from meshrt._private import state
+
+    @meshrt.remote
+    class Holder:
+        def hold(self, box):
+            self.box = box
+            return True
+
+        def drop(self):
+            self.box = None
+            return True
+
+    table = state.core().table.entries
+    h = Holder.remote()
+    ref = meshrt.put("borrowed")
+    oid = ref._id
+    assert meshrt.get(h.hold.remote([ref]))
+    del ref
+    assert oid in table  # the actor still borrows it
+    assert meshrt.get(h.drop.remote())
+    assert wait_until(lambda: oid not in table, timeout=5)

@@ -106,3 +106,13 @@ def test_pipeline_share_only_for_long_queues():
     assert taken == [0, 1, 2]
     s.requeue_front(taken[1:], units)
     assert s.take(units, 2) == [1, 2]
+
+
+def test_zero_cpu_tasks_start_workers_a_few_at_a_time():
+    s = Scheduler(node(CPU=2))
+    for t in range(1000):
+        s.submit_task(t, normalize({"CPU": 0}))
+    (start,) = s.schedule()
+    assert start == StartWorkers((), 2)
+    s.worker_starting((), 2)
+    assert s.schedule() == []

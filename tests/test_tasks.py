@@ -296,3 +296,14 @@ def test_worker_death_retries_tasks_queued_behind(rt, tmp_path):
         return i
 
     assert meshrt.get([maybe_crash.remote(i, str(marker)) for i in range(50)], timeout=90) == list(range(50))
+
+
+def test_many_zero_cpu_tasks(rt):
+    import psutil
+
+    @meshrt.remote(num_cpus=0)
+    def light(i):
+        return i
+
+    assert meshrt.get([light.remote(i) for i in range(300)], timeout=60) == list(range(300))
+    assert len(psutil.Process().children(recursive=True)) < 20

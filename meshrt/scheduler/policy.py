@@ -41,8 +41,12 @@ class StartWorkers:
 
 
 class Scheduler:
-    def __init__(self, node: NodeResources) -> None:
+    def __init__(self, node: NodeResources, max_starting: int | None = None) -> None:
         self.node = node
+        # Workers of one pool starting at once: tasks that ask for no CPU always fit,
+        # and must not fork a process each; the pool grows a few workers at a time.
+        cpus = node.total.get("CPU", 0) // 10_000
+        self.max_starting = max_starting if max_starting is not None else max(2, cpus)
         self.tasks: dict[Units, collections.deque] = {}
         self.task_units: dict[int, Units] = {}
         self.actors: dict[int, Units] = {}  # insertion order = FIFO
@@ -170,7 +174,8 @@ class Scheduler:
         for alloc in tentative:
             node.release(alloc)
         for key, count in need.items():
-            extra = count - self.starting.get(key, 0)
+            starting = self.starting.get(key, 0)
+            extra = min(count, self.max_starting) - starting
             if extra > 0:
                 actions.append(StartWorkers(key, extra))
         return actions
