@@ -271,7 +271,7 @@ def test_current_actor_handle_reaches_the_same_actor(rt):
     assert meshrt.get(handle.bump.remote()) == 1
     assert meshrt.get(s.bump.remote()) == 2
     with pytest.raises(RuntimeError, match="inside an actor"):
-        meshrt.get_runtime_context().current_actor
+        _ = meshrt.get_runtime_context().current_actor
 
 
 def test_value_owned_by_a_dead_worker_raises_owner_died(rt):
