@@ -13,6 +13,7 @@ from __future__ import annotations
 from . import exceptions
 from ._private.api import ActorClass, ActorHandle, ActorMethod, RemoteFunction, method, remote
 from ._private.driver import init, is_initialized, shutdown
+from ._private.memory import memory_summary
 from ._private.refs import ObjectRef, ObjectRefGenerator
 from ._private.toplevel import (
     RuntimeContext,
@@ -48,6 +49,7 @@ __all__ = [
     "available_resources",
     "cluster_resources",
     "nodes",
+    "memory_summary",
     "ObjectRef",
     "ObjectRefGenerator",
     "ActorHandle",

@@ -18,7 +18,8 @@ class ActorCalls:
     request_sync, send_controller, namespace, _make_returns, _note_child, _start_pending."""
 
     def call_actor(self, handle, method: str, args: tuple, kwargs: dict, num_returns: int) -> Any:
-        payload, deps, pins = argpack.pack(args, kwargs, f"{handle._class_name}.{method}.remote()")
+        payload, deps, pins = argpack.pack(args, kwargs, f"{handle._class_name}.{method}.remote()",
+                                            self.arg_placer())
         task_id = ids.new_task_id()
         pt = PendingTask(task_id, f"{handle._class_name}.{method}", payload, deps, pins, num_returns)
         pt.method = method
@@ -34,7 +35,7 @@ class ActorCalls:
         from .api import ActorHandle
 
         self.define_code(actor_cls.code_id, actor_cls.code_blob)
-        payload, deps, pins = argpack.pack(args, kwargs, f"{actor_cls._name}.remote()")
+        payload, deps, pins = argpack.pack(args, kwargs, f"{actor_cls._name}.remote()", self.arg_placer())
         actor_id = ids.new_task_id()
         namespace = opts.namespace or self.namespace()
         if opts.name is not None:
@@ -69,6 +70,7 @@ class ActorCalls:
     def _create_actor(self, pt: PendingTask, class_name: str) -> None:
         client = self.actor_client(pt.task_id, class_name)
         client.creation_pins = pt.pins  # constructor arguments stay alive for restarts
+        client.creation_args = pt.args
         self._start_pending(pt)
 
     def get_actor(self, name: str, namespace: str | None) -> Any:

@@ -27,6 +27,7 @@ class ActorClient:
         self.death = None
         self.released = False
         self.creation_pins = None
+        self.creation_args = None  # freed once the actor can never restart
 
     def subscribe(self) -> None:
         self.core.send_controller(m.WatchActor(self.actor_id))
@@ -99,6 +100,8 @@ class ActorClient:
         self.queue.extendleft(reversed(retry))
         if st.state == "dead":
             self.creation_pins = None
+            self.core.release_payload(self.creation_args)
+            self.creation_args = None
             waiting, self.queue = list(self.queue), collections.deque()
             for pt in waiting:
                 self.core.fail_pending(pt, st.death)

@@ -95,7 +95,7 @@ class CallChecker:
         return True
 
 
-def pack(args: tuple, kwargs: dict, what: str) -> tuple[Payload, list, list]:
+def pack(args: tuple, kwargs: dict, what: str, place=None) -> tuple[Payload, list, list]:
     """Serialize a call's arguments; returns (payload, [(position, dep_ref)], pins).
 
     ``pins`` are every ObjectRef the payload mentions: the caller keeps them alive
@@ -122,7 +122,7 @@ def pack(args: tuple, kwargs: dict, what: str) -> tuple[Payload, list, list]:
                 kwargs[pos] = None
         args = tuple(args)
     try:
-        payload, pins = serialize((args, kwargs))
+        payload, pins = serialize((args, kwargs), place)
     except TypeError:
         _name_bad_argument(args, kwargs, what)
         raise

@@ -19,6 +19,7 @@ from typing import Any
 
 from .. import exceptions as exc
 from ..objstore.serialization import system_error_payload
+from ..objstore.store import SharedStore
 from ..scheduler.policy import Dispatch, PlaceActor, Scheduler, StartWorkers
 from ..scheduler.resources import Allocation, NodeResources
 from . import gpus, ids, wire
@@ -92,6 +93,7 @@ class Controller(ActorDirectory):
         self.tcp_address: str | None = config.get("tcp_address")
         self.servers: list = []
         self.zygote: Zygote | None = None
+        self.store: SharedStore | None = None
         self.startup_failures = 0
         self.stopping = False
         self._background: set = set()  # tasks we started and must keep referenced
@@ -106,12 +108,15 @@ class Controller(ActorDirectory):
             m.CancelTask: self.on_cancel_task,
             m.DefineCode: self.on_define_code,
             m.Request: self.on_request,
+            m.StoreUpdate: self.on_store_update,
             **self.actor_handlers(),
         }
 
     # -- life cycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
+        self.store = SharedStore(int(self.config["resources"]["object_store_memory"]),
+                                 self.config.get("spill_dir"))
         self.servers.append(await wire.listen(self.address, self.token, self._conn_kwargs))
         if self.tcp_address:
             server = await wire.listen(self.tcp_address, self.token, self._conn_kwargs)
@@ -124,8 +129,11 @@ class Controller(ActorDirectory):
             "MESHRT_TOKEN": self.token.hex(),
             "PYTHONUNBUFFERED": "1",
             "MESHRT_SESSION": self.config["session"],
+            "MESHRT_STORE_FD": str(self.store.fd),
+            "MESHRT_STORE_SIZE": str(self.store.capacity),
         })
-        self.zygote = Zygote(self.loop, env, self._on_spawned, self._on_exited, self._on_zygote_lost)
+        self.zygote = Zygote(self.loop, env, self._on_spawned, self._on_exited, self._on_zygote_lost,
+                             inherit=(self.store.fd,))
         self.zygote.start()
         prestart = self.config.get("prestart", 0)
         if prestart:
@@ -163,6 +171,8 @@ class Controller(ActorDirectory):
                 transport.close()
         for server in self.servers:
             await server.wait_closed()
+        if self.store is not None:
+            self.store.close()
 
     # -- workers -----------------------------------------------------------------------
 
@@ -306,6 +316,7 @@ class Controller(ActorDirectory):
         elif previous == "starting" and self.startup_failures >= MAX_STARTUP_FAILURES:
             self._fail_queued_startup(w, cause)
         self._owner_died(w.id)
+        self.store.worker_died(w.id)
         gone = m.PeerGone(w.id)
         self.core.local.send(gone)
         for other in self.workers.values():
@@ -539,7 +550,32 @@ class Controller(ActorDirectory):
         return self.node.as_floats("total")
 
     def rpc_available_resources(self, caller: int) -> dict:
-        return self.node.as_floats("available")
+        available = self.node.as_floats("available")
+        usage = self.store.usage()
+        available["object_store_memory"] = usage["capacity"] - usage["used"]
+        return available
+
+    # -- the host's object store ---------------------------------------------------------
+
+    def rpc_store_allocate(self, caller: int, key: int, size: int, owner: int) -> int:
+        return self.store.allocate(key, size, owner)
+
+    def rpc_store_pin(self, caller: int, key: int) -> tuple[int, int]:
+        self.store.drain_unpins()
+        return self.store.pin(key, caller)
+
+    def on_store_update(self, conn, msg: m.StoreUpdate) -> None:
+        store = self.store
+        for key in msg.sealed:
+            store.seal(key)
+        for key in msg.unpinned:
+            store.unpin(key, conn.peer_id)
+        for key in msg.freed:
+            store.free(key)
+
+    def rpc_store_summary(self, caller: int) -> dict:
+        self.store.drain_unpins()
+        return {"usage": self.store.usage(), "objects": self.store.records()}
 
     def rpc_nodes(self, caller: int) -> list:
         c = self.config

@@ -20,7 +20,6 @@ import time
 from typing import Any
 
 from .. import exceptions as exc
-from ..objstore import InProcessStore
 from ..objstore.serialization import (
     Payload,
     deserialize,
@@ -54,7 +53,7 @@ class Core(Ownership, ActorCalls):
         self.io = io
         self.token = token
         self.table = ObjectTable(worker_id)
-        self.store = InProcessStore()
+        self.store = None  # StoreClient once the process can reach the host's shared memory
         self.pending: dict[int, PendingTask] = {}
         self.streams: dict[int, Stream] = {}
         self.actor_clients: dict[int, Any] = {}
@@ -119,20 +118,20 @@ class Core(Ownership, ActorCalls):
                 "put() got an ObjectRef; pass the ref itself where it is needed "
                 "(put of a ref is not supported, as in Ray)"
             )
+        oid = ids.new_put_id()
         try:
-            payload, held = serialize(value)
+            payload, held = serialize(value, self.placer(oid, self.worker_id))
         except TypeError as err:
             raise TypeError(f"put(): {err}") from None
-        oid = ids.new_put_id()
         entry = ObjectEntry(oid, self.worker_id)
-        entry.payload = self.store.seal(oid, payload)
+        entry.payload = payload
         entry.held = held or None
         self.table.entries[oid] = entry
         return ObjectRef(oid, self.worker_id, self.table.deltas)
 
     def submit_task(self, fn, args: tuple, kwargs: dict, opts) -> Any:
         self.define_code(fn.code_id, fn.code_blob)
-        payload, deps, pins = argpack.pack(args, kwargs, f"{opts.name}.remote()")
+        payload, deps, pins = argpack.pack(args, kwargs, f"{opts.name}.remote()", self.arg_placer())
         task_id = ids.new_task_id()
         pt = PendingTask(task_id, opts.name, payload, deps, pins, opts.num_returns)
         result = self._make_returns(pt, opts.num_returns)
@@ -360,10 +359,43 @@ class Core(Ownership, ActorCalls):
         entries = self.table.entries
         return tuple((pos, entries[ref._id].payload) for pos, ref in pt.deps)
 
+    # -- storage ----------------------------------------------------------------------------
+
+    def placer(self, key: int, owner: int):
+        """Where a value's large buffers go: a block in the host store owned by ``owner``."""
+        store = self.store
+        if store is None:
+            return None
+
+        def place(buffers):
+            self.flush_frees()
+            return store.put(key, owner, buffers)
+
+        return place
+
+    def arg_placer(self):
+        """Large call arguments get a block of their own, freed when the call is done."""
+        return self.placer(ids.new_put_id(), self.worker_id) if self.store is not None else None
+
+    def flush_frees(self) -> None:
+        """Before taking a large block: apply refs dropped since the last drain, so
+        ``del ref; put(x)`` reuses the block (and its already-mapped pages) at once."""
+        if self.table.deltas and not self.io.in_loop():
+            async def drain_now():
+                self.drain()
+
+            self.io.run_sync(drain_now(), timeout=30)
+
+    def release_payload(self, payload: Payload | None) -> None:
+        """The owner is done with a value: give its shared-memory block back."""
+        if payload is not None and payload.shm is not None and self.store is not None:
+            self.store.free(payload.shm)
+
     def fail_pending(self, pt: PendingTask, error: Payload) -> None:
         """Resolve every return of ``pt`` with ``error`` and forget it."""
         if self.pending.pop(pt.task_id, None) is None:
             return
+        self.release_payload(pt.args)
         if pt.client is not None:
             pt.client.replied(pt)
         for entry in pt.entries:
@@ -417,10 +449,12 @@ class Core(Ownership, ActorCalls):
     def on_task_return(self, conn, msg: m.TaskReturn) -> None:
         sender = conn.peer_id
         pt = self.pending.pop(msg.task_id, None)
-        if pt is None:
+        if pt is None:  # cancelled or failed meanwhile: nobody wants these values
             for payload in msg.results:
                 self.adopt(payload)
+                self.release_payload(payload)
             return
+        self.release_payload(pt.args)
         if pt.client is not None:
             pt.client.replied(pt)
         for entry, payload in zip(pt.entries, msg.results, strict=False):
@@ -437,6 +471,7 @@ class Core(Ownership, ActorCalls):
         stream = self.streams.get(msg.task_id)
         held = self.adopt(msg.payload)
         if stream is None or stream.closed or msg.index < stream.next_index:
+            self.release_payload(msg.payload)
             return  # nobody listens any more, or a retry replays what we have
         oid = ids.object_id(msg.task_id, msg.index + 1)
         entry = self.table.owned(oid)

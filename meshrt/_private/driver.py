@@ -73,6 +73,18 @@ class DriverCore(Core):
         self.controller = controller
         self.handlers.update(controller.handlers)
 
+    def attach_store(self, store) -> None:
+        from ..objstore.client import LocalBackend, StoreClient
+        from ..objstore.serialization import set_store_client
+
+        self.store = StoreClient(store.arena, LocalBackend(store))
+        set_store_client(self.store)
+
+    def _periodic_drain(self) -> None:
+        if self.controller is not None and self.controller.store is not None:
+            self.controller.store.drain_unpins()
+        super()._periodic_drain()
+
     def send_controller(self, msg) -> None:
         self.local.send(msg)
 
@@ -117,6 +129,10 @@ class DriverCore(Core):
         try:
             io.run_sync(stop(), timeout=15)
         finally:
+            from ..objstore.serialization import set_store_client
+
+            set_store_client(None)
+            self.store = None
             self.close()
             io.stop()
 
@@ -210,6 +226,7 @@ def init(
             except BaseException:
                 io.stop()
                 raise
+            core.attach_store(controller.store)
             io.post(core.start_timers)
         context.process.update(
             job_id=config["job_id"], node_id=config["node_id"], namespace=config["namespace"],
@@ -246,10 +263,21 @@ def _node_resources(num_cpus, num_gpus, resources, object_store_memory) -> dict:
         raise ValueError(f"init(num_gpus={num_gpus}): a node has a whole number of GPUs")
     total_ram = _total_memory()
     amounts.setdefault("memory", int(total_ram * 0.7))
-    amounts["object_store_memory"] = (
-        int(object_store_memory) if object_store_memory is not None else int(total_ram * 0.3)
-    )
+    if object_store_memory is not None:
+        if isinstance(object_store_memory, bool) or not isinstance(object_store_memory, int) or object_store_memory <= 0:
+            raise ValueError(f"init(object_store_memory={object_store_memory!r}): give a size in bytes > 0")
+        amounts["object_store_memory"] = object_store_memory
+    else:  # Ray's default: 30% of memory, capped by the shared-memory mount
+        amounts["object_store_memory"] = min(int(total_ram * 0.3), _shm_size() or total_ram)
     return amounts
+
+
+def _shm_size() -> int | None:
+    try:
+        st = os.statvfs("/dev/shm")
+        return st.f_bavail * st.f_frsize
+    except OSError:
+        return None
 
 
 def _total_memory() -> int:

@@ -35,7 +35,7 @@ from ..objstore.serialization import (
     system_error_payload,
 )
 from . import args as argpack
-from . import context
+from . import context, ids
 from . import messages as m
 
 _CANCEL_SIGNAL = signal.SIGUSR1
@@ -205,10 +205,14 @@ class Executor:
         finally:
             context.leave(ctx)
 
+    def _place(self, call: Call, index: int):
+        """Large results go straight into shared memory, owned by whoever receives them."""
+        return self.core.placer(ids.object_id(call.task_id, index + 1), call.dest)
+
     def _pack_results(self, call: Call, result: Any):
         n = call.num_returns
         if n == 1:
-            payload, held = serialize(result)
+            payload, held = serialize(result, self._place(call, 0))
             return (payload,), held
         if n == 0:
             return (), None
@@ -218,8 +222,8 @@ class Executor:
                 f"a tuple or list of {n} values"
             )
         payloads, held = [], []
-        for value in result:
-            payload, refs = serialize(value)
+        for i, value in enumerate(result):
+            payload, refs = serialize(value, self._place(call, i))
             payloads.append(payload)
             held.extend(refs)
         return tuple(payloads), held
@@ -266,7 +270,7 @@ class Executor:
         index = 0
         try:
             for value in _as_iterator(gen, call.name):
-                payload, held = serialize(value)
+                payload, held = serialize(value, self._place(call, index))
                 post(self.core.stream_item, call, index, payload, held)
                 index += 1
         except TaskInterrupted:
@@ -354,12 +358,12 @@ class Executor:
         try:
             if hasattr(agen, "__aiter__"):
                 async for value in agen:
-                    payload, held = serialize(value)
+                    payload, held = serialize(value, self._place(call, index))
                     post(self.core.stream_item, call, index, payload, held)
                     index += 1
             else:
                 for value in _as_iterator(await agen if inspect.isawaitable(agen) else agen, call.name):
-                    payload, held = serialize(value)
+                    payload, held = serialize(value, self._place(call, index))
                     post(self.core.stream_item, call, index, payload, held)
                     index += 1
         except asyncio.CancelledError:

@@ -247,6 +247,14 @@ class ReleaseBorrows(NamedTuple):
     items: tuple  # ((object_id, count), ...)
 
 
+class StoreUpdate(NamedTuple):
+    """Worker -> controller: objects it sealed, mappings it dropped, objects it freed."""
+
+    sealed: tuple
+    unpinned: tuple
+    freed: tuple
+
+
 class PeerGone(NamedTuple):
     """Controller -> workers: worker ``worker_id`` is dead; drop what it borrowed or owned."""
 

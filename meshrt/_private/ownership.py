@@ -130,7 +130,7 @@ class Ownership:
                 self.send_to(owner, m.ReleaseBorrows(tuple(items)))
 
     def _release_owned(self, entry: ObjectEntry) -> None:
-        self.store.free(entry.id)
+        self.release_payload(entry.payload)
         if entry.kind == KIND_ACTOR_HANDLE:
             self.actor_handle_released(entry.actor_id)
 

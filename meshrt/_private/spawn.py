@@ -33,8 +33,10 @@ class Zygote:
         on_spawned: Callable[[int, int], None],
         on_exited: Callable[[int, int], None],
         on_lost: Callable[[], None],
+        inherit: tuple = (),
     ) -> None:
         self.loop = loop
+        self.inherit = inherit  # descriptors every worker needs (the object store's arena)
         self.env = env
         self.on_spawned = on_spawned
         self.on_exited = on_exited
@@ -46,7 +48,7 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "meshrt._private.zygote", str(theirs.fileno()), str(os.getpid())],
-            pass_fds=(theirs.fileno(),),
+            pass_fds=(theirs.fileno(), *self.inherit),
             env=self.env,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C in the terminal reaches the driver only

@@ -32,6 +32,7 @@ class WorkerCore(Core):
         self.config: dict = {}
         self.executor = Executor(self)
         self.main_ident = threading.main_thread().ident
+        self._attach_store()
         self.handlers.update({
             m.Welcome: self.on_welcome,
             m.Hello: self.on_hello,
@@ -45,6 +46,24 @@ class WorkerCore(Core):
         })
 
     # -- start-up ----------------------------------------------------------------------------
+
+    def _attach_store(self) -> None:
+        """Map the host's object store through the descriptor inherited from the zygote."""
+        fd = os.environ.get("MESHRT_STORE_FD")
+        if fd is None:
+            return
+        from ..objstore.arena import Arena
+        from ..objstore.client import RemoteBackend, StoreClient
+        from ..objstore.serialization import set_store_client
+
+        self.store_backend = RemoteBackend(self)
+        self.store = StoreClient(Arena(int(fd), int(os.environ["MESHRT_STORE_SIZE"])), self.store_backend)
+        set_store_client(self.store)
+
+    def _periodic_drain(self) -> None:
+        if self.store is not None:
+            self.store_backend.flush()
+        super()._periodic_drain()
 
     async def connect(self) -> None:
         loop = asyncio.get_running_loop()

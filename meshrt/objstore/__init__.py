@@ -1,24 +1,14 @@
-"""Object storage: serialization, the per-process object table, and the value store.
+"""Object storage: serialization, the per-process object table, and the host's
+shared-memory store (arena, allocator, spilling, pins).
 
-``InProcessStore`` keeps values in the owner's memory. It is the one interface
-through which values enter (``seal``) and leave (``free``) storage, so the
-per-host shared-memory store plugs in here without touching the runtime.
+The runtime touches storage through two calls on a process's store client: ``put``
+(values whose buffers add up to ~100 KiB or more are written once into shared
+memory) and ``free`` (the owner let go). Smaller values stay inline in messages
+and in their owner's memory.
 """
 
 from __future__ import annotations
 
 from .serialization import Payload
 
-
-class InProcessStore:
-    """Values live in the owner process's memory (the payload objects themselves)."""
-
-    def seal(self, object_id: int, payload: Payload) -> Payload:
-        """Take ownership of a freshly serialized value; returns what readers will see."""
-        return payload
-
-    def free(self, object_id: int) -> None:
-        """The value is no longer referenced anywhere."""
-
-
-__all__ = ["InProcessStore", "Payload"]
+__all__ = ["Payload"]

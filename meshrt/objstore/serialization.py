@@ -13,7 +13,10 @@ do or would do wrongly (lambdas, local functions, and anything defined in
 
 from __future__ import annotations
 
+import copyreg
+import io
 import pickle
+import sys
 import threading
 import traceback
 from typing import Any
@@ -23,42 +26,60 @@ import cloudpickle
 # Buffers smaller than this stay inside the pickle stream: a separate frame costs
 # more than copying a few KiB.
 INBAND_LIMIT = 64 * 1024
+# Values whose out-of-band buffers add up to at least this go to the shared-memory
+# store (when the caller gives a place for them); smaller ones travel inline.
+SHM_THRESHOLD = 100 * 1024
 
 _tls = threading.local()
 _MAIN_MARK = b"__main__"
+_client = None  # this process's StoreClient, for reading values kept in shared memory
+
+
+def set_store_client(client) -> None:
+    global _client
+    _client = client
 
 
 class Payload:
-    """A serialized value: pickle bytes + out-of-band buffers + contained ref ids."""
+    """A serialized value: pickle bytes + out-of-band buffers + contained ref ids.
 
-    __slots__ = ("data", "buffers", "refs", "is_error")
+    Large buffers live either beside the pickle bytes (``buffers``) or in the host's
+    shared-memory store (``shm``: (key, size, ((offset, nbytes), ...))).
+    """
 
-    def __init__(self, data: bytes, buffers: tuple = (), refs: tuple = (), is_error: bool = False):
+    __slots__ = ("data", "buffers", "refs", "is_error", "shm")
+
+    def __init__(self, data: bytes, buffers: tuple = (), refs: tuple = (), is_error: bool = False,
+                 shm: tuple | None = None):
         self.data = data
         self.buffers = buffers
         # ((object_id, owner_worker_id), ...) of refs pickled inside the value.
         self.refs = refs
         self.is_error = is_error
+        self.shm = shm
 
     def __reduce__(self):
         if self.buffers:
             bufs = tuple(pickle.PickleBuffer(b) for b in self.buffers)
-            return (_rebuild_payload, (self.data, bufs, self.refs, self.is_error))
-        return (Payload, (self.data, (), self.refs, self.is_error))
+            return (_rebuild_payload, (self.data, bufs, self.refs, self.is_error, self.shm))
+        return (Payload, (self.data, (), self.refs, self.is_error, self.shm))
 
     @property
     def nbytes(self) -> int:
+        if self.shm is not None:
+            return len(self.data) + self.shm[1]
         return len(self.data) + sum(memoryview(b).nbytes for b in self.buffers)
 
     def __repr__(self) -> str:
         kind = "error" if self.is_error else "value"
-        return f"<Payload {kind} {self.nbytes} bytes, {len(self.refs)} refs>"
+        where = " in shared memory" if self.shm is not None else ""
+        return f"<Payload {kind} {self.nbytes} bytes{where}, {len(self.refs)} refs>"
 
 
-def _rebuild_payload(data, buffers, refs, is_error):
+def _rebuild_payload(data, buffers, refs, is_error, shm=None):
     # Received buffers are views into a receive buffer that several readers may
     # share: hand them out read-only so numpy arrays come back read-only (Ray's rule).
-    return Payload(data, tuple(memoryview(b).toreadonly() for b in buffers), refs, is_error)
+    return Payload(data, tuple(memoryview(b).toreadonly() for b in buffers), refs, is_error, shm)
 
 
 def ref_sink() -> list | None:
@@ -66,12 +87,15 @@ def ref_sink() -> list | None:
     return getattr(_tls, "sink", None)
 
 
-def serialize(value: Any) -> tuple[Payload, list]:
+def serialize(value: Any, place=None) -> tuple[Payload, list]:
     """Serialize ``value``; return the payload and the ObjectRef objects found inside.
 
-    Large buffers are copied once, so later writes to the caller's array do not
-    change what was sent (the snapshot semantics of ``put`` and ``.remote()``).
-    Raises TypeError naming the type when the value cannot be pickled.
+    Large buffers are copied exactly once: into the shared-memory store through
+    ``place(buffers) -> descriptor`` when they add up to SHM_THRESHOLD or more, and
+    otherwise into bytes kept beside the pickle. Either way, later writes to the
+    caller's array do not change what was sent (the snapshot semantics of ``put``
+    and ``.remote()``). Raises TypeError naming the type when the value cannot be
+    pickled.
     """
     sink: list = []
     buffers: list = []
@@ -80,14 +104,14 @@ def serialize(value: Any) -> tuple[Payload, list]:
         raw = pb.raw()
         if raw.nbytes < INBAND_LIMIT:
             return True
-        buffers.append(bytes(raw))
+        buffers.append(raw)
         return False
 
     previous = getattr(_tls, "sink", None)
     _tls.sink = sink
     try:
         try:
-            data = pickle.dumps(value, protocol=5, buffer_callback=keep)
+            data = _dumps(value, keep)
             if _MAIN_MARK in data:
                 raise _ByValue
         except Exception:
@@ -107,7 +131,37 @@ def serialize(value: Any) -> tuple[Payload, list]:
         for ref in sink:
             seen.setdefault((ref._id, ref._owner), None)
         refs = tuple(seen)
-    return Payload(data, tuple(memoryview(b) for b in buffers), refs), sink
+    if not buffers:
+        return Payload(data, (), refs), sink
+    if place is not None and sum(b.nbytes for b in buffers) >= SHM_THRESHOLD:
+        return Payload(data, (), refs, shm=place(buffers)), sink
+    return Payload(data, tuple(memoryview(bytes(b)) for b in buffers), refs), sink
+
+
+def _dumps(value: Any, keep) -> bytes:
+    table = _dispatch_table()
+    if table is None:
+        return pickle.dumps(value, protocol=5, buffer_callback=keep)
+    out = io.BytesIO()
+    pickler = pickle.Pickler(out, protocol=5, buffer_callback=keep)
+    pickler.dispatch_table = table
+    pickler.dump(value)
+    return out.getvalue()
+
+
+_TABLE = None
+
+
+def _dispatch_table():
+    """Our reducers (torch tensors out of band) once torch is imported; None before."""
+    global _TABLE
+    if _TABLE is None and "torch" in sys.modules:
+        from .tensors import tensor_reducers
+
+        table = copyreg.dispatch_table.copy()
+        table.update(tensor_reducers())
+        _TABLE = table
+    return _TABLE
 
 
 class _ByValue(Exception):
@@ -115,10 +169,27 @@ class _ByValue(Exception):
 
 
 def deserialize(payload: Payload) -> Any:
-    """Rebuild a value; numpy arrays come back as read-only views of the payload."""
+    """Rebuild a value; numpy arrays come back as read-only views of the stored bytes."""
+    if payload.shm is not None:
+        if _client is None:
+            raise RuntimeError("this value lives in a shared-memory store this process cannot reach")
+        readonly, writable = _client.open(payload.shm)
+        # Tensors are rebuilt over the writable (copy-on-write) views; see tensors.py.
+        previous = getattr(_tls, "writable", None)
+        _tls.writable = {id(r): w for r, w in zip(readonly, writable, strict=True)}
+        try:
+            return pickle.loads(payload.data, buffers=readonly)
+        finally:
+            _tls.writable = previous
     if payload.buffers:
         return pickle.loads(payload.data, buffers=payload.buffers)
     return pickle.loads(payload.data)
+
+
+def writable_twin(buf) -> memoryview | None:
+    """The copy-on-write view behind a read-only shared-memory buffer being unpickled."""
+    table = getattr(_tls, "writable", None)
+    return table.get(id(buf)) if table else None
 
 
 def dumps_code(obj: Any) -> bytes:

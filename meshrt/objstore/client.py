@@ -1,0 +1,133 @@
+"""A process's hands on the host store: write a value's buffers in, map them out.
+
+``put`` copies a value's large buffers once, straight from the producer's memory
+into an arena block (the one copy in). ``open`` maps a block privately and hands
+out views (zero copies out); the mapping is pinned until the last view of it is
+garbage-collected.
+
+Backends: in the driver the store is in-process (LocalBackend); a worker reaches it
+through the controller connection (RemoteBackend). Unpins come from garbage
+collection, which may run on any thread at any moment, even inside the store's own
+lock, so they are queued and applied later, never directly.
+"""
+
+from __future__ import annotations
+
+import collections
+import weakref
+
+from .arena import Arena
+
+ALIGN = 64  # each buffer of a value starts on a cache line inside its block
+
+
+def layout_of(buffers: list) -> tuple[int, tuple]:
+    """Total size and ((relative offset, nbytes), ...) of buffers laid back to back."""
+    at = 0
+    parts = []
+    for buf in buffers:
+        n = memoryview(buf).nbytes
+        parts.append((at, n))
+        at += (n + ALIGN - 1) // ALIGN * ALIGN
+    return at, tuple(parts)
+
+
+class StoreClient:
+    def __init__(self, arena: Arena, backend) -> None:
+        self.arena = arena
+        self.backend = backend
+
+    def put(self, key: int, owner: int, buffers: list) -> tuple:
+        """Write buffers into a new block; returns the descriptor payloads carry."""
+        total, layout = layout_of(buffers)
+        offset = self.backend.allocate(key, total, owner)
+        try:
+            self.arena.write(offset, [(rel, buf) for (rel, _), buf in zip(layout, buffers, strict=True)])
+        except BaseException:
+            self.backend.free(key)
+            raise
+        self.backend.seal(key)
+        return (key, total, layout)
+
+    def open(self, desc: tuple) -> tuple[list, list]:
+        """Read-only and writable (copy-on-write) views of each buffer of a stored value."""
+        key, total, layout = desc
+        offset, size = self.backend.pin(key)
+        try:
+            mapping = self.arena.view_private(offset, size)
+        except BaseException:
+            self.backend.unpin_later(key)
+            raise
+        weakref.finalize(mapping, self.backend.unpin_later, key)
+        whole = memoryview(mapping)
+        writable = [whole[rel : rel + n] for rel, n in layout]
+        return [v.toreadonly() for v in writable], writable
+
+    def free(self, desc: tuple) -> None:
+        self.backend.free(desc[0])
+
+
+class LocalBackend:
+    """The driver's: the store lives in this process."""
+
+    def __init__(self, store, worker_id: int = 0) -> None:
+        self.store = store
+        self.worker_id = worker_id
+
+    def allocate(self, key: int, size: int, owner: int) -> int:
+        self.drain()
+        return self.store.allocate(key, size, owner)
+
+    def seal(self, key: int) -> None:
+        self.store.seal(key)
+
+    def pin(self, key: int) -> tuple[int, int]:
+        self.drain()
+        return self.store.pin(key, self.worker_id)
+
+    def unpin_later(self, key: int) -> None:
+        self.store.unpin_later(key, self.worker_id)
+
+    def free(self, key: int) -> None:
+        self.store.free(key)
+
+    def drain(self) -> None:
+        self.store.drain_unpins()
+
+
+class RemoteBackend:
+    """A worker's: allocation and pins are requests to the controller, the rest messages."""
+
+    def __init__(self, core) -> None:
+        self.core = core
+        self._unpins: collections.deque = collections.deque()
+
+    def allocate(self, key: int, size: int, owner: int) -> int:
+        return self.core.request_sync("store_allocate", key, size, owner)
+
+    def seal(self, key: int) -> None:
+        from .._private import messages as m
+
+        self.core.io.post(self.core.send_controller, m.StoreUpdate((key,), (), ()))
+
+    def pin(self, key: int) -> tuple[int, int]:
+        return self.core.request_sync("store_pin", key)
+
+    def unpin_later(self, key: int) -> None:
+        self._unpins.append(key)
+
+    def free(self, key: int) -> None:
+        from .._private import messages as m
+
+        self.core.io.post(self.core.send_controller, m.StoreUpdate((), (), (key,)))
+
+    def flush(self) -> None:
+        """Core loop: send queued unpins in one message."""
+        if not self._unpins:
+            return
+        from .._private import messages as m
+
+        keys = []
+        while self._unpins:
+            keys.append(self._unpins.popleft())
+        self.core.send_controller(m.StoreUpdate((), tuple(keys), ()))

@@ -1,0 +1,264 @@
+"""The shared-memory object store: zero-copy, reference counting, pins, spilling."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import meshrt
+from meshrt._private import state
+from meshrt.exceptions import ObjectLostError, ObjectStoreFullError
+from tests.helpers import wait_until
+
+MiB = 1 << 20
+
+
+def store():
+    return state.core().controller.store
+
+
+def used():
+    core = state.core()
+    core.flush_frees()
+    store().drain_unpins()
+    return store().usage()["used"]
+
+
+@pytest.fixture
+def small_store():
+    meshrt.init(num_cpus=2, object_store_memory=64 * MiB)
+    yield
+    meshrt.shutdown()
+
+
+@meshrt.remote
+class Reader:
+    def keep(self, box):
+        self.view = meshrt.get(box[0])
+        return True
+
+    def first(self):
+        return float(self.view[0])
+
+    def drop(self):
+        self.view = None
+        return True
+
+    def pid(self):
+        return os.getpid()
+
+
+def test_large_values_live_once_in_shared_memory(rt):
+    data = np.random.rand(4 * MiB // 8)
+    ref = meshrt.put(data)
+    payload = state.core().table.entries[ref._id].payload
+    assert payload.shm is not None and payload.shm[1] >= data.nbytes
+    small = meshrt.put(np.zeros(10))
+    assert state.core().table.entries[small._id].payload.shm is None  # small: inline
+    out = meshrt.get(ref)
+    assert np.array_equal(out, data) and not out.flags.writeable
+
+
+def test_readers_in_two_processes_map_the_same_pages(rt):
+    # Zero-copy, proven through the memory itself: after both readers hold views,
+    # a write into the stored block (from the store's own mapping) shows in both.
+    ref = meshrt.put(np.zeros(MiB // 8))
+    a, b = Reader.remote(), Reader.remote()
+    assert meshrt.get([a.keep.remote([ref]), b.keep.remote([ref])])
+    key, _, layout = state.core().table.entries[ref._id].payload.shm
+    offset, _ = store().pin(key, 0)
+    shared, _ = store().arena._mapping()
+    np.frombuffer(shared, dtype=np.float64, count=1, offset=offset + layout[0][0])[0] = 42.0
+    store().unpin(key, 0)
+    assert meshrt.get([a.first.remote(), b.first.remote()]) == [42.0, 42.0]
+
+
+def test_refcount_frees_memory(rt):
+    baseline = used()
+    refs = [meshrt.put(np.ones(MiB)) for _ in range(5)]
+    assert used() >= baseline + 5 * 8 * MiB
+    views = [meshrt.get(r) for r in refs]
+    del refs
+    assert used() > baseline  # views pin the blocks
+    del views
+    assert wait_until(lambda: used() == baseline, timeout=5)
+
+
+def test_task_results_and_arguments_use_shared_memory(rt):
+    @meshrt.remote
+    def make(n):
+        return np.arange(n, dtype=np.int64)
+
+    @meshrt.remote
+    def total(x):
+        return int(x.sum()), x.flags.writeable
+
+    baseline = used()
+    ref = make.remote(MiB)
+    assert state.core().get([ref], 30)[0].shape == (MiB,)
+    assert meshrt.get(total.remote(ref)) == (MiB * (MiB - 1) // 2, False)
+    big = np.ones(2 * MiB // 8)
+    assert meshrt.get(total.remote(big)) == (2 * MiB // 8, False)  # a large argument
+    del ref
+    assert wait_until(lambda: used() == baseline, timeout=5)
+
+
+def test_spill_and_restore_bit_exact(small_store):
+    arrays = [np.random.default_rng(i).random(2 * MiB) for i in range(10)]  # 10 x 16 MiB
+    refs = [meshrt.put(a) for a in arrays]  # more than the 64 MiB store holds
+    usage = store().usage()
+    assert usage["spills"] >= 6 and usage["spilled_objects"] >= 6
+    for ref, original in zip(refs, arrays, strict=True):
+        view = meshrt.get(ref)
+        assert np.array_equal(view, original)
+        del view
+    assert store().usage()["restores"] >= 6
+    summary = meshrt.memory_summary()
+    assert "spilled" in summary and "shared memory" in summary
+
+
+def test_object_larger_than_store_fails_at_put(small_store):
+    with pytest.raises(ObjectStoreFullError, match="larger than the whole object store.*object_store_memory"):
+        meshrt.put(np.zeros(80 * MiB // 8))
+
+
+def test_pinned_objects_filling_the_store_raise_a_clear_error(small_store):
+    views = [meshrt.get(meshrt.put(np.zeros(16 * MiB // 8))) for _ in range(3)]
+    with pytest.raises(ObjectStoreFullError, match="object store is full.*MiB.*object_store_memory"):
+        meshrt.put(np.zeros(20 * MiB // 8))
+    del views
+
+
+def test_deleted_spill_file_surfaces_object_lost(small_store):
+    refs = [meshrt.put(np.full(2 * MiB, i, dtype=np.float64)) for i in range(6)]
+    spilled = [r for r in refs if store().objects[state.core().table.entries[r._id].payload.shm[0]].spill_path]
+    assert spilled
+    victim = spilled[0]
+    path = store().objects[state.core().table.entries[victim._id].payload.shm[0]].spill_path
+    os.unlink(path)
+    with pytest.raises(ObjectLostError, match="spilled copy"):
+        meshrt.get(victim)
+    assert meshrt.get(refs[-1])[0] == 5  # the store keeps serving
+
+
+def test_ref_borrowed_through_three_processes(rt):
+    @meshrt.remote
+    class Relay:
+        def __init__(self, nxt=None):
+            self.nxt = nxt
+
+        def hold(self, box):
+            self.box = box
+            if self.nxt is not None:
+                return meshrt.get(self.nxt.hold.remote(box))
+            return float(meshrt.get(box[0]).sum())
+
+        def release(self):
+            self.box = None
+            if self.nxt is not None:
+                return meshrt.get(self.nxt.release.remote())
+            return True
+
+    last = Relay.remote()
+    middle = Relay.remote(last)
+    first = Relay.remote(middle)
+    baseline = used()
+    ref = meshrt.put(np.ones(MiB))
+    assert meshrt.get(first.hold.remote([ref])) == MiB
+    del ref
+    core = state.core()
+    core.flush_frees()
+    assert used() > baseline  # still borrowed three processes away
+    assert meshrt.get(first.release.remote())
+    assert wait_until(lambda: used() == baseline, timeout=10)
+
+
+def test_pins_of_a_killed_reader_are_released(rt):
+    ref = meshrt.put(np.ones(MiB))
+    key = state.core().table.entries[ref._id].payload.shm[0]
+    r = Reader.remote()
+    assert meshrt.get(r.keep.remote([ref]))
+    assert wait_until(lambda: store().objects[key].pins, timeout=5)
+    os.kill(meshrt.get(r.pid.remote()), signal.SIGKILL)
+    assert wait_until(lambda: not store().objects[key].pins, timeout=10)
+    baseline_without = used() - 8 * MiB
+    del ref
+    assert wait_until(lambda: used() == baseline_without, timeout=5)
+
+
+def test_torch_tensors_all_dtypes_copy_on_write(rt):
+    torch = pytest.importorskip("torch")
+
+    @meshrt.remote
+    class Trainer:
+        def scale(self, t):
+            t *= 2  # writes to a received tensor stay private
+            return t
+
+        def echo(self, t):
+            return t
+
+    trainer = Trainer.remote()
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int8,
+                  torch.int64, torch.bool, torch.complex64, torch.uint8):
+        source = (torch.arange(300_000) % 7).to(dtype)
+        back = meshrt.get(trainer.echo.remote(source))
+        assert back.dtype == dtype and torch.equal(back, source), dtype
+    weights = torch.ones(1 << 18)
+    ref = meshrt.put(weights)
+    doubled = meshrt.get(trainer.scale.remote(ref))
+    assert float(doubled.sum()) == 2 * (1 << 18)
+    stored = meshrt.get(ref)
+    assert float(stored.sum()) == 1 << 18  # the stored object never changed
+    stored += 1  # a writable, private copy-on-write view
+    assert float(meshrt.get(ref).sum()) == 1 << 18
+    transposed = torch.arange(1 << 18, dtype=torch.float32).reshape(512, 512).t()
+    assert torch.equal(meshrt.get(meshrt.put(transposed)), transposed)
+    param = torch.nn.Parameter(torch.ones(1 << 16))
+    back = meshrt.get(meshrt.put(param))
+    assert isinstance(back, torch.nn.Parameter) and back.requires_grad
+
+
+def test_available_resources_report_store(rt):
+    before = meshrt.available_resources()["object_store_memory"]
+    ref = meshrt.put(np.zeros(MiB))
+    assert meshrt.available_resources()["object_store_memory"] <= before - 8 * MiB
+    assert meshrt.cluster_resources()["object_store_memory"] > 0
+    del ref
+
+
+def test_full_shared_memory_is_an_error_not_a_bus_error(tmp_path):
+    # A real full filesystem: a 32 MiB tmpfs in a private mount namespace (it vanishes
+    # with the process) backs a 256 MiB store. The put must raise, not SIGBUS.
+    script = tmp_path / "full.py"
+    script.write_text(textwrap.dedent('''
+        import numpy as np, meshrt
+        from meshrt.exceptions import ObjectStoreFullError
+        meshrt.init(num_cpus=1, object_store_memory=256 << 20)
+        small = meshrt.put(np.ones(1 << 20))  # 8 MiB fits
+        try:
+            meshrt.put(np.zeros(8 << 20))  # 64 MiB does not
+        except ObjectStoreFullError as err:
+            print("CLEAN", err)
+        print("STILL SERVING", float(meshrt.get(small).sum()))
+        meshrt.shutdown()
+    '''))
+    mount_dir = tmp_path / "tinyshm"
+    mount_dir.mkdir()
+    shell = (f"mount -t tmpfs -o size=32m tmpfs {mount_dir} || exit 77; "
+             f"MESHRT_STORE_DIR={mount_dir} exec {sys.executable} {script}")
+    try:
+        out = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", shell],
+                             capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        pytest.skip("unshare is not available to make a small tmpfs")
+    if out.returncode == 77 or "unshare failed" in out.stderr or "Operation not permitted" in out.stderr:
+        pytest.skip("no permission to mount a small tmpfs in a private namespace")
+    assert "CLEAN" in out.stdout and "no shared memory left" in out.stdout, out.stdout + out.stderr
+    assert "STILL SERVING 1048576.0" in out.stdout
