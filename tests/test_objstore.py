@@ -71,7 +71,7 @@ def test_readers_in_two_processes_map_the_same_pages(rt):
     ref = meshrt.put(np.zeros(MiB // 8))
     a, b = Reader.remote(), Reader.remote()
     assert meshrt.get([a.keep.remote([ref]), b.keep.remote([ref])])
-    key, _, layout = state.core().table.entries[ref._id].payload.shm
+    key, _, layout, _ = state.core().table.entries[ref._id].payload.shm
     offset, _ = store().pin(key, 0)
     shared, _ = store().arena._mapping()
     np.frombuffer(shared, dtype=np.float64, count=1, offset=offset + layout[0][0])[0] = 42.0
@@ -262,3 +262,29 @@ def test_full_shared_memory_is_an_error_not_a_bus_error(tmp_path):
         pytest.skip("no permission to mount a small tmpfs in a private namespace")
     assert "CLEAN" in out.stdout and "no shared memory left" in out.stdout, out.stdout + out.stderr
     assert "STILL SERVING 1048576.0" in out.stdout
+
+
+def test_bytes_bytearray_memoryview_and_containers(rt):
+    blob = os.urandom(4 * MiB)
+    value = {
+        "bytes": blob,
+        "bytearray": bytearray(blob[:MiB]),
+        "memoryview": memoryview(blob[: 2 * MiB]),
+        "floats": memoryview(np.arange(1000, dtype=np.float64)),
+        "nested": [blob[:MiB], {"array": np.ones(MiB // 8)}],
+    }
+    ref = meshrt.put(value)
+    assert state.core().table.entries[ref._id].payload.shm is not None
+    out = meshrt.get(ref)
+    assert out["bytes"] == blob and isinstance(out["bytes"], bytes)
+    assert isinstance(out["bytearray"], bytearray) and out["bytearray"] == blob[:MiB]
+    assert isinstance(out["memoryview"], memoryview) and out["memoryview"] == blob[: 2 * MiB]
+    assert out["floats"].format == "d" and out["floats"].tolist() == list(range(1000))
+    assert out["nested"][0] == blob[:MiB] and out["nested"][1]["array"].sum() == MiB // 8
+
+    @meshrt.remote
+    def sizes(v):
+        return len(v["bytes"]), len(v["memoryview"]), v["nested"][1]["array"].nbytes
+
+    assert meshrt.get(sizes.remote(ref)) == (4 * MiB, 2 * MiB, MiB)
+    assert meshrt.get(sizes.remote(value)) == (4 * MiB, 2 * MiB, MiB)  # as a large argument

@@ -13,6 +13,7 @@ do or would do wrongly (lambdas, local functions, and anything defined in
 
 from __future__ import annotations
 
+import collections
 import copyreg
 import io
 import pickle
@@ -44,7 +45,9 @@ class Payload:
     """A serialized value: pickle bytes + out-of-band buffers + contained ref ids.
 
     Large buffers live either beside the pickle bytes (``buffers``) or in the host's
-    shared-memory store (``shm``: (key, size, ((offset, nbytes), ...))).
+    shared-memory store (``shm``: (key, size, ((offset, nbytes), ...), stream_in_block);
+    with ``stream_in_block`` the pickle bytes are the block's first part and ``data``
+    is empty).
     """
 
     __slots__ = ("data", "buffers", "refs", "is_error", "shm")
@@ -110,19 +113,7 @@ def serialize(value: Any, place=None) -> tuple[Payload, list]:
     previous = getattr(_tls, "sink", None)
     _tls.sink = sink
     try:
-        try:
-            data = _dumps(value, keep)
-            if _MAIN_MARK in data:
-                raise _ByValue
-        except Exception:
-            sink.clear()
-            buffers.clear()
-            try:
-                data = cloudpickle.dumps(value, protocol=5, buffer_callback=keep)
-            except Exception as exc:
-                raise TypeError(
-                    f"cannot serialize a value of type {type(value).__qualname__}: {exc}"
-                ) from exc
+        data = _pickle_value(value, keep, sink, buffers)
     finally:
         _tls.sink = previous
     refs: tuple = ()
@@ -131,41 +122,89 @@ def serialize(value: Any, place=None) -> tuple[Payload, list]:
         for ref in sink:
             seen.setdefault((ref._id, ref._owner), None)
         refs = tuple(seen)
+    if place is not None:
+        total = len(data) + sum(b.nbytes for b in buffers)
+        if total >= SHM_THRESHOLD:
+            # Big pickle streams (large bytes, long lists) go in the block too, first.
+            if len(data) >= INBAND_LIMIT:
+                return Payload(b"", (), refs, shm=place([data, *buffers]) + (True,)), sink
+            if buffers:
+                return Payload(data, (), refs, shm=place(buffers) + (False,)), sink
     if not buffers:
         return Payload(data, (), refs), sink
-    if place is not None and sum(b.nbytes for b in buffers) >= SHM_THRESHOLD:
-        return Payload(data, (), refs, shm=place(buffers)), sink
     return Payload(data, tuple(memoryview(bytes(b)) for b in buffers), refs), sink
 
 
-def _dumps(value: Any, keep) -> bytes:
-    table = _dispatch_table()
-    if table is None:
-        return pickle.dumps(value, protocol=5, buffer_callback=keep)
-    out = io.BytesIO()
-    pickler = pickle.Pickler(out, protocol=5, buffer_callback=keep)
-    pickler.dispatch_table = table
-    pickler.dump(value)
-    return out.getvalue()
+def _pickle_value(value: Any, keep, sink: list, buffers: list) -> bytes:
+    """Plain pickle first (fastest); our reducers when torch is loaded or pickle refused
+    (a memoryview); cloudpickle for code and anything defined in ``__main__``, which a
+    worker could not import by name."""
+    if "torch" not in sys.modules:
+        try:
+            data = pickle.dumps(value, protocol=5, buffer_callback=keep)
+            if _MAIN_MARK not in data:
+                return data
+        except Exception:
+            pass
+        sink.clear()
+        buffers.clear()
+    try:
+        out = io.BytesIO()
+        pickler = pickle.Pickler(out, protocol=5, buffer_callback=keep)
+        pickler.dispatch_table = _dispatch_table()
+        pickler.dump(value)
+        data = out.getvalue()
+        if _MAIN_MARK not in data:
+            return data
+    except Exception:
+        pass
+    sink.clear()
+    buffers.clear()
+    try:
+        out = io.BytesIO()
+        pickler = cloudpickle.Pickler(out, protocol=5, buffer_callback=keep)
+        pickler.dispatch_table = collections.ChainMap(_reducers(), cloudpickle.Pickler.dispatch_table)
+        pickler.dump(value)
+        return out.getvalue()
+    except Exception as exc:
+        raise TypeError(f"cannot serialize a value of type {type(value).__qualname__}: {exc}") from exc
 
 
-_TABLE = None
+_TABLE: dict | None = None
+_TABLE_HAS_TORCH = False
 
 
-def _dispatch_table():
-    """Our reducers (torch tensors out of band) once torch is imported; None before."""
-    global _TABLE
-    if _TABLE is None and "torch" in sys.modules:
+def _reducers() -> dict:
+    table = {memoryview: _reduce_memoryview}
+    if "torch" in sys.modules:
         from .tensors import tensor_reducers
 
-        table = copyreg.dispatch_table.copy()
         table.update(tensor_reducers())
-        _TABLE = table
+    return table
+
+
+def _dispatch_table() -> dict:
+    """copyreg's table plus ours (memoryviews; torch tensors once torch is imported)."""
+    global _TABLE, _TABLE_HAS_TORCH
+    has_torch = "torch" in sys.modules
+    if _TABLE is None or (has_torch and not _TABLE_HAS_TORCH):
+        table = copyreg.dispatch_table.copy()
+        table.update(_reducers())
+        _TABLE, _TABLE_HAS_TORCH = table, has_torch
     return _TABLE
 
 
-class _ByValue(Exception):
-    """Internal: the fast pickle named ``__main__``; redo it with cloudpickle."""
+def _reduce_memoryview(view: memoryview):
+    if not view.contiguous:
+        view = memoryview(view.tobytes()).cast(view.format, view.shape) if view.ndim > 1 else memoryview(view.tobytes())
+    return (_rebuild_memoryview, (pickle.PickleBuffer(view), view.format, view.shape))
+
+
+def _rebuild_memoryview(buf, fmt: str, shape: tuple) -> memoryview:
+    view = memoryview(buf)
+    if view.format != fmt or view.shape != shape:
+        view = view.cast("B").cast(fmt, shape)
+    return view
 
 
 def deserialize(payload: Payload) -> Any:
@@ -173,12 +212,15 @@ def deserialize(payload: Payload) -> Any:
     if payload.shm is not None:
         if _client is None:
             raise RuntimeError("this value lives in a shared-memory store this process cannot reach")
-        readonly, writable = _client.open(payload.shm)
+        readonly, writable = _client.open(payload.shm[:3])
+        data = payload.data
+        if payload.shm[3]:  # the pickle stream itself lives in the block, first
+            data, readonly, writable = readonly[0], readonly[1:], writable[1:]
         # Tensors are rebuilt over the writable (copy-on-write) views; see tensors.py.
         previous = getattr(_tls, "writable", None)
         _tls.writable = {id(r): w for r, w in zip(readonly, writable, strict=True)}
         try:
-            return pickle.loads(payload.data, buffers=readonly)
+            return pickle.loads(data, buffers=readonly)
         finally:
             _tls.writable = previous
     if payload.buffers:
