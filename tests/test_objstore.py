@@ -288,3 +288,15 @@ def test_bytes_bytearray_memoryview_and_containers(rt):
 
     assert meshrt.get(sizes.remote(ref)) == (4 * MiB, 2 * MiB, MiB)
     assert meshrt.get(sizes.remote(value)) == (4 * MiB, 2 * MiB, MiB)  # as a large argument
+
+
+def test_future_of_a_shared_memory_value_inside_a_worker(rt):
+    @meshrt.remote
+    def inner():
+        return np.ones(MiB // 8)
+
+    @meshrt.remote
+    def outer():
+        return float(inner.remote().future().result(timeout=30).sum())
+
+    assert meshrt.get(outer.remote()) == MiB // 8

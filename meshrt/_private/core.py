@@ -251,14 +251,21 @@ class Core(Ownership, ActorCalls):
         cf: concurrent.futures.Future = concurrent.futures.Future()
         entry = self.table.entries.get(ref._id) or self._entry_for_unknown(ref)
 
+        def finish(e, ref=ref):  # holds the ref: the value must outlive a temporary ref
+            if cf.done():
+                return
+            try:
+                cf.set_result(self.value_of(e))
+            except BaseException as err:  # noqa: BLE001 - handed to the future
+                cf.set_exception(err)
+
         class _Done:
             def fire(_self, e):
-                if cf.done():
-                    return
-                try:
-                    cf.set_result(self.value_of(e))
-                except BaseException as err:  # noqa: BLE001 - handed to the future
-                    cf.set_exception(err)
+                if e.payload.shm is not None and self.io.in_loop():
+                    # Mapping a shared-memory value may ask the store: not on this loop.
+                    self.io.loop.run_in_executor(None, finish, e)
+                else:
+                    finish(e)
 
         if entry.owner != self.worker_id and not entry.fetching:
             self.io.post(self._fetch, entry)
