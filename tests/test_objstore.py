@@ -300,3 +300,21 @@ def test_future_of_a_shared_memory_value_inside_a_worker(rt):
         return float(inner.remote().future().result(timeout=30).sum())
 
     assert meshrt.get(outer.remote()) == MiB // 8
+
+
+def test_same_tensor_passed_many_times_is_stored_once(rt):
+    torch = pytest.importorskip("torch")
+
+    @meshrt.remote
+    def norm(t):
+        return float(t.norm())
+
+    w = torch.ones(MiB)  # 4 MiB
+    baseline = used()
+    refs = [norm.remote(w) for _ in range(8)]
+    assert used() - baseline < 2 * 4 * MiB  # once, not 8 times
+    assert meshrt.get(refs) == [1024.0] * 8
+    w += 1  # an in-place write: the next call must see the new values
+    assert meshrt.get(norm.remote(w)) == 2048.0
+    del w, refs
+    assert wait_until(lambda: used() == baseline, timeout=5)

@@ -19,7 +19,7 @@ class ActorCalls:
 
     def call_actor(self, handle, method: str, args: tuple, kwargs: dict, num_returns: int) -> Any:
         payload, deps, pins = argpack.pack(args, kwargs, f"{handle._class_name}.{method}.remote()",
-                                            self.arg_placer())
+                                            self.arg_placer(), self.stored_arg)
         task_id = ids.new_task_id()
         pt = PendingTask(task_id, f"{handle._class_name}.{method}", payload, deps, pins, num_returns)
         pt.method = method
@@ -35,7 +35,8 @@ class ActorCalls:
         from .api import ActorHandle
 
         self.define_code(actor_cls.code_id, actor_cls.code_blob)
-        payload, deps, pins = argpack.pack(args, kwargs, f"{actor_cls._name}.remote()", self.arg_placer())
+        payload, deps, pins = argpack.pack(args, kwargs, f"{actor_cls._name}.remote()", self.arg_placer(),
+                                            self.stored_arg)
         actor_id = ids.new_task_id()
         namespace = opts.namespace or self.namespace()
         if opts.name is not None:

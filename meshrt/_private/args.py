@@ -95,8 +95,11 @@ class CallChecker:
         return True
 
 
-def pack(args: tuple, kwargs: dict, what: str, place=None) -> tuple[Payload, list, list]:
+def pack(args: tuple, kwargs: dict, what: str, place=None, stored=None) -> tuple[Payload, list, list]:
     """Serialize a call's arguments; returns (payload, [(position, dep_ref)], pins).
+
+    ``stored(value)`` may turn a large argument into the ref of a stored copy (see
+    Core.stored_arg), which then travels like any ref argument.
 
     ``pins`` are every ObjectRef the payload mentions: the caller keeps them alive
     until the call has finished, so the values cannot be freed under the callee.
@@ -108,10 +111,14 @@ def pack(args: tuple, kwargs: dict, what: str, place=None) -> tuple[Payload, lis
     for i, value in enumerate(args):
         if type(value) is ObjectRef:
             deps.append((i, value))
+        elif stored is not None and (ref := stored(value)) is not None:
+            deps.append((i, ref))
     if kwargs:
         for key, value in kwargs.items():
             if type(value) is ObjectRef:
                 deps.append((key, value))
+            elif stored is not None and (ref := stored(value)) is not None:
+                deps.append((key, ref))
     if deps:
         args = list(args)
         kwargs = dict(kwargs)

@@ -16,11 +16,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import sys
 import time
+import weakref
 from typing import Any
 
 from .. import exceptions as exc
 from ..objstore.serialization import (
+    SHM_THRESHOLD,
     Payload,
     deserialize,
     error_from_payload,
@@ -59,6 +62,7 @@ class Core(Ownership, ActorCalls):
         self.actor_clients: dict[int, Any] = {}
         self.code_defined: set[int] = set()
         self.children: dict[int, list[int]] = {}  # running call -> tasks it submitted
+        self._arg_cache: dict[int, tuple] = {}  # id(tensor) -> (weakref, signature, ref)
         self._release_batch: dict[int, list] = {}
         self._check: list[ObjectEntry] = []
         self._drain_timer: asyncio.TimerHandle | None = None
@@ -131,7 +135,8 @@ class Core(Ownership, ActorCalls):
 
     def submit_task(self, fn, args: tuple, kwargs: dict, opts) -> Any:
         self.define_code(fn.code_id, fn.code_blob)
-        payload, deps, pins = argpack.pack(args, kwargs, f"{opts.name}.remote()", self.arg_placer())
+        payload, deps, pins = argpack.pack(args, kwargs, f"{opts.name}.remote()", self.arg_placer(),
+                                           self.stored_arg)
         task_id = ids.new_task_id()
         pt = PendingTask(task_id, opts.name, payload, deps, pins, opts.num_returns)
         result = self._make_returns(pt, opts.num_returns)
@@ -379,6 +384,30 @@ class Core(Ownership, ActorCalls):
             return store.put(key, owner, buffers)
 
         return place
+
+    def stored_arg(self, value: Any) -> ObjectRef | None:
+        """A large torch tensor passed again, unchanged, reuses the copy stored the
+        first time: ``[f.remote(w) for _ in range(8)]`` stores ``w`` once, not 8 times.
+
+        "Unchanged" is exact: torch bumps ``_version`` on every in-place write, so a
+        tensor written between calls is stored again (each call still sees the value
+        as it was when the call was made). Numpy arrays have no such counter and are
+        copied per call, as in Ray.
+        """
+        torch = sys.modules.get("torch")
+        if torch is None or self.store is None or not isinstance(value, torch.Tensor):
+            return None
+        if value.device.type != "cpu" or value.numel() * value.element_size() < SHM_THRESHOLD:
+            return None
+        key = id(value)
+        signature = (value._version, value.data_ptr(), tuple(value.shape), value.stride(), value.dtype)
+        cached = self._arg_cache.get(key)
+        if cached is not None and cached[0]() is value and cached[1] == signature:
+            return cached[2]
+        ref = self.put(value)
+        cache = self._arg_cache
+        cache[key] = (weakref.ref(value, lambda _, k=key: cache.pop(k, None)), signature, ref)
+        return ref
 
     def arg_placer(self):
         """Large call arguments get a block of their own, freed when the call is done."""
