@@ -22,7 +22,10 @@ def main(worker_id: int, kind: str) -> None:
     io = LoopThread("meshrt-core")
     core = WorkerCore(worker_id, io, token, address, kind)
     state.set_core(core)
-    io.run_sync(core.connect(), CONNECT_TIMEOUT_S)
+    try:
+        io.run_sync(core.connect(), CONNECT_TIMEOUT_S)
+    except (ConnectionRefusedError, FileNotFoundError, ConnectionResetError):
+        os._exit(0)  # the driver shut down while we were starting: nothing to serve
     core.executor.run_forever()
 
 

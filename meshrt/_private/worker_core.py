@@ -224,6 +224,10 @@ class WorkerCore(Core):
     def call_finished(self, call: Call, results: tuple, result_held, error) -> None:
         self.children.pop(call.task_id, None)
         call.held = None
+        if self.store is not None:
+            # The call's argument views are gone: say so before the reply, on the same
+            # connection, so the caller's free finds the block unpinned and reusable.
+            self.store_backend.flush()
         self.drain()
         borrowed = self._still_borrowed(call.arg_refs)
         dest = call.dest

@@ -87,6 +87,7 @@ class Arena:
         self._base = 0
         self._lock = threading.Lock()
         self._mapped = bytearray(capacity // _GRAIN + 1)
+        self.reserved = 0  # everything below this offset was fallocated before
 
     def _mapping(self) -> tuple[mmap.mmap, int]:
         if self._shared is None:
@@ -101,10 +102,16 @@ class Arena:
         """Make sure the pages behind a block exist, or fail cleanly.
 
         A write to a page the kernel cannot back is a SIGBUS that kills the process;
-        fallocate reports the same shortage as an error we can explain.
+        fallocate reports the same shortage as an error we can explain. Pages are
+        never given back while the store runs, so only the part above everything
+        reserved so far needs it (fallocate walks every page, even existing ones).
         """
+        end = offset + size
+        if end <= self.reserved:
+            return
+        start = max(offset, self.reserved)
         try:
-            os.posix_fallocate(self.fd, offset, size)
+            os.posix_fallocate(self.fd, start, end - start)
         except OSError as err:
             if err.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
                 raise ArenaFullError(
@@ -113,6 +120,8 @@ class Arena:
                     "init(object_store_memory=...)"
                 ) from None
             raise
+        if start == self.reserved:  # no gap below: the reserved prefix grows
+            self.reserved = end
 
     def write(self, offset: int, parts: list) -> None:
         """Copy buffers into the block at ``offset``; ``parts`` is [(relative offset, buffer)].
@@ -159,13 +168,6 @@ class Arena:
         length = max(size, 1)
         return mmap.mmap(self.fd, length, flags=mmap.MAP_PRIVATE,
                          prot=mmap.PROT_READ | mmap.PROT_WRITE, offset=offset)
-
-    def punch(self, offset: int, size: int) -> None:
-        """Give a block's pages back to the kernel (used when trimming after pressure)."""
-        try:
-            os.fallocate(self.fd, 0x02 | 0x01, offset, size)  # PUNCH_HOLE | KEEP_SIZE
-        except (AttributeError, OSError):
-            pass
 
     def close(self) -> None:
         if self._shared is not None:
