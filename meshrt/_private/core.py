@@ -17,6 +17,7 @@ import asyncio
 import concurrent.futures
 import logging
 import sys
+from functools import partial
 import time
 import weakref
 from typing import Any
@@ -374,16 +375,16 @@ class Core(Ownership, ActorCalls):
     # -- storage ----------------------------------------------------------------------------
 
     def placer(self, key: int, owner: int):
-        """Where a value's large buffers go: a block in the host store owned by ``owner``."""
-        store = self.store
-        if store is None:
-            return None
+        """Where a value's large buffers go: a block in the host store owned by ``owner``.
 
-        def place(buffers):
-            self.flush_frees()
-            return store.put(key, owner, buffers)
+        Called for every value sent, so it only binds arguments; the work happens in
+        ``_place`` for the few values large enough to go to the store.
+        """
+        return None if self.store is None else partial(self._place, key, owner)
 
-        return place
+    def _place(self, key: int | None, owner: int, buffers: list) -> tuple:
+        self.flush_frees()
+        return self.store.put(ids.new_put_id() if key is None else key, owner, buffers)
 
     def stored_arg(self, value: Any) -> ObjectRef | None:
         """A large torch tensor passed again, unchanged, reuses the copy stored the
@@ -410,8 +411,9 @@ class Core(Ownership, ActorCalls):
         return ref
 
     def arg_placer(self):
-        """Large call arguments get a block of their own, freed when the call is done."""
-        return self.placer(ids.new_put_id(), self.worker_id) if self.store is not None else None
+        """Large call arguments get a block of their own (keyed when placed), freed when
+        the call is done."""
+        return self.placer(None, self.worker_id)
 
     def flush_frees(self) -> None:
         """Before taking a large block: apply refs dropped since the last drain, so

@@ -122,7 +122,7 @@ def serialize(value: Any, place=None) -> tuple[Payload, list]:
         for ref in sink:
             seen.setdefault((ref._id, ref._owner), None)
         refs = tuple(seen)
-    if place is not None:
+    if place is not None and (buffers or len(data) >= SHM_THRESHOLD):
         total = len(data) + sum(b.nbytes for b in buffers)
         if total >= SHM_THRESHOLD:
             # Big pickle streams (large bytes, long lists) go in the block too, first.
