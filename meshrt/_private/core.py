@@ -17,9 +17,9 @@ import asyncio
 import concurrent.futures
 import logging
 import sys
-from functools import partial
 import time
 import weakref
+from functools import partial
 from typing import Any
 
 from .. import exceptions as exc
