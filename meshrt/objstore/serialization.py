@@ -149,25 +149,26 @@ def _pickle_value(value: Any, keep, sink: list, buffers: list) -> bytes:
         sink.clear()
         buffers.clear()
     try:
-        out = io.BytesIO()
-        pickler = pickle.Pickler(out, protocol=5, buffer_callback=keep)
-        pickler.dispatch_table = _dispatch_table()
-        pickler.dump(value)
-        data = out.getvalue()
+        data = _dump_with(pickle.Pickler, _dispatch_table(), value, keep)
         if _MAIN_MARK not in data:
             return data
     except Exception:
         pass
     sink.clear()
     buffers.clear()
+    table = collections.ChainMap(_reducers(), cloudpickle.Pickler.dispatch_table)
     try:
-        out = io.BytesIO()
-        pickler = cloudpickle.Pickler(out, protocol=5, buffer_callback=keep)
-        pickler.dispatch_table = collections.ChainMap(_reducers(), cloudpickle.Pickler.dispatch_table)
-        pickler.dump(value)
-        return out.getvalue()
+        return _dump_with(cloudpickle.Pickler, table, value, keep)
     except Exception as exc:
         raise TypeError(f"cannot serialize a value of type {type(value).__qualname__}: {exc}") from exc
+
+
+def _dump_with(pickler_class, table, value: Any, keep) -> bytes:
+    out = io.BytesIO()
+    pickler = pickler_class(out, protocol=5, buffer_callback=keep)
+    pickler.dispatch_table = table
+    pickler.dump(value)
+    return out.getvalue()
 
 
 _TABLE: dict | None = None
