@@ -82,3 +82,12 @@ async def test_queue_async_api(rt):
     assert await q.get_async() == 5
     with pytest.raises(Empty):
         await q.get_async(block=False)
+
+
+def test_list_named_actors(rt):
+    from meshrt.util import list_named_actors
+
+    Doubler.options(name="alpha").remote()
+    Doubler.options(name="beta", namespace="other").remote()
+    assert list_named_actors() == ["alpha"]
+    assert {"name": "beta", "namespace": "other"} in list_named_actors(all_namespaces=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
 
 from .. import exceptions as exc
 from ..objstore.serialization import Payload, error_from_payload, system_error_payload
@@ -234,7 +233,3 @@ class ActorDirectory:
             if (namespace is None or ns == namespace)
             and (aid not in self.actors or self.actors[aid].state != "dead")
         ]
-
-    def rpc_actor_info(self, caller, actor_id: int) -> Any:
-        rec = self.actors.get(actor_id)
-        return None if rec is None else (rec.state, rec.spec.class_name, rec.incarnation)

@@ -44,10 +44,6 @@ def task_of(oid: int) -> int:
     return oid >> _INDEX_BITS
 
 
-def index_of(oid: int) -> int:
-    return oid & ((1 << _INDEX_BITS) - 1)
-
-
 def new_put_id() -> int:
     """A fresh object id for ``put``: index 0 of a task id nobody runs."""
     return object_id(new_task_id(), 0)

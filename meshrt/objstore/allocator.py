@@ -82,7 +82,3 @@ class Allocator:
 
     def largest_free(self) -> int:
         return max(self._sizes.values(), default=0)
-
-    @property
-    def free_bytes(self) -> int:
-        return self.capacity - self.used

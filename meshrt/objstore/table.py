@@ -47,10 +47,6 @@ class ObjectEntry:
         self.actor_id = 0
         self.last_access = 0.0
 
-    @property
-    def ready(self) -> bool:
-        return self.payload is not None
-
     def remove_waiter(self, waiter) -> None:
         """Forget a waiter that gave up (timeout), so polling callers do not pile up."""
         waiters = self.waiters
@@ -165,7 +161,3 @@ class ObjectTable:
                     del entries[entry.id]
                     release_borrowed(entry)
                 entry.held = None  # drops contained refs -> more deltas
-
-    def check(self, entry: ObjectEntry) -> bool:
-        """Whether an owned entry is free to go now (no refs, borrowers or producer)."""
-        return entry.local <= 0 and not entry.pending and not entry.borrowers
