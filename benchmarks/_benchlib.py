@@ -1,8 +1,10 @@
-"""Helpers for benchmarks/core.py: metric table, statistics, process memory,
-result files and report rendering.
+"""Library for the benchmark scripts (benchmarks/core.py, benchmarks/objstore.py):
+metric type, statistics and formatting, timing loops, process memory, the
+child's result file and watchdog, leftover-process cleanup, machine
+description and the table / markdown layout of a report.
 
-Nothing in here imports the backend under test (meshrt or ray); the backend
-is only ever imported by the child process in core.py.
+Nothing in here imports the backend under test (meshrt or ray).  The process
+flow that uses these pieces (parent, child, probes) is in _harness.py.
 """
 
 from __future__ import annotations
@@ -15,12 +17,16 @@ import statistics
 import sys
 import tempfile
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any
+
+perf = time.perf_counter
 
 
 # ---------------------------------------------------------------------------
-# Metric catalogue
+# Metric type
 # ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -29,35 +35,9 @@ class Metric:
     label: str            # shown in the table (includes the unit)
     unit: str
     higher_is_better: bool
-    target: Optional[float] = None   # required improvement factor (meshrt vs ray)
+    target: float | None = None   # required improvement factor (meshrt vs ray)
     target_text: str = "-"
-    digits: Optional[int] = None     # fixed decimals; None = automatic
-
-
-# Display order.  Metrics with target=None are informational.
-METRICS: List[Metric] = [
-    Metric("init_s", "init until first result (s)", "s", False, 10, ">= 10x faster", 2),
-    Metric("create4_s", "create 4 actors, one result each (s)", "s", False, 20, ">= 20x faster", 3),
-    Metric("sync_tasks", "sync task round trips/s", "/s", True, 4, ">= 4x"),
-    Metric("async_tasks", "async tasks/s (2000 submitted)", "/s", True, 5, ">= 5x"),
-    Metric("sync_actor", "sync actor calls/s", "/s", True, 3, ">= 3x"),
-    Metric("async_actor", "async actor calls/s (5000 submitted)", "/s", True, 8, ">= 8x"),
-    Metric("asyncio_actor", "async-actor calls/s awaited from driver asyncio", "/s", True, 5, ">= 5x"),
-    Metric("four_actors", "1 driver -> 4 actors calls/s", "/s", True, 5, ">= 5x"),
-    Metric("small_puts", "small puts/s", "/s", True, 20, ">= 20x"),
-    Metric("gather8_ms", "call to 8 actors, gathered (ms)", "ms", False, 4, ">= 4x faster", 2),
-    Metric("idle_rss_mib", "idle RSS of all runtime processes, 4 actors (MiB)", "MiB", False, 3,
-           "<= 1/3 (>= 3x)", 0),
-    # --- informational, no target -------------------------------------------
-    Metric("import_s", "info: import of the module (s)", "s", False, None, "-", 3),
-    Metric("asyncio_seq", "info: async-actor calls/s, sequential await from asyncio", "/s", True),
-    Metric("idle_pss_mib", "info: idle PSS of all runtime processes, 4 actors (MiB)", "MiB", False, None,
-           "-", 0),
-    Metric("idle_procs", "info: runtime processes (driver + descendants), 4 actors", "procs", False, None,
-           "-", 0),
-    Metric("shutdown_s", "info: shutdown() (s)", "s", False, None, "-", 2),
-]
-METRIC_BY_KEY = {m.key: m for m in METRICS}
+    digits: int | None = None     # fixed decimals; None = automatic
 
 
 # ---------------------------------------------------------------------------
@@ -69,11 +49,16 @@ def median(xs):
     return statistics.median(xs) if xs else None
 
 
-def fmt_value(metric: Metric, v) -> str:
+def fmt_value(metric, v) -> str:
+    """metric: a Metric or anything with .digits (and optionally .fmt, a
+    callable that formats a number its own way)."""
     if v is None:
         return "-"
     if isinstance(v, str):
         return v
+    own = getattr(metric, "fmt", None)
+    if own is not None:
+        return own(v)
     if metric.digits is not None:
         return f"{v:,.{metric.digits}f}"
     if abs(v) >= 100:
@@ -83,7 +68,7 @@ def fmt_value(metric: Metric, v) -> str:
     return f"{v:,.2f}"
 
 
-def improvement(metric: Metric, meshrt, ray) -> Optional[float]:
+def improvement(metric, meshrt, ray) -> float | None:
     """meshrt vs ray as an improvement factor (> 1 means meshrt is better)."""
     if not isinstance(meshrt, (int, float)) or not isinstance(ray, (int, float)):
         return None
@@ -92,11 +77,54 @@ def improvement(metric: Metric, meshrt, ray) -> Optional[float]:
     return meshrt / ray if metric.higher_is_better else ray / meshrt
 
 
+def ratio_text(r: float) -> str:
+    return f"{r:.2f}x" if r < 10 else f"{r:.1f}x"
+
+
+# ---------------------------------------------------------------------------
+# Timing loops
+# ---------------------------------------------------------------------------
+
+def timed_loop(fn: Callable[[], Any], min_time: float):
+    """Call fn() one at a time for at least min_time s; returns ops/s, n."""
+    n = 0
+    t0 = perf()
+    while True:
+        fn()
+        n += 1
+        el = perf() - t0
+        if el >= min_time:
+            return n / el, n
+
+
+def timed_batches(batch_fn: Callable[[], Any], batch_size: int, min_time: float):
+    """Run whole batches for at least min_time s; returns ops/s, n."""
+    n = 0
+    t0 = perf()
+    while True:
+        batch_fn()
+        n += batch_size
+        el = perf() - t0
+        if el >= min_time:
+            return n / el, n
+
+
+def latency_rounds(fn: Callable[[], Any], min_time: float, min_rounds: int = 20) -> list[float]:
+    """Time fn() for at least min_rounds calls and min_time s; sorted latencies (s)."""
+    lat = []
+    t_end = perf() + min_time
+    while len(lat) < min_rounds or perf() < t_end:
+        t0 = perf()
+        fn()
+        lat.append(perf() - t0)
+    return sorted(lat)
+
+
 # ---------------------------------------------------------------------------
 # Process-tree memory
 # ---------------------------------------------------------------------------
 
-def process_tree_memory(with_pss: bool = True) -> Dict[str, Any]:
+def process_tree_memory(with_pss: bool = True) -> dict[str, Any]:
     """Sum RSS (and PSS where readable) of this process plus all its
     descendants (psutil, recursive children)."""
     import psutil
@@ -153,7 +181,7 @@ class ResultWriter:
     def __init__(self, path: str, backend: str):
         self.path = path
         self.lock = threading.RLock()
-        self.data: Dict[str, Any] = {
+        self.data: dict[str, Any] = {
             "backend": backend,
             "version": None,
             "python": sys.version.split()[0],
@@ -241,7 +269,7 @@ class Watchdog:
 
     def __init__(self, writer: ResultWriter):
         self.writer = writer
-        self.timer: Optional[threading.Timer] = None
+        self.timer: threading.Timer | None = None
 
     def arm(self, key: str, seconds: float):
         import faulthandler
@@ -287,10 +315,25 @@ def kill_descendants():
         pass
 
 
-def reap_leftovers(idents, grace: float = 3.0) -> List[Dict[str, Any]]:
+def kill_tree(pid):
+    """Kill process pid and everything it started."""
+    try:
+        import psutil
+
+        root = psutil.Process(pid)
+        procs = root.children(recursive=True) + [root]
+    except Exception:
+        procs = []
+    for q in procs:
+        try:
+            q.kill()
+        except Exception:
+            pass
+
+
+def reap_leftovers(idents, grace: float = 3.0) -> list[dict[str, Any]]:
     """Wait up to `grace` s for the processes in idents [(pid, create_time)]
     to exit, then kill the survivors.  Returns what had to be killed."""
-    import time
 
     try:
         import psutil
@@ -324,10 +367,10 @@ def reap_leftovers(idents, grace: float = 3.0) -> List[Dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------
-# Machine description / report rendering
+# Machine description and load
 # ---------------------------------------------------------------------------
 
-def machine_info() -> Dict[str, Any]:
+def machine_info() -> dict[str, Any]:
     cpu = platform.processor() or ""
     try:
         with open("/proc/cpuinfo") as f:
@@ -357,73 +400,51 @@ def machine_info() -> Dict[str, Any]:
     }
 
 
-def _cell(metric: Metric, res: Optional[Dict[str, Any]], backend_state: str) -> str:
-    """backend_state: 'ok' | 'n/a' (not importable) | 'error' (import failed) | 'skipped'."""
-    if backend_state != "ok":
-        return backend_state
-    if res is None:
-        return "not run"
-    if res.get("median") is None:
-        return "error" if res.get("error") else "not run"
-    s = fmt_value(metric, res["median"])
-    if res.get("error"):
-        s += " (partial)"
-    return s
+def lib_version(name):
+    try:
+        from importlib.metadata import version
+
+        return version(name)
+    except Exception:
+        return None
 
 
-def build_rows(report: Dict[str, Any]) -> List[List[str]]:
-    backends = report["backends"]
-    rows = []
-    for m in METRICS:
-        cells = {}
-        vals = {}
-        for b in ("meshrt", "ray"):
-            st = backends.get(b, {}).get("state", "skipped")
-            res = backends.get(b, {}).get("metrics", {}).get(m.key)
-            cells[b] = _cell(m, res, st)
-            vals[b] = res.get("median") if (st == "ok" and res and not res.get("error")) else None
-        if all(b not in backends or backends[b].get("state") == "skipped" for b in ("meshrt", "ray")):
-            continue
-        # Informational rows that no backend produced are left out.
-        if m.target is None and all(vals[b] is None for b in vals):
-            continue
-        r = improvement(m, vals["meshrt"], vals["ray"])
-        if r is None:
-            ratio = "-"
-            tgt = m.target_text
-        else:
-            ratio = f"{r:.2f}x" if r < 10 else f"{r:.1f}x"
-            tgt = m.target_text
-            if m.target is not None:
-                tgt += "  [ok]" if r >= m.target else "  [MISS]"
-        rows.append([m.label, cells["meshrt"], cells["ray"], ratio, tgt])
-    return rows
+def loadavg():
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
 
 
-HEADER = ["metric", "meshrt", "ray", "ratio (meshrt vs ray, >1 = meshrt better)", "target"]
+def foreign_cpu_busy(interval=1.0):
+    """System-wide CPU busy % over `interval` s while no child of ours runs,
+    i.e. work by other programs on the machine."""
+    try:
+        import psutil
+
+        return psutil.cpu_percent(interval=interval)
+    except Exception:
+        return None
 
 
-def header(report):
-    h = list(HEADER)
-    if report["backends"].get("ray", {}).get("from_file"):
-        h[2] = "ray (saved run)"
-    return h
+# ---------------------------------------------------------------------------
+# Report layout: the text table, its footer, the markdown page
+# ---------------------------------------------------------------------------
+
+ALIGN = ["<", ">", ">", ">", "<"]   # metric | meshrt | ray | ratio | target
 
 
-def render_text(report: Dict[str, Any]) -> str:
-    rows = build_rows(report)
-    hdr = header(report)
-    widths = [max(len(hdr[i]), *(len(r[i]) for r in rows)) if rows else len(hdr[i])
-              for i in range(len(hdr))]
-    align = ["<", ">", ">", ">", "<"]
+def render_table(header: list[str], rows: list[list[str]], foot: str) -> str:
+    widths = [max(len(header[i]), *(len(r[i]) for r in rows)) if rows else len(header[i])
+              for i in range(len(header))]
 
     def line(cells):
-        return " | ".join(f"{c:{a}{w}}" for c, a, w in zip(cells, align, widths))
+        return " | ".join(f"{c:{a}{w}}" for c, a, w in zip(cells, ALIGN, widths, strict=True))
 
-    out = [line(hdr), "-+-".join("-" * w for w in widths)]
+    out = [line(header), "-+-".join("-" * w for w in widths)]
     out += [line(r) for r in rows]
     out.append("")
-    out.append(_footer(report))
+    out.append(foot)
     return "\n".join(out)
 
 
@@ -453,35 +474,36 @@ def _loads(report):
     return ", ".join(parts) or "-"
 
 
-def _footer(report):
-    mi = report["machine"]
+def _medians_over(report):
     a = report["args"]
-    return (f"medians over {a['repeat']} repetition(s){' (quick mode)' if a['quick'] else ''}; "
-            f"{mi['cores']} cores ({mi['cpu']}), Python {mi['python']}; {_versions(report)}; "
-            f"CPU busy before: {_loads(report)}; {mi['date']}")
+    return f"medians over {a['repeat']} repetition(s){' (quick mode)' if a['quick'] else ''}; "
 
 
-def render_markdown(report: Dict[str, Any]) -> str:
+def footer(report):
     mi = report["machine"]
-    a = report["args"]
-    rows = build_rows(report)
+    return (f"{_medians_over(report)}{mi['cores']} cores ({mi['cpu']}), Python {mi['python']}; "
+            f"{_versions(report)}; CPU busy before: {_loads(report)}; {mi['date']}")
+
+
+def render_markdown(report: dict[str, Any], header: list[str], rows: list[list[str]],
+                    method: str, libraries_extra: str = "") -> str:
+    """method: the part of the "Method" line after the repetition count."""
+    mi = report["machine"]
     out = [
         f"Command: `{report['command']}`",
         "",
         f"- Date: {mi['date']}",
         f"- Machine: {mi['cores']} cores ({mi['cpu']}), {mi['mem_gib']} GiB RAM, {mi['platform']}",
         f"- Python: {mi['python']}",
-        f"- Libraries: {_versions(report)}",
+        f"- Libraries: {_versions(report)}{libraries_extra}",
         f"- Other work on the machine (CPU busy in the 1 s before each backend's run): {_loads(report)}",
-        f"- Method: medians over {a['repeat']} repetition(s){' (quick mode)' if a['quick'] else ''}; "
-        f"each backend in its own fresh process, `init(num_cpus=4)` for both; "
-        f"ratio is meshrt's improvement factor over Ray (> 1 = meshrt better).",
+        f"- Method: {_medians_over(report)}{method}",
         "",
-        "| " + " | ".join(header(report)) + " |",
+        "| " + " | ".join(header) + " |",
         "|" + "|".join(["---", "--:", "--:", "--:", "---"]) + "|",
     ]
     for r in rows:
         r = [c.replace(">=", "≥").replace("<=", "≤").replace("[ok]", "✅").replace("[MISS]", "❌")
-             .replace("|", "\\|") for c in r]
+             .replace("[FAIL]", "❌").replace("|", "\\|") for c in r]
         out.append("| " + " | ".join(r) + " |")
     return "\n".join(out) + "\n"

@@ -63,30 +63,23 @@ Method (GB = 10^9 bytes; 256 MiB = 268,435,456 bytes):
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
-import logging
-import mmap
 import os
-import re
-import shlex
-import subprocess
 import sys
-import tempfile
-import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO_ROOT = os.path.dirname(HERE)
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 import _benchlib as bl  # noqa: E402
+import _harness as h  # noqa: E402
+from _harness import kill_actors, log  # noqa: E402
+from _memprobe import StoreUsage, driver_memory, is_store_mapping, mapping_of, measure_memcpy  # noqa: E402
 
 perf = time.perf_counter
 
@@ -111,12 +104,6 @@ GB = 1e9
 # --only groups, in run order (memcpy and put_first always run before init).
 RUN_ORDER = ["memcpy", "put_first", "put_warm", "get_small", "get_large", "numpy_arg", "torch_rt",
              "small_puts", "cycles"]
-REQUIRED_API = ("init", "remote", "get", "put", "shutdown")
-
-
-def log(msg):
-    sys.stderr.write(f"[objstore {time.strftime('%H:%M:%S')}] {msg}\n")
-    sys.stderr.flush()
 
 
 # ---------------------------------------------------------------------------
@@ -183,7 +170,6 @@ METRICS: list[OMetric] = [
     OMetric("init_s", "put_first", "info: init() call in the child (s)", "s", False, digits=2,
             target_text="(meshrt's init returns before its runtime is up)", compare=False),
 ]
-METRIC_BY_KEY = {m.key: m for m in METRICS}
 GROUP_KEYS: dict[str, list[str]] = {}
 for _m in METRICS:
     GROUP_KEYS.setdefault(_m.group, []).append(_m.key)
@@ -207,30 +193,8 @@ class _Sink:
 
 
 # ---------------------------------------------------------------------------
-# Backend import / init
+# Init and the big array
 # ---------------------------------------------------------------------------
-
-def import_backend(backend):
-    if backend == "meshrt":
-        if REPO_ROOT not in sys.path:
-            sys.path.insert(0, REPO_ROOT)
-        import meshrt as ray  # noqa: F401
-    else:
-        import ray  # noqa: F401
-    return ray
-
-
-def backend_version(ray):
-    v = getattr(ray, "__version__", None)
-    if v is None:
-        try:
-            from importlib.metadata import version
-
-            v = version(ray.__name__)
-        except Exception:
-            v = "unknown"
-    return str(v)
-
 
 def do_init(ray):
     # Same call for both backends; no Ray-only kwargs.
@@ -243,56 +207,13 @@ def make_big_array():
     return np.random.default_rng(0).random(BIG_ELEMS)
 
 
-# ---------------------------------------------------------------------------
-# Machine reference: memcpy bandwidth
-# ---------------------------------------------------------------------------
-
-def measure_memcpy(src, samples=MEMCPY_SAMPLES):
-    """(1-thread GB/s samples, 2-thread GB/s samples) copying src into a
-    pre-touched, page-aligned anonymous mapping."""
-    import numpy as np
-
-    n = src.nbytes
-    mm = mmap.mmap(-1, n)
-    try:
-        dst = np.frombuffer(mm, dtype=src.dtype)
-        dst.fill(0.0)                                   # touch every page first
-        one, two = [], []
-        np.copyto(dst, src)                             # warm-up
-        for _ in range(samples):
-            t0 = perf()
-            np.copyto(dst, src)
-            one.append(n / (perf() - t0) / GB)
-        half = len(src) // 2
-        parts = [(dst[:half], src[:half]), (dst[half:], src[half:])]
-        for i in range(samples + 1):
-            go = threading.Barrier(3)
-            ts = [threading.Thread(target=_copy_after, args=(go, d, s)) for d, s in parts]
-            for t in ts:
-                t.start()
-            go.wait()
-            t0 = perf()
-            for t in ts:
-                t.join()
-            dt = perf() - t0
-            if i:                                       # first one is a warm-up
-                two.append(n / dt / GB)
-        if not np.array_equal(dst[:: 1 << 16], src[:: 1 << 16]):
-            raise RuntimeError("memcpy check failed")
-        del dst, parts
-        return one, two
-    finally:
-        try:
-            mm.close()
-        except BufferError:     # a view still alive; the mapping goes with it
-            pass
-
-
-def _copy_after(barrier, dst, src):
-    import numpy as np
-
-    barrier.wait()
-    np.copyto(dst, src)
+def timed_put(ray, x):
+    """Seconds for one put(x); the ref is dropped at once."""
+    t0 = perf()
+    ref = ray.put(x)
+    dt = perf() - t0
+    del ref
+    return dt
 
 
 # ---------------------------------------------------------------------------
@@ -300,190 +221,27 @@ def _copy_after(barrier, dst, src):
 # ---------------------------------------------------------------------------
 
 def probe_main(backend):
-    ray = import_backend(backend)
+    ray = h.import_backend(backend)
     x = make_big_array()                 # created BEFORE init
     t0 = perf()
     do_init(ray)
     init_s = perf() - t0
-    t0 = perf()
-    ref = ray.put(x)
-    put_s = perf() - t0
-    del ref
+    put_s = timed_put(ray, x)
     ray.shutdown()
     sys.stdout.write(json.dumps({"put_s": put_s, "init_s": init_s}) + "\n")
     sys.stdout.flush()
-
-
-def run_probe(backend, timeout):
-    cmd = [sys.executable, os.path.abspath(__file__), "--backend", backend, "--put-probe"]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=None, text=True, cwd=REPO_ROOT)
-    try:
-        out, _ = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_tree(p.pid)
-        p.communicate()
-        raise
-    if p.returncode != 0:
-        raise RuntimeError(f"put probe exited with status {p.returncode}")
-    return json.loads(out.strip().splitlines()[-1])
-
-
-def _kill_tree(pid):
-    try:
-        import psutil
-
-        root = psutil.Process(pid)
-        procs = root.children(recursive=True) + [root]
-    except Exception:
-        procs = []
-    for q in procs:
-        try:
-            q.kill()
-        except Exception:
-            pass
-
-
-# ---------------------------------------------------------------------------
-# Helpers: process memory, where an address lives, store usage
-# ---------------------------------------------------------------------------
-
-def driver_memory() -> dict[str, float]:
-    """This process's RSS and its split (MiB), from /proc/self/status."""
-    out = {}
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                k, _, v = line.partition(":")
-                if k in ("VmRSS", "RssAnon", "RssFile", "RssShmem"):
-                    out[k] = int(v.split()[0]) / 1024.0
-    except OSError:
-        import psutil
-
-        out["VmRSS"] = psutil.Process().memory_info().rss / 2**20
-    return out
-
-
-def mapping_of(addr: int) -> dict[str, str] | None:
-    """The /proc/self/maps line that holds addr: {'perms', 'path'}."""
-    try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                parts = line.split(None, 5)
-                lo, hi = (int(h, 16) for h in parts[0].split("-"))
-                if lo <= addr < hi:
-                    return {"perms": parts[1], "path": parts[5].strip() if len(parts) > 5 else "",
-                            "size_mib": round((hi - lo) / 2**20, 1)}
-    except OSError:
-        pass
-    return None
-
-
-def is_store_mapping(mp: dict[str, str] | None) -> bool:
-    if not mp:
-        return False
-    path = mp["path"]
-    return path.startswith("/memfd:") or path.startswith("/dev/shm") or "plasma" in path
-
-
-class StoreUsage:
-    """Bytes the object store holds right now, or None where the backend
-    exposes nothing reliable."""
-
-    def __init__(self, ray, backend):
-        self.ray = ray
-        self.backend = backend
-        self.how = None
-        self._captured: list[str] = []
-        if backend == "meshrt":
-            self.how = "capacity - available_resources()['object_store_memory']"
-            try:
-                self.capacity = int(ray.cluster_resources()["object_store_memory"])
-            except Exception:
-                self.capacity = STORE_BYTES
-        else:
-            try:
-                self.cw = ray._private.worker.global_worker.core_worker
-                self.logger = logging.getLogger("ray._raylet")
-                if self.read() is not None:
-                    self.how = "core_worker.log_plasma_usage(): bytes in use + bytes evictable"
-            except Exception as e:
-                log(f"  no plasma usage for Ray: {type(e).__name__}: {e}")
-                self.how = None
-
-    def read(self) -> int | None:
-        if self.backend == "meshrt":
-            return self.capacity - int(self.ray.available_resources()["object_store_memory"])
-        if not hasattr(self, "cw"):
-            return None
-        cap = self._captured
-
-        class _Grab(logging.Filter):
-            def filter(self, record):
-                msg = record.getMessage()
-                if "Plasma Store Usage" in msg:
-                    cap.append(msg)
-                    return False        # swallow it: not for the console
-                return True
-
-        flt = _Grab()
-        self.logger.addFilter(flt)
-        try:
-            cap.clear()
-            self.cw.log_plasma_usage()
-        finally:
-            self.logger.removeFilter(flt)
-        if not cap:
-            return None
-        text = cap[-1]
-        got = {k: int(v) for k, v in re.findall(r"bytes (in use|evictable|unsealed): (\d+)", text)}
-        if "in use" not in got:
-            return None
-        return got["in use"] + got.get("evictable", 0)
 
 
 # ---------------------------------------------------------------------------
 # Context and metrics
 # ---------------------------------------------------------------------------
 
-class Ctx:
-    def __init__(self, ray, args, writer, backend, x):
-        self.ray = ray
-        self.args = args
-        self.writer = writer
-        self.backend = backend
-        self.repeat = args.repeat
-        self.dur = args.duration
+class Ctx(h.Ctx):
+    def __init__(self, c, x):
+        super().__init__(c)
         self.x = x
         self.puts_done = 0          # puts of the big array so far in this session
-        self.Sink = ray.remote(_Sink)
-
-    def rec(self, key, value, **info):
-        self.writer.sample(key, value, **info)
-        m = METRIC_BY_KEY[key]
-        log(f"  {key}: {fmt(m, value)} {m.unit}"
-            + (f"  ({', '.join(f'{k}={v}' for k, v in info.items())})" if info else ""))
-
-
-def kill_actors(ray, actors):
-    kill = getattr(ray, "kill", None)
-    for a in actors:
-        if kill is None:
-            break
-        try:
-            kill(a)
-        except Exception as e:
-            log(f"kill() failed: {type(e).__name__}: {e}")
-    actors.clear()
-
-
-def latency_rounds(fn, min_time, min_rounds=20):
-    lat = []
-    t_end = perf() + min_time
-    while len(lat) < min_rounds or perf() < t_end:
-        t0 = perf()
-        fn()
-        lat.append(perf() - t0)
-    return sorted(lat)
+        self.Sink = c.ray.remote(_Sink)
 
 
 def m_put_warm(ctx):
@@ -493,10 +251,7 @@ def m_put_warm(ctx):
         del ref
         ctx.puts_done += 1
     for _ in range(ctx.repeat * PUTS_PER_REPEAT):
-        t0 = perf()
-        ref = ray.put(x)
-        dt = perf() - t0
-        del ref
+        dt = timed_put(ray, x)
         ctx.puts_done += 1
         ctx.rec("put_warm", BIG_BYTES / dt / GB, ms=round(dt * 1e3, 2))
 
@@ -511,15 +266,7 @@ def m_get_small(ctx):
     if not np.array_equal(got, v):
         raise RuntimeError("get of the 1 KiB array returned different values")
     del got
-
-    def one():
-        ray.get(ref)
-
-    latency_rounds(one, min(0.3, ctx.dur))
-    for _ in range(ctx.repeat):
-        lat = latency_rounds(one, ctx.dur, 50)
-        ctx.rec("get_small_ms", bl.median(lat) * 1e3, n=len(lat),
-                p10_ms=round(lat[len(lat) // 10] * 1e3, 4), p90_ms=round(lat[(len(lat) * 9) // 10] * 1e3, 4))
+    ctx.latency("get_small_ms", lambda: ray.get(ref), min_rounds=50)
 
 
 def m_get_large(ctx):
@@ -538,15 +285,7 @@ def m_get_large(ctx):
             mapping_mib=(mp or {}).get("size_mib"), writeable=bool(v.flags.writeable),
             owndata=bool(v.flags.owndata))
     del v
-
-    def one():
-        ray.get(ref)
-
-    latency_rounds(one, min(0.3, ctx.dur))
-    for _ in range(ctx.repeat):
-        lat = latency_rounds(one, ctx.dur)
-        ctx.rec("get_large_ms", bl.median(lat) * 1e3, n=len(lat),
-                p10_ms=round(lat[len(lat) // 10] * 1e3, 4), p90_ms=round(lat[(len(lat) * 9) // 10] * 1e3, 4))
+    ctx.latency("get_large_ms", lambda: ray.get(ref))
 
 
 def m_numpy_arg(ctx):
@@ -605,23 +344,8 @@ def m_torch_rt(ctx):
 
 
 def m_small_puts(ctx):
-    ray = ctx.ray
-    obj = SMALL_OBJECT
-
-    def loop(min_time):
-        n = 0
-        t0 = perf()
-        while True:
-            ray.put(obj)        # ref dropped at once
-            n += 1
-            el = perf() - t0
-            if el >= min_time:
-                return n / el, n
-
-    loop(min(0.3, ctx.dur))
-    for _ in range(ctx.repeat):
-        rate, n = loop(ctx.dur)
-        ctx.rec("small_puts", rate, n=n)
+    ray, obj = ctx.ray, SMALL_OBJECT
+    ctx.rate("small_puts", lambda: ray.put(obj))    # ref dropped at once
 
 
 def m_cycles(ctx):
@@ -629,7 +353,7 @@ def m_cycles(ctx):
 
     ray = ctx.ray
     cycles = CYCLES_QUICK if ctx.args.quick else CYCLES
-    usage = StoreUsage(ray, ctx.backend)
+    usage = StoreUsage(ray, ctx.backend, STORE_BYTES)
     ctx.writer.info("cycles_store_mib", how=usage.how, cycles=cycles)
     # A few cycles first so that one-time setup (allocator, caches) is not
     # counted as growth, then settle and take the baseline.
@@ -694,232 +418,76 @@ GROUP_FUNCS = {
 
 
 # ---------------------------------------------------------------------------
-# Child: runs all (or --only) groups against one backend.
+# Child: memcpy and put probes before init, init + first put, then the groups.
 # ---------------------------------------------------------------------------
 
-def child_main(args):
-    backend = args.backend
-    writer = bl.ResultWriter(args.json_out, backend)
-    writer.flush()
-    groups = [g for g in RUN_ORDER if g in args.only] if args.only else list(RUN_ORDER)
-    watchdog = bl.Watchdog(writer)
-
-    try:
-        ray = import_backend(backend)
-    except BaseException as e:
-        log(f"[{backend}] cannot import: {type(e).__name__}: {e}")
-        missing = isinstance(e, ModuleNotFoundError) and e.name == ("meshrt" if backend == "meshrt" else "ray")
-        writer.set(import_error=f"{type(e).__name__}: {e}", module_missing=missing, running=None)
-        return 3
-    lacking = [n for n in REQUIRED_API if not callable(getattr(ray, n, None))]
-    if lacking:
-        msg = f"module {ray.__name__} ({getattr(ray, '__file__', None) or 'namespace package'}) lacks " \
-              + ", ".join(lacking)
-        log(f"[{backend}] not usable yet: {msg}")
-        writer.set(import_error=msg, module_missing=True, running=None)
-        return 3
-    writer.set(version=backend_version(ray), module_file=getattr(ray, "__file__", None))
-    log(f"[{backend}] imported {ray.__name__} {backend_version(ray)}")
-
+def child_main(c):
+    ray, writer, backend = c.ray, c.writer, c.backend
     x = make_big_array()                  # before init (put_first needs that)
 
     # 1. Machine reference, before anything of the runtime runs.
-    if "memcpy" in groups:
-        writer.start("memcpy_1t")
-        watchdog.arm("memcpy_1t", args.metric_timeout)
-        try:
-            one, two = measure_memcpy(x)
-            for v in one:
-                writer.sample("memcpy_1t", v)
-            for v in two:
-                writer.sample("memcpy_2t", v)
-            log(f"[{backend}] memcpy 256 MiB: 1 thread {bl.median(one):.2f} GB/s, "
-                f"2 threads {bl.median(two):.2f} GB/s (median of {len(one)})")
-        except Exception as e:
-            traceback.print_exc()
-            writer.error("memcpy_1t", f"{type(e).__name__}: {e}")
-        finally:
-            watchdog.disarm()
-            writer.done("memcpy_1t")
+    def memcpy():
+        one, two = measure_memcpy(x, MEMCPY_SAMPLES)
+        for v in one:
+            writer.sample("memcpy_1t", v)
+        for v in two:
+            writer.sample("memcpy_2t", v)
+        log(f"[{backend}] memcpy 256 MiB: 1 thread {bl.median(one):.2f} GB/s, "
+            f"2 threads {bl.median(two):.2f} GB/s (median of {len(one)})")
+
+    if "memcpy" in c.items:
+        c.guard("memcpy_1t", memcpy)
 
     # 2. put, first of a session: probes in fresh processes before our own init.
-    if "put_first" in groups:
-        writer.start("put_first")
-        for i in range(args.repeat - 1):
-            log(f"[{backend}] put probe {i + 1}/{args.repeat - 1} (fresh process)")
-            try:
-                r = run_probe(backend, args.metric_timeout)
-            except Exception as e:
-                log(f"  put probe failed ({type(e).__name__}: {e}); no more probes")
-                if isinstance(e, subprocess.TimeoutExpired):
-                    writer.error("put_first", f"probe timeout after {args.metric_timeout} s")
-                break
-            writer.sample("put_first", BIG_BYTES / r["put_s"] / GB, ms=round(r["put_s"] * 1e3, 1),
-                          probe=True)
-            log(f"  put_first: {BIG_BYTES / r['put_s'] / GB:.2f} GB/s ({r['put_s'] * 1e3:.1f} ms; "
-                f"init {r['init_s']:.2f} s)")
+    def record_probe(r):
+        writer.sample("put_first", BIG_BYTES / r["put_s"] / GB, ms=round(r["put_s"] * 1e3, 1), probe=True)
+        log(f"  put_first: {BIG_BYTES / r['put_s'] / GB:.2f} GB/s ({r['put_s'] * 1e3:.1f} ms; "
+            f"init {r['init_s']:.2f} s)")
+
+    if "put_first" in c.items:
+        c.probes("put_first", record_probe)
 
     # 3. init, then (if wanted) the session's first put.
-    init_key = "put_first" if "put_first" in groups else "_init"
-    watchdog.arm(init_key, args.metric_timeout)
-    try:
+    def init():
         t0 = perf()
         do_init(ray)
         init_s = perf() - t0
         writer.sample("init_s", init_s)
         log(f"[{backend}] init {init_s:.2f} s")
-        ctx = Ctx(ray, args, writer, backend, x)
-        if "put_first" in groups:
-            t0 = perf()
-            ref = ray.put(x)
-            dt = perf() - t0
-            del ref
+        ctx = Ctx(c, x)
+        if "put_first" in c.items:
+            dt = timed_put(ray, x)
             ctx.puts_done += 1
             ctx.rec("put_first", BIG_BYTES / dt / GB, ms=round(dt * 1e3, 1), probe=False)
-        writer.note_descendants()
-    except Exception as e:
-        traceback.print_exc()
-        msg = f"{type(e).__name__}: {e}"
-        for g in groups:
-            for k in GROUP_KEYS.get(g, []):
-                if k not in DERIVED and not (g == "memcpy"):
-                    writer.error(k, msg if k == "put_first" else "init failed: " + msg)
-        writer.note_descendants()
-        try:
-            ray.shutdown()
-        except Exception:
-            pass
+        return ctx
+
+    fail_keys = [k for g in c.items if g != "memcpy" for k in GROUP_KEYS.get(g, []) if k not in DERIVED]
+    ctx = c.init("put_first", init, fail_keys)
+    if ctx is None:
         return 4
-    finally:
-        watchdog.disarm()
-        writer.done(init_key)
-
-    # 4. The other groups.
-    for g in groups:
-        if g not in GROUP_FUNCS:
-            continue
-        key = GROUP_KEYS[g][0]
-        log(f"[{backend}] {g}")
-        writer.start(key)
-        watchdog.arm(key, args.metric_timeout)
-        try:
-            GROUP_FUNCS[g](ctx)
-        except Exception as e:
-            log(f"[{backend}] {g} FAILED: {type(e).__name__}: {e}")
-            traceback.print_exc()
-            writer.error(key, f"{type(e).__name__}: {e}")
-        finally:
-            watchdog.disarm()
-            writer.done(key)
-            gc.collect()
-
-    # 5. Shutdown.
-    watchdog.arm("_shutdown", args.metric_timeout)
-    try:
-        ray.shutdown()
-    except Exception:
-        traceback.print_exc()
-    finally:
-        watchdog.disarm()
+    # 4. The other groups, each recorded under its first metric.
+    c.run(GROUP_FUNCS, ctx, key_of=lambda g: GROUP_KEYS[g][0])
+    c.shutdown()
     return 0
 
 
 # ---------------------------------------------------------------------------
-# Parent
+# Parent: which groups a crashed child got through; derived metrics
 # ---------------------------------------------------------------------------
 
-def _group_done(metrics, g):
+def group_done(metrics, g):
     """A group counts as done when its first metric has a result or an error."""
     m = metrics.get(GROUP_KEYS[g][0])
     return m is not None and (m.get("samples") or m.get("error"))
 
 
-def run_backend(backend, args):
-    wanted = [g for g in RUN_ORDER if not args.only or g in args.only]
-    out = {"state": "ok", "version": None, "metrics": {}, "runs": []}
-    remaining = list(wanted)
-    restarts = 0
-    while remaining:
-        fd, tmp = tempfile.mkstemp(prefix=f"objstore-{backend}-", suffix=".json")
-        os.close(fd)
-        cmd = [sys.executable, os.path.abspath(__file__), "--backend", backend, "--child", "--json-out", tmp,
-               "--repeat", str(args.repeat), "--duration", str(args.duration), "--settle", str(args.settle),
-               "--metric-timeout", str(args.metric_timeout), "--only", ",".join(remaining)]
-        if args.quick:
-            cmd.append("--quick")
-        log(f"starting {backend} child: {' '.join(shlex.quote(c) for c in cmd)}")
-        load_before = _loadavg()
-        busy = _foreign_cpu_busy()
-        if busy is not None and busy > 15:
-            log(f"WARNING: CPU {busy:.0f}% busy with other work just before the {backend} run "
-                f"(load average {load_before}); expect noisy numbers")
-        t0 = perf()
-        rc = None
-        try:
-            p = subprocess.run(cmd, stdout=sys.stderr, stderr=None, cwd=REPO_ROOT, timeout=args.child_timeout)
-            rc = p.returncode
-        except subprocess.TimeoutExpired:
-            rc = "timeout"
-            log(f"{backend} child exceeded --child-timeout {args.child_timeout} s; killed")
-        wall = perf() - t0
-        try:
-            with open(tmp) as f:
-                data = json.load(f)
-        except Exception:
-            data = {"metrics": {}, "running": None}
-        finally:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-        log(f"{backend} child finished: rc={rc}, {wall:.1f} s")
-        leftovers = bl.reap_leftovers(data.get("descendants", []), grace=3.0 if rc == 0 else 1.0)
-        if leftovers:
-            log(f"{backend}: {len(leftovers)} process(es) outlived the child (rc={rc}); killed: "
-                + "; ".join(f"{d['pid']} {d['cmd'][:60]}" for d in leftovers))
-        out["runs"].append({"cmd": cmd, "rc": rc, "wall_s": round(wall, 1), "pid": data.get("pid"),
-                            "cpu_busy_before_pct": busy, "loadavg_before": load_before,
-                            "loadavg_after": _loadavg(), "leftover_processes_killed": leftovers})
-        if data.get("import_error"):
-            out["state"] = "n/a" if data.get("module_missing") else "error"
-            out["import_error"] = data["import_error"]
-            return out
-        out["version"] = out["version"] or data.get("version")
-        out["python"] = data.get("python")
-        out["module_file"] = data.get("module_file")
-        for k, v in data.get("metrics", {}).items():
-            if k not in METRIC_BY_KEY:
-                continue
-            prev = out["metrics"].get(k)
-            if prev is None:
-                out["metrics"][k] = v
-            else:
-                prev["samples"] += v.get("samples", [])
-                prev["median"] = bl.median(prev["samples"])
-                prev["error"] = prev.get("error") or v.get("error")
-        running = data.get("running")
-        if rc != 0 and running and running in out["metrics"]:
-            m = out["metrics"][running]
-            if not m.get("error"):
-                m["error"] = f"child process died during this metric (rc={rc})"
-        if rc == 0:
-            break
-        remaining = [g for g in remaining if not _group_done(out["metrics"], g)]
-        if rc == 4:     # init failed cleanly: restarting won't help
-            break
-        if remaining and restarts < args.max_restarts:
-            restarts += 1
-            log(f"{backend}: restarting child for the remaining groups: {', '.join(remaining)}")
-            time.sleep(2.0)
-            continue
-        break
+def finish_backend(out, wanted, remaining, rc):
     for g in wanted:
         for k in GROUP_KEYS[g]:
             if k not in out["metrics"] and k not in DERIVED and k not in ("init_s", "memcpy_2t"):
                 out["metrics"][k] = {"samples": [], "median": None, "info": {},
-                                     "error": "not run" if g in remaining or not out["runs"]
-                                     or out["runs"][-1]["rc"] == 0 else
-                                     f"not run (child rc={out['runs'][-1]['rc']})"}
+                                     "error": "not run" if g in remaining or rc == 0 else
+                                     f"not run (child rc={rc})"}
     # Derived: put warm relative to this child's own memcpy.
     pw = out["metrics"].get("put_warm") or {}
     mc = out["metrics"].get("memcpy_1t") or {}
@@ -932,36 +500,11 @@ def run_backend(backend, args):
     if samples and not pw.get("error"):
         out["metrics"]["put_warm_best"] = {"samples": [max(samples)], "median": max(samples), "error": None,
                                            "info": {"of": len(samples)}}
-    return out
-
-
-def _loadavg():
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
-
-
-def _foreign_cpu_busy(interval=1.0):
-    try:
-        import psutil
-
-        return psutil.cpu_percent(interval=interval)
-    except Exception:
-        return None
 
 
 # ---------------------------------------------------------------------------
-# Report rendering
+# Report: ratios, absolute checks, table rows
 # ---------------------------------------------------------------------------
-
-def fmt(m: OMetric, v) -> str:
-    if v is None:
-        return "-"
-    if m.fmt is not None and isinstance(v, (int, float)):
-        return m.fmt(v)
-    return bl.fmt_value(m, v)
-
 
 def passes(m: OMetric, v) -> bool | None:
     if m.limit is None or not isinstance(v, (int, float)):
@@ -993,7 +536,7 @@ def _cell(m: OMetric, report, b) -> str:
         if m.key == "cycles_store_mib" and _value(report, b, "cycles_rss_mib") is not None:
             return "n/a"
         return "not run"
-    s = fmt(m, res["median"])
+    s = bl.fmt_value(m, res["median"])
     ok = passes(m, res["median"])
     if ok is not None and m.fmt is None:
         s += " ok" if ok else " FAIL"
@@ -1060,164 +603,69 @@ def build_rows(report) -> list[list[str]]:
 HEADER = ["metric", "meshrt", "ray", "ratio (improvement factor, >1 = meshrt better)", "target"]
 
 
-def render_text(report) -> str:
-    rows = build_rows(report)
-    widths = [max(len(HEADER[i]), *(len(r[i]) for r in rows)) if rows else len(HEADER[i])
-              for i in range(len(HEADER))]
-    align = ["<", ">", ">", ">", "<"]
-
-    def line(cells):
-        return " | ".join(f"{c:{a}{w}}" for c, a, w in zip(cells, align, widths, strict=True))
-
-    out = [line(HEADER), "-+-".join("-" * w for w in widths)] + [line(r) for r in rows]
-    mi, a = report["machine"], report["args"]
-    out += ["", f"medians over {a['repeat']} repetition(s){' (quick mode)' if a['quick'] else ''}; "
-            f"{mi['cores']} cores ({mi['cpu']}), Python {mi['python']}; {bl._versions(report)}; "
-            f"CPU busy before: {bl._loads(report)}; {mi['date']}; total {report.get('total_wall_s')} s"]
-    return "\n".join(out)
+METHOD = ("each backend in its own fresh process, `init(num_cpus=4, object_store_memory=4 << 30)` for both; "
+          "GB = 10^9 bytes; memcpy measured in each backend's process before `init` (machine reference); "
+          "ratio is meshrt's improvement factor over Ray (> 1 = meshrt better); absolute checks "
+          "(RSS growth, store usage, ÷ memcpy, zero-copy) are judged on meshrt's value. "
+          "Details: docstring of `benchmarks/objstore.py`.")
 
 
-def render_markdown(report) -> str:
-    mi, a = report["machine"], report["args"]
-    rows = build_rows(report)
-    out = [
-        f"Command: `{report['command']}`",
-        "",
-        f"- Date: {mi['date']}",
-        f"- Machine: {mi['cores']} cores ({mi['cpu']}), {mi['mem_gib']} GiB RAM, {mi['platform']}",
-        f"- Python: {mi['python']}",
-        f"- Libraries: {bl._versions(report)}" + (f", torch {a['torch']}" if a.get("torch") else "")
-        + (f", numpy {a['numpy']}" if a.get("numpy") else ""),
-        f"- Other work on the machine (CPU busy in the 1 s before each backend's run): {bl._loads(report)}",
-        f"- Method: medians over {a['repeat']} repetition(s){' (quick mode)' if a['quick'] else ''}; "
-        f"each backend in its own fresh process, `init(num_cpus=4, object_store_memory=4 << 30)` for both; "
-        f"GB = 10^9 bytes; memcpy measured in each backend's process before `init` (machine reference); "
-        f"ratio is meshrt's improvement factor over Ray (> 1 = meshrt better); absolute checks "
-        f"(RSS growth, store usage, ÷ memcpy, zero-copy) are judged on meshrt's value. "
-        f"Details: docstring of `benchmarks/objstore.py`.",
-        "",
-        "| " + " | ".join(HEADER) + " |",
-        "|" + "|".join(["---", "--:", "--:", "--:", "---"]) + "|",
-    ]
-    for r in rows:
-        r = [c.replace(">=", "≥").replace("<=", "≤").replace("[ok]", "✅").replace("[MISS]", "❌")
-             .replace("[FAIL]", "❌").replace("|", "\\|") for c in r]
-        out.append("| " + " | ".join(r) + " |")
-    return "\n".join(out) + "\n"
+# ---------------------------------------------------------------------------
+# The script, as the harness sees it
+# ---------------------------------------------------------------------------
 
+class ObjstoreBench(h.Bench):
+    name = "objstore"
+    metrics = METRICS
+    run_order = RUN_ORDER
+    unit = "group"
+    required_api = ("init", "remote", "get", "put", "shutdown")
+    probe_flag = "--put-probe"
+    probe_what = "put"
+    pass_quick = True
+    gc_between_items = True
+    default_repeat = 3
+    metric_timeout = 180.0
+    help_quick = f"fast smoke run: 1 repetition, 0.25 s loops, 1 s settle, {CYCLES_QUICK:,} cycles"
+    help_duration = ("minimum timed seconds per repetition of a latency/throughput loop "
+                     "(default 1.0, --quick 0.25)")
+    help_settle = "seconds to settle before reading RSS / store usage (default 2, --quick 1)"
+    markdown_const = os.path.join(HERE, "results", "objstore.md")
+    help_markdown = "also write the table as markdown (default PATH benchmarks/results/objstore.md; '-' = stdout)"
 
-def output_report(report, args):
-    sys.stdout.write("\n" + render_text(report) + "\n")
-    if args.markdown is not None:
-        md = render_markdown(report)
-        if args.markdown == "-":
-            sys.stdout.write("\n" + md)
-        else:
-            os.makedirs(os.path.dirname(os.path.abspath(args.markdown)), exist_ok=True)
-            with open(args.markdown, "w") as f:
-                f.write(md)
-            log(f"markdown written to {args.markdown}")
-    sys.stdout.flush()
+    def child(self, c):
+        return child_main(c)
 
+    def probe(self, backend):
+        probe_main(backend)
 
-def _lib_version(name):
-    try:
-        from importlib.metadata import version
+    def item_done(self, metrics, item):
+        return group_done(metrics, item)
 
-        return version(name)
-    except Exception:
-        return None
+    def finish(self, out, wanted, remaining, rc):
+        finish_backend(out, wanted, remaining, rc)
 
+    def report_args(self, args):
+        return {"num_cpus": NUM_CPUS, "object_store_memory": STORE_BYTES, "big_bytes": BIG_BYTES,
+                "torch_bytes": TORCH_BYTES, "cycles": CYCLES_QUICK if args.quick else CYCLES,
+                "puts_per_repeat": PUTS_PER_REPEAT, "numpy": bl.lib_version("numpy"),
+                "torch": bl.lib_version("torch")}
 
-def parent_main(args):
-    backends = ["meshrt", "ray"] if args.backend == "both" else [args.backend]
-    report = {
-        "command": "python " + " ".join(shlex.quote(a) for a in
-                                        [os.path.relpath(os.path.abspath(sys.argv[0]), REPO_ROOT)] + sys.argv[1:]),
-        "machine": bl.machine_info(),
-        "args": {"backend": args.backend, "repeat": args.repeat, "quick": args.quick, "duration": args.duration,
-                 "settle": args.settle, "only": args.only, "num_cpus": NUM_CPUS,
-                 "object_store_memory": STORE_BYTES, "big_bytes": BIG_BYTES, "torch_bytes": TORCH_BYTES,
-                 "cycles": CYCLES_QUICK if args.quick else CYCLES, "puts_per_repeat": PUTS_PER_REPEAT,
-                 "numpy": _lib_version("numpy"), "torch": _lib_version("torch")},
-        "backends": {},
-    }
-    t_all = perf()
-    for b in backends:
-        report["backends"][b] = run_backend(b, args)
-        if b != backends[-1]:
-            time.sleep(2.0)
-    report["total_wall_s"] = round(perf() - t_all, 1)
-    report["medians"] = {b: {k: v.get("median") for k, v in info.get("metrics", {}).items()}
-                         for b, info in report["backends"].items()}
-    report["ratios"] = compute_ratios(report)
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump(report, f, indent=1, default=str)
-    log(f"total {report['total_wall_s']} s; raw results written to {args.json}")
-    output_report(report, args)
-    return 0
+    def ratios(self, report):
+        return compute_ratios(report)
 
+    def render_text(self, report):
+        return bl.render_table(HEADER, build_rows(report),
+                               bl.footer(report) + f"; total {report.get('total_wall_s')} s")
 
-def parse_only(s):
-    if not s:
-        return None
-    keys = [k.strip() for k in s.split(",") if k.strip()]
-    bad = [k for k in keys if k not in RUN_ORDER]
-    if bad:
-        raise SystemExit(f"--only: unknown group(s) {bad}; choose from {RUN_ORDER}")
-    return keys
+    def render_markdown(self, report):
+        a = report["args"]
+        extra = (f", torch {a['torch']}" if a.get("torch") else "") + (f", numpy {a['numpy']}" if a.get("numpy") else "")
+        return bl.render_markdown(report, HEADER, build_rows(report), METHOD, libraries_extra=extra)
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", choices=["meshrt", "ray", "both"], default="both")
-    ap.add_argument("--repeat", type=int, default=None, help="repetitions per metric (default 3, --quick 1)")
-    ap.add_argument("--quick", action="store_true",
-                    help=f"fast smoke run: 1 repetition, 0.25 s loops, 1 s settle, {CYCLES_QUICK:,} cycles")
-    ap.add_argument("--duration", type=float, default=None,
-                    help="minimum timed seconds per repetition of a latency/throughput loop "
-                         "(default 1.0, --quick 0.25)")
-    ap.add_argument("--settle", type=float, default=None,
-                    help="seconds to settle before reading RSS / store usage (default 2, --quick 1)")
-    ap.add_argument("--only", type=str, default=None, help=f"comma-separated subset of: {','.join(RUN_ORDER)}")
-    ap.add_argument("--json", default=os.path.join(HERE, "results", "objstore.json"),
-                    help="where to write raw results")
-    ap.add_argument("--markdown", nargs="?", const=os.path.join(HERE, "results", "objstore.md"), default=None,
-                    metavar="PATH", help="also write the table as markdown (default PATH "
-                                         "benchmarks/results/objstore.md; '-' = stdout)")
-    ap.add_argument("--render", default=None, metavar="JSON", help="only re-print the table of an earlier run")
-    ap.add_argument("--metric-timeout", type=float, default=180.0, help="watchdog per group, seconds")
-    ap.add_argument("--child-timeout", type=float, default=900.0, help="hard limit per child process, seconds")
-    ap.add_argument("--max-restarts", type=int, default=2, help="child restarts after a crash/hang")
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--json-out", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--put-probe", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-
-    if args.repeat is None:
-        args.repeat = 1 if args.quick else 3
-    if args.duration is None:
-        args.duration = 0.25 if args.quick else 1.0
-    if args.settle is None:
-        args.settle = 1.0 if args.quick else 2.0
-    args.repeat = max(1, args.repeat)
-    if isinstance(args.only, str):
-        args.only = parse_only(args.only)
-
-    if args.put_probe:
-        probe_main(args.backend)
-        return 0
-    if args.child:
-        if args.backend == "both":
-            raise SystemExit("--child needs --backend meshrt|ray")
-        return child_main(args)
-    if args.render:
-        with open(args.render) as f:
-            report = json.load(f)
-        output_report(report, args)
-        return 0
-    return parent_main(args)
+    return h.main(ObjstoreBench(), argv)
 
 
 if __name__ == "__main__":
