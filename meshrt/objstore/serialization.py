@@ -139,28 +139,32 @@ def _pickle_value(value: Any, keep, sink: list, buffers: list) -> bytes:
     """Plain pickle first (fastest); our reducers when torch is loaded or pickle refused
     (a memoryview); cloudpickle for code and anything defined in ``__main__``, which a
     worker could not import by name."""
-    if "torch" not in sys.modules:
+    for dump in _FAST_DUMPS if "torch" not in sys.modules else _TABLE_DUMPS:
         try:
-            data = pickle.dumps(value, protocol=5, buffer_callback=keep)
+            data = dump(value, keep)
             if _MAIN_MARK not in data:
                 return data
         except Exception:
             pass
-        sink.clear()
+        sink.clear()  # a failed attempt may have collected refs and buffers
         buffers.clear()
-    try:
-        data = _dump_with(pickle.Pickler, _dispatch_table(), value, keep)
-        if _MAIN_MARK not in data:
-            return data
-    except Exception:
-        pass
-    sink.clear()
-    buffers.clear()
     table = collections.ChainMap(_reducers(), cloudpickle.Pickler.dispatch_table)
     try:
         return _dump_with(cloudpickle.Pickler, table, value, keep)
     except Exception as exc:
         raise TypeError(f"cannot serialize a value of type {type(value).__qualname__}: {exc}") from exc
+
+
+def _plain_dumps(value: Any, keep) -> bytes:
+    return pickle.dumps(value, protocol=5, buffer_callback=keep)
+
+
+def _table_dumps(value: Any, keep) -> bytes:
+    return _dump_with(pickle.Pickler, _dispatch_table(), value, keep)
+
+
+_FAST_DUMPS = (_plain_dumps, _table_dumps)
+_TABLE_DUMPS = (_table_dumps,)
 
 
 def _dump_with(pickler_class, table, value: Any, keep) -> bytes:
