@@ -29,6 +29,30 @@ from ._private.toplevel import (
     put,
     wait,
 )
+from .exceptions import SupervisionError
+from .exceptions import TaskError as ActorError
+from .mesh import (
+    Actor,
+    ActorMesh,
+    Channel,
+    Extent,
+    Future,
+    HostMesh,
+    MeshFailure,
+    Point,
+    Port,
+    PortReceiver,
+    ProcMesh,
+    ValueMesh,
+    context,
+    current_rank,
+    current_size,
+    device_mesh,
+    endpoint,
+    this_host,
+    this_proc,
+    unhandled_fault_hook,
+)
 
 __version__ = "0.1.0"
 
@@ -57,6 +81,28 @@ __all__ = [
     "ActorMethod",
     "RemoteFunction",
     "RuntimeContext",
+    "Actor",
+    "ActorError",
+    "ActorMesh",
+    "Channel",
+    "Extent",
+    "Future",
+    "HostMesh",
+    "MeshFailure",
+    "Point",
+    "Port",
+    "PortReceiver",
+    "ProcMesh",
+    "SupervisionError",
+    "ValueMesh",
+    "context",
+    "current_rank",
+    "current_size",
+    "device_mesh",
+    "endpoint",
+    "this_host",
+    "this_proc",
+    "unhandled_fault_hook",
     "exceptions",
     "actor",
     "util",
@@ -67,7 +113,7 @@ def _fixup_module_metadata() -> None:
     """Public objects say ``meshrt.X`` in reprs and tracebacks, not their private home."""
     for name in __all__:
         obj = globals().get(name)
-        if getattr(obj, "__module__", "").startswith("meshrt._private"):
+        if getattr(obj, "__module__", "").startswith(("meshrt._private", "meshrt.mesh")):
             try:
                 obj.__module__ = __name__
             except (AttributeError, TypeError):

@@ -294,6 +294,15 @@ class AuthenticationError(MeshrtError, ConnectionError):
     """A peer failed the cluster-token handshake (wrong or missing ``MESHRT_TOKEN``)."""
 
 
+class SupervisionError(MeshrtError):
+    """A failure in an actor mesh that nobody handled: an endpoint called with
+    ``broadcast`` raised, or a mesh process died while no call waited on it.
+
+    Raised by the default ``meshrt.unhandled_fault_hook`` (which ends the process
+    that owns the mesh) and carried by ``MeshFailure.as_error()``.
+    """
+
+
 class RuntimeNotInitializedError(MeshrtError, RuntimeError):
     """An API that needs a running runtime was used before ``init()`` or after ``shutdown()``."""
 

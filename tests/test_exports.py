@@ -12,6 +12,10 @@ EXPECTED = {
     "cancel", "get_actor", "get_runtime_context", "get_gpu_ids", "available_resources",
     "cluster_resources", "nodes", "memory_summary", "ObjectRef", "ObjectRefGenerator", "ActorHandle", "ActorClass",
     "ActorMethod", "RemoteFunction", "RuntimeContext", "exceptions", "actor", "util",
+    # Monarch-style meshes
+    "Actor", "ActorError", "ActorMesh", "Channel", "Extent", "Future", "HostMesh", "MeshFailure", "Point",
+    "Port", "PortReceiver", "ProcMesh", "SupervisionError", "ValueMesh", "context", "current_rank",
+    "current_size", "device_mesh", "endpoint", "this_host", "this_proc", "unhandled_fault_hook",
 }
 
 
@@ -22,7 +26,8 @@ def test_public_names():
 
 
 def test_public_classes_say_meshrt():
-    for name in ("ObjectRef", "ObjectRefGenerator", "ActorHandle", "RemoteFunction"):
+    for name in ("ObjectRef", "ObjectRefGenerator", "ActorHandle", "RemoteFunction", "Actor", "ValueMesh",
+                 "ProcMesh", "endpoint"):
         assert getattr(meshrt, name).__module__ == "meshrt"
     assert meshrt.exceptions.TaskError.__module__ == "meshrt.exceptions"
 

@@ -28,6 +28,7 @@ class ActorCalls:
         result = self._make_returns(pt, num_returns)
         self.pending[task_id] = pt
         self._note_child(task_id)
+        self.count_call(handle._actor_id, 1)
         self.io.post(self._submit_actor_call, handle._actor_id, handle._class_name, pt)
         return result
 

@@ -28,6 +28,7 @@ class ActorClient:
         self.released = False
         self.creation_pins = None
         self.creation_args = None  # freed once the actor can never restart
+        self.on_death = None  # (death payload, observed) -> None; meshes supervise through it
 
     def subscribe(self) -> None:
         self.core.send_controller(m.WatchActor(self.actor_id))
@@ -63,6 +64,8 @@ class ActorClient:
 
     def replied(self, pt) -> None:
         self.inflight.pop(pt.task_id, None)
+        if pt.task_id > 0:  # not the internal release call
+            self.core.count_call(self.actor_id, -1)
 
     def cancel(self, pt, recursive: bool = True) -> bool:
         """True when the call never left (the caller fails it); else ask the actor."""
@@ -105,6 +108,8 @@ class ActorClient:
             waiting, self.queue = list(self.queue), collections.deque()
             for pt in waiting:
                 self.core.fail_pending(pt, st.death)
+            if self.on_death is not None and not self.released:
+                self.on_death(st.death, bool(lost or waiting))
 
     def release(self) -> None:
         """Every handle is gone: queue a terminate behind the calls already made."""

@@ -17,6 +17,7 @@ import asyncio
 import concurrent.futures
 import logging
 import sys
+import threading
 import time
 import weakref
 from functools import partial
@@ -77,8 +78,13 @@ class Core(Ownership, ActorCalls):
             m.ReleaseBorrows: self.on_release_borrows,
             m.PeerGone: self.on_peer_gone,
             m.ActorState: self.on_actor_state,
+            m.PortValue: self.on_port_value,
         }
+        self.ports: dict[int, Any] = {}  # port id -> deliver(ref), for mesh Channels
+        self.calls_out: dict[int, int] = {}  # actor id -> calls not answered yet (mesh choose())
+        self._calls_lock = threading.Lock()
         self.closed = False
+        self.closing = False  # shutdown has begun: deaths from here on are expected
 
     # ===================================================================================
     # routing (subclasses)
@@ -326,6 +332,24 @@ class Core(Ownership, ActorCalls):
             )
         self.io.post(self._cancel, pt, force, recursive)
 
+    def outstanding_calls(self, actor_id: int) -> int:
+        """Calls this process made to an actor that have not been answered yet."""
+        return self.calls_out.get(actor_id, 0)
+
+    def count_call(self, actor_id: int, delta: int) -> None:
+        """Any thread: a call to ``actor_id`` was made (+1) or answered (-1)."""
+        with self._calls_lock:
+            n = self.calls_out.get(actor_id, 0) + delta
+            if n > 0:
+                self.calls_out[actor_id] = n
+            else:
+                self.calls_out.pop(actor_id, None)
+
+    def is_ready(self, ref: ObjectRef) -> bool:
+        """True when the ref's value (or error) is here; never blocks."""
+        entry = self.table.entries.get(ref._id)
+        return entry is not None and entry.payload is not None
+
     def namespace(self) -> str:
         from . import context
 
@@ -515,6 +539,27 @@ class Core(Ownership, ActorCalls):
         entry = self.table.owned(oid)
         self.table.resolve(entry, msg.payload, held)
         stream.push(ObjectRef(oid, self.worker_id, self.table.deltas), msg.index)
+
+    def on_port_value(self, conn, msg: m.PortValue) -> None:
+        """A value sent through a Port: owned here like a put, then handed to its receiver."""
+        self._port_deliver(msg.port_id, msg.payload, self.adopt(msg.payload))
+
+    def _port_deliver(self, port_id: int, payload: Payload, held) -> None:
+        deliver = self.ports.get(port_id)
+        if deliver is None:
+            self.release_payload(payload)
+            return  # the receiver was closed
+        entry = self.table.owned(ids.new_put_id())
+        self.table.resolve(entry, payload, held)
+        deliver(ObjectRef(entry.id, self.worker_id, self.table.deltas))
+
+    def send_port(self, owner: int, port_id: int, payload: Payload, held) -> None:
+        """Loop: send one Port value to the process that holds its receiver."""
+        if owner == self.worker_id:
+            self._port_deliver(port_id, payload, self.adopt(payload, count=False))
+            return
+        self.account_outgoing(payload, owner)
+        self.send_to(owner, m.PortValue(port_id, payload))
 
     def on_stream_end(self, conn, msg: m.StreamEnd) -> None:
         stream = self.streams.get(msg.task_id)

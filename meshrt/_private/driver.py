@@ -120,6 +120,7 @@ class DriverCore(Core):
         self.controller.check_feasible(units, what, actor)
 
     def shutdown(self) -> None:
+        self.closing = True
         io = self.io
 
         async def stop():

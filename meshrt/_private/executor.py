@@ -86,6 +86,7 @@ class Executor:
         self.semaphore: asyncio.Semaphore | None = None
         self._async_inbox: list = []
         self._async_wake = False
+        self._sync_methods: dict[str, bool] = {}
         self.exiting = False
 
     # -- main thread -----------------------------------------------------------------------
@@ -120,6 +121,11 @@ class Executor:
 
     def submit(self, call: Call) -> None:
         if self.user_loop is not None:
+            if self._runs_on_helper(call.method):
+                # A plain method of an async actor: straight to its helper thread (one
+                # hop, not two through the loop), in arrival order like every call.
+                self.pool.submit(self.run_call, call)
+                return
             self._async_inbox.append(call)
             if not self._async_wake:
                 self._async_wake = True
@@ -128,6 +134,14 @@ class Executor:
             self.pool.submit(self.run_call, call)
         else:
             self.queue.put(call)
+
+    def _runs_on_helper(self, method: str) -> bool:
+        sync = self._sync_methods.get(method)
+        if sync is None:
+            fn = getattr(type(self.instance), method, None)
+            sync = self._sync_methods[method] = fn is not None and inspect.isfunction(fn) and not (
+                inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn))
+        return sync
 
     def take_unstarted(self) -> list[Call]:
         """Main thread: remove the pool tasks still queued here (to hand them back)."""
@@ -239,7 +253,9 @@ class Executor:
         if spec is not None and spec.retry_exceptions and self._may_retry(spec, err):
             self.core.io.post(self.core.task_retry, call)
             return
-        payload = error_payload(err, call.name, os.getpid(), skip_frames=1)
+        # A mesh endpoint runs inside ProcHost.call, which names the endpoint for us.
+        where = getattr(err, "__meshrt_where__", None)
+        payload = error_payload(err, where or call.name, os.getpid(), skip_frames=2 if where else 1)
         if call.num_returns == -1:
             self.core.io.post(self.core.stream_end, call, -1, payload)
             return

@@ -107,6 +107,13 @@ class StreamItem(NamedTuple):
     payload: Payload
 
 
+class PortValue(NamedTuple):
+    """Anyone -> the process holding a PortReceiver: one value sent through a Port."""
+
+    port_id: int
+    payload: Payload
+
+
 class StreamEnd(NamedTuple):
     """Executor -> owner: the generator finished after ``count`` items (error: it raised)."""
 

@@ -269,7 +269,7 @@ class WorkerCore(Core):
             self.send_controller(m.ActorExiting(spec.actor_id, reason))
         self._leave()
 
-    def _leave(self) -> None:
+    def _leave(self, code: int = 0) -> None:
         """Flush what we owe and exit the process."""
         for conn in [self.ctl, *(c.conn for c in self.channels.values())]:
             if conn is not None and not conn.closed:
@@ -279,4 +279,4 @@ class WorkerCore(Core):
             sys.stderr.flush()
         except Exception:
             pass
-        os._exit(0)
+        os._exit(code)

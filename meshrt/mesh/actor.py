@@ -1,0 +1,132 @@
+"""The actor side of meshes: ``Actor``, ``@endpoint`` and who-am-I inside an actor.
+
+``current_rank()``, ``current_size()`` and ``context()`` read a ContextVar that the
+process hosting the actor sets around each message, so concurrent async endpoints
+of different meshes in one process each see their own values.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+from .shape import Extent, Point
+
+ENDPOINT_MARK = "__meshrt_endpoint__"
+
+
+class Actor:
+    """Base class of mesh actors: subclass it and mark methods with ``@endpoint``.
+
+    Define ``__supervise__(self, failure)`` to handle failures of meshes this actor
+    spawned (return True when handled); unhandled ones end this actor and travel up
+    to whoever spawned it.
+    """
+
+
+def endpoint(fn=None, **options):
+    """Mark an Actor method callable through the mesh: ``mesh.method.call(...)``."""
+    unknown = set(options) - {"propagate", "explicit_response_port", "instrument"}
+    if unknown:
+        raise TypeError(f"@endpoint got unknown option(s) {sorted(unknown)}")
+
+    def mark(f):
+        if not callable(f):
+            raise TypeError(f"@endpoint needs a method, got {type(f).__name__}")
+        setattr(f, ENDPOINT_MARK, dict(options))
+        return f
+
+    return mark(fn) if fn is not None else mark
+
+
+def endpoint_names(cls: type) -> dict[str, bool]:
+    """name -> is_async for the callable endpoints of an Actor subclass or a plain class.
+
+    A subclass of Actor exposes its ``@endpoint`` methods; any other class (a
+    ``@meshrt.remote`` class) exposes its public methods, as its Ray handle would.
+    """
+    marked = issubclass(cls, Actor)
+    out = {}
+    for name, member in inspect.getmembers(cls):
+        if not callable(member) or inspect.isclass(member):
+            continue
+        if marked and not hasattr(member, ENDPOINT_MARK):
+            continue
+        if not marked and name.startswith("_"):
+            continue
+        out[name] = inspect.iscoroutinefunction(member) or inspect.isasyncgenfunction(member)
+    return out
+
+
+@dataclass(frozen=True)
+class ActorInstance:
+    """This actor within its mesh: ``rank`` is its Point in the mesh it was spawned as."""
+
+    name: str
+    rank: Point
+    proc_rank: int
+    actor_id: str
+
+    @property
+    def extent(self) -> Extent:
+        return self.rank.extent
+
+
+@dataclass(frozen=True)
+class Context:
+    """What ``context()`` returns inside an endpoint: the actor and this message's rank
+    within the (possibly sliced) mesh the caller addressed."""
+
+    actor_instance: ActorInstance | None
+    message_rank: Point
+
+
+_current: contextvars.ContextVar = contextvars.ContextVar("meshrt_mesh_context", default=None)
+_instance: contextvars.ContextVar = contextvars.ContextVar("meshrt_mesh_instance", default=None)
+_NO_EXTENT = Extent((), ())
+_OUTSIDE = Context(None, Point(0, _NO_EXTENT))
+
+
+class OwnerCell:
+    """The mesh actor running some code, filled in once its constructor returns (so a
+    mesh spawned inside ``__init__`` still finds its owner's ``__supervise__``)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any = None) -> None:
+        self.value = value
+
+
+def set_context(ctx: Context, owner: OwnerCell | None) -> tuple:
+    return _current.set(ctx), _instance.set(owner)
+
+
+def reset_context(tokens: tuple) -> None:
+    for var, token in zip((_current, _instance), tokens, strict=True):
+        try:
+            var.reset(token)
+        except ValueError:  # set in another context (a thread hand-off): just clear
+            var.set(None)
+
+
+def context() -> Context:
+    """The current actor and message; outside any mesh actor, rank 0 of an empty extent."""
+    return _current.get() or _OUTSIDE
+
+
+def current_rank() -> Point:
+    """This actor's Point in its mesh (``.rank`` is the flat index)."""
+    ctx = context()
+    return ctx.actor_instance.rank if ctx.actor_instance is not None else ctx.message_rank
+
+
+def current_size() -> dict[str, int]:
+    """The sizes of this actor's mesh, by dimension name."""
+    return dict(current_rank().extent)
+
+
+def current_owner() -> OwnerCell | None:
+    """The mesh actor running this code, if any (the owner of meshes it spawns)."""
+    return _instance.get()

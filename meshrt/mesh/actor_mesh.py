@@ -1,0 +1,316 @@
+"""ActorMesh and its endpoints: ``mesh.step.call(x)``, ``call_one``, ``broadcast``,
+``choose``, ``stream``.
+
+Every message is an actor call to the ProcHost of one process, so per caller and
+process messages arrive in the order sent. A call to many actors serializes its
+arguments once: they are put in the object store and each process receives them
+from there (large buffers zero-copy).
+"""
+
+from __future__ import annotations
+
+import difflib
+import random
+import threading
+import time
+from typing import Any
+
+from .. import exceptions as exc
+from .._private import state
+from .._private.args import CallChecker
+from . import supervision
+from .future import Future
+from .shape import Point, Shape
+from .values import ValueMesh
+
+
+class MeshState:
+    """What the process that made a mesh knows about it: owner, stopping, load.
+    Shared by the mesh, its slices and the actor meshes spawned on it; not pickled."""
+
+    def __init__(self, name: str, extent, owner: Any) -> None:
+        self.name = name
+        self.extent = extent
+        self.owner = owner
+        self.stopping = False
+
+
+class ActorMesh:
+    """Actors of one class, one per process of a ProcMesh, addressed as one array."""
+
+    def __init__(self, name: str, class_name: str, endpoints: dict, procs: tuple, shape: Shape,
+                 mesh_state: MeshState | None = None, spawned: list | None = None,
+                 origin: Shape | None = None) -> None:
+        self._origin = origin or shape  # the shape it was spawned with: actors' own ranks
+        self._name = name
+        self._class_name = class_name
+        self._endpoints = endpoints  # name -> (CallChecker, is_async)
+        self._procs = procs
+        self._shape = shape
+        self._state = mesh_state
+        self._spawned = spawned  # refs of the constructor calls (in the spawning process)
+
+    # -- shape ----------------------------------------------------------------------------
+
+    @property
+    def extent(self):
+        return self._shape.extent
+
+    @property
+    def sizes(self) -> dict:
+        return dict(self._shape.extent)
+
+    def size(self, dim: str | None = None) -> int:
+        return len(self._shape) if dim is None else self._shape.extent[dim]
+
+    def __len__(self) -> int:
+        return len(self._shape)
+
+    def slice(self, **dims) -> ActorMesh:
+        """A view of some of the actors (int drops the dimension, a slice keeps it)."""
+        return ActorMesh(self._name, self._class_name, self._endpoints, self._procs,
+                         self._shape.slice(**dims), self._state, self._spawned, self._origin)
+
+    def _points(self) -> list[Point]:
+        """Each addressed actor's own Point in the mesh as spawned (for errors)."""
+        origin = self._origin.ranks()
+        extent = self._origin.extent
+        return [Point(origin.index(r), extent) for r in self._shape.ranks()]
+
+    @property
+    def initialized(self) -> Future:
+        """Resolves once every actor's constructor has run (raises the first failure)."""
+        refs = list(self._spawned or ())
+        return _gather(self, refs, [Point(i, self._origin.extent) for i in range(len(refs))], None)
+
+    def stop(self) -> Future:
+        """Remove these actors from their processes (``__cleanup__`` runs if defined)."""
+        core = state.core()
+        refs = [core.call_actor(self._procs[r], "stop_actor", (self._name,), {}, 1)
+                for r in self._shape.ranks()]
+        return _gather(self, refs, self._points(), None, build=lambda values: None)
+
+    # -- endpoints ------------------------------------------------------------------------
+
+    def __getattr__(self, name: str) -> Endpoint:
+        endpoints = self.__dict__.get("_endpoints")
+        if endpoints is None or name.startswith("__"):
+            raise AttributeError(name)
+        found = endpoints.get(name)
+        if found is None:
+            hint = difflib.get_close_matches(name, list(endpoints), n=1)
+            extra = f"; did you mean {hint[0]!r}?" if hint else f"; its endpoints are {sorted(endpoints)}"
+            raise AttributeError(f"actor mesh {self._name!r} ({self._class_name}) has no endpoint {name!r}{extra}")
+        return Endpoint(self, name, *found)
+
+    def __reduce__(self):
+        return (ActorMesh, (self._name, self._class_name, self._endpoints, self._procs, self._shape, None, None,
+                            self._origin))
+
+    def __repr__(self) -> str:
+        return f"<ActorMesh {self._name!r} of {self._class_name} {self.extent}>"
+
+
+class Endpoint:
+    """``mesh.method``: choose how to send it."""
+
+    __slots__ = ("_mesh", "_name", "_checker", "_target")
+
+    def __init__(self, mesh: ActorMesh, name: str, checker: CallChecker, is_async: bool) -> None:
+        self._mesh = mesh
+        self._name = name
+        self._checker = checker
+        self._target = "call" if is_async else "call_sync"
+
+    def _check(self, args: tuple, kwargs: dict) -> None:
+        mesh = self._mesh
+        if mesh._state is not None and mesh._state.stopping:
+            raise exc.ActorDiedError(class_name=f"actor mesh {mesh._name!r}",
+                                     cause="its processes were stopped with stop(); spawn a new mesh")
+        self._checker.check(args, kwargs)
+
+    def _send(self, ranks: list[int], args: tuple, kwargs: dict) -> list:
+        """One call per target process; arguments serialized once."""
+        mesh = self._mesh
+        core = state.core()
+        extent = mesh._shape.extent
+        labels, sizes = extent.labels, extent.sizes
+        packed = (args, kwargs) if len(ranks) == 1 else core.put((args, kwargs))
+        procs = mesh._procs
+        local = mesh._shape.ranks() if len(ranks) != len(mesh._shape) else None
+        refs = []
+        for i, rank in enumerate(ranks):
+            message_rank = i if local is None else local.index(rank)
+            refs.append(core.call_actor(procs[rank], self._target, (mesh._name, self._name, message_rank, labels,
+                                                             sizes, packed), {}, 1))
+        return refs
+
+    def call(self, *args, **kwargs) -> Future:
+        """Every actor; resolves to a ValueMesh of replies."""
+        self._check(args, kwargs)
+        mesh = self._mesh
+        refs = self._send(mesh._shape.ranks(), args, kwargs)
+        extent = mesh.extent
+        return _gather(mesh, refs, mesh._points(), self._name,
+                       build=lambda values: ValueMesh(Shape.dense(extent.labels, extent.sizes), values))
+
+    def call_one(self, *args, **kwargs) -> Future:
+        """The mesh must hold exactly one actor; resolves to its reply."""
+        mesh = self._mesh
+        if len(mesh) != 1:
+            raise ValueError(f"call_one() needs a mesh of exactly one actor, but {mesh._name!r} has "
+                             f"{len(mesh)} {mesh.extent}; slice it first, e.g. mesh.slice(...)")
+        self._check(args, kwargs)
+        ref = self._send(mesh._shape.ranks(), args, kwargs)[0]
+        return _one(mesh, ref, mesh._points()[0], self._name)
+
+    def choose(self, *args, **kwargs) -> Future:
+        """One actor: the one this process has the fewest calls outstanding with (ties at
+        random); resolves to its reply."""
+        self._check(args, kwargs)
+        mesh = self._mesh
+        ranks = mesh._shape.ranks()
+        core = state.core()
+        best, best_n = [], None
+        for r in ranks:
+            n = core.outstanding_calls(mesh._procs[r]._actor_id)
+            if best_n is None or n < best_n:
+                best, best_n = [r], n
+            elif n == best_n:
+                best.append(r)
+        rank = random.choice(best)
+        ref = self._send([rank], args, kwargs)[0]
+        return _one(mesh, ref, mesh._points()[ranks.index(rank)], self._name)
+
+    def broadcast(self, *args, **kwargs) -> None:
+        """Every actor, no replies; a failure goes to the mesh's supervisor."""
+        self._check(args, kwargs)
+        mesh = self._mesh
+        refs = self._send(mesh._shape.ranks(), args, kwargs)
+        core = state.core()
+        owner = _owner(mesh)
+        for ref, point in zip(refs, mesh._points(), strict=True):
+            cf = core.concurrent_future(ref)
+            cf.add_done_callback(lambda f, point=point: _broadcast_done(mesh, point, owner, self._name, f))
+
+    def stream(self, *args, **kwargs):
+        """Every actor; yields one Future per reply, in the order replies arrive."""
+        self._check(args, kwargs)
+        mesh = self._mesh
+        refs = self._send(mesh._shape.ranks(), args, kwargs)
+        arrivals = _Arrivals(len(refs))
+        core = state.core()
+        for ref, point in zip(refs, mesh._points(), strict=True):
+            core.concurrent_future(ref).add_done_callback(
+                lambda f, point=point: arrivals.arrived(f, _relabel(mesh, point, self._name)))
+        return (arrivals.future(k) for k in range(len(refs)))
+
+    def __repr__(self) -> str:
+        return f"<endpoint {self._mesh._name}.{self._name}>"
+
+
+# -- futures over replies ------------------------------------------------------------------
+
+def _one(mesh: ActorMesh, ref, point: Point, endpoint: str | None) -> Future:
+    async def aget():
+        try:
+            return await ref
+        except exc.ActorDiedError as err:
+            raise _relabel(mesh, point, endpoint)(err) from None
+
+    def get(timeout):
+        try:
+            return state.core().get([ref], timeout)[0]
+        except exc.ActorDiedError as err:
+            raise _relabel(mesh, point, endpoint)(err) from None
+
+    return Future(aget, get)
+
+
+def _gather(mesh: ActorMesh, refs: list, points: list, endpoint: str | None, build=None) -> Future:
+    build = build or list
+
+    async def aget():
+        values = []
+        for ref, point in zip(refs, points, strict=True):
+            try:
+                values.append(await ref)
+            except exc.ActorDiedError as err:
+                raise _relabel(mesh, point, endpoint)(err) from None
+        return build(values)
+
+    def get(timeout):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        core = state.core()
+        values = []
+        for ref, point in zip(refs, points, strict=True):
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                values.append(core.get([ref], left)[0])
+            except exc.ActorDiedError as err:
+                raise _relabel(mesh, point, endpoint)(err) from None
+        return build(values)
+
+    return Future(aget, get)
+
+
+def _relabel(mesh: ActorMesh, point: Point, endpoint: str | None):
+    """ActorDiedError from a mesh process, reworded to name the mesh and the point."""
+
+    def convert(err: BaseException) -> BaseException:
+        if isinstance(err, exc.TaskError) or not isinstance(err, exc.ActorDiedError):
+            return err  # an endpoint raised: already named by the process that ran it
+        what = f"{mesh._class_name} of actor mesh {mesh._name!r} at {point}"
+        if endpoint:
+            what += f" (calling {endpoint})"
+        return exc.ActorDiedError(err.actor_id, what, err.cause, err.stderr_tail, err.creation_error)
+
+    return convert
+
+
+class _Arrivals:
+    """The k-th future gets the k-th reply to arrive (filled from the core loop)."""
+
+    def __init__(self, n: int) -> None:
+        import concurrent.futures
+
+        self.slots = [concurrent.futures.Future() for _ in range(n)]
+        self.next = 0
+        self.lock = threading.Lock()
+
+    def arrived(self, done, convert) -> None:
+        with self.lock:
+            slot = self.slots[self.next]
+            self.next += 1
+        err = done.exception()
+        if err is not None:
+            slot.set_exception(convert(err))
+        else:
+            slot.set_result(done.result())
+
+    def future(self, k: int) -> Future:
+        from .future import from_concurrent
+
+        return from_concurrent(self.slots[k])
+
+
+def _owner(mesh: ActorMesh):
+    from .actor import current_owner
+
+    if mesh._state is not None and mesh._state.owner is not None:
+        return mesh._state.owner
+    return current_owner()
+
+
+def _broadcast_done(mesh: ActorMesh, point: Point, owner, endpoint: str, done) -> None:
+    err = done.exception()
+    if err is None:
+        return
+    if isinstance(err, exc.ActorDiedError) and not isinstance(err, exc.TaskError):
+        if mesh._state is not None and mesh._state.stopping:
+            return
+        if getattr(state.core_or_none(), "closing", True):
+            return
+    err = _relabel(mesh, point, endpoint)(err)
+    cause = str(err).split("\n", 1)[0] if isinstance(err, exc.TaskError) else str(err)
+    supervision.report(supervision.MeshFailure(mesh._name, point, cause, f"{mesh._name}.{endpoint}", err), owner)

@@ -1,0 +1,54 @@
+"""torch.distributed bring-up for a ProcMesh, inside each of its processes.
+
+The driver picks the rendezvous (rank 0's host and a free port) and sends every
+process its env (RANK, WORLD_SIZE, LOCAL_RANK ...); each process then starts the
+process group and builds a torch DeviceMesh whose dim names are the mesh's, so DDP,
+FSDP and DTensor code runs unchanged inside actors.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+_device_mesh = None
+
+
+def bring_up(backend: str | None, labels: tuple, sizes: tuple) -> str:
+    """Start the default process group from the env and build the DeviceMesh."""
+    global _device_mesh
+    import torch
+    import torch.distributed as dist
+
+    cuda = torch.cuda.is_available()
+    if backend is None:
+        backend = "nccl" if cuda else "gloo"
+    if cuda:
+        # Each mesh process sees its own GPU(s) through CUDA_VISIBLE_DEVICES.
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
+    if not dist.is_initialized():
+        dist.init_process_group(backend, rank=int(os.environ["RANK"]),
+                                world_size=int(os.environ["WORLD_SIZE"]))
+    from torch.distributed.device_mesh import init_device_mesh
+
+    device_type = "cuda" if backend == "nccl" else "cpu"
+    _device_mesh = init_device_mesh(device_type, tuple(sizes), mesh_dim_names=tuple(labels))
+    return backend
+
+
+def device_mesh():
+    """This process's torch DeviceMesh, dims named as the mesh's (after
+    ``await procs.init_torch_distributed()``)."""
+    if _device_mesh is None:
+        raise RuntimeError(
+            "meshrt.device_mesh() is only available inside a mesh process after "
+            "`await procs.init_torch_distributed()` was called on its ProcMesh"
+        )
+    return _device_mesh
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nobody listens on now, for the rendezvous (rank 0 binds it right after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]

@@ -1,0 +1,280 @@
+"""HostMesh and ProcMesh: where mesh processes come from.
+
+``this_host().spawn_procs(per_host={"gpus": 4})`` starts one ProcHost actor per
+point. Each is an ordinary meshrt actor, so it is placed by the scheduler (one GPU
+each when the host has enough GPUs for a "gpus" dim), watched by the controller,
+and ends when the last reference to its mesh goes or ``stop()`` is called.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import weakref
+from collections.abc import Mapping
+from functools import partial
+from typing import Any
+
+from .. import exceptions as exc
+from .._private import context as rt_context
+from .._private import state
+from .._private.args import CallChecker
+from ..objstore.serialization import dumps_code
+from . import distributed, supervision
+from .actor import OwnerCell, current_owner, endpoint_names
+from .actor_mesh import ActorMesh, MeshState, _gather
+from .future import Future
+from .proc_host import ProcHost
+from .shape import Point, Shape, check_dims
+
+_names = itertools.count()
+_host_classes: dict = {}
+
+
+class HostMesh:
+    """Hosts, as a mesh. ``this_host()`` is the one this code runs on (no dims)."""
+
+    def __init__(self, shape: Shape) -> None:
+        self._shape = shape
+
+    @property
+    def extent(self):
+        return self._shape.extent
+
+    @property
+    def sizes(self) -> dict:
+        return dict(self._shape.extent)
+
+    def __len__(self) -> int:
+        return len(self._shape)
+
+    def slice(self, **dims) -> HostMesh:
+        return HostMesh(self._shape.slice(**dims))
+
+    def spawn_procs(self, per_host: Mapping | None = None, name: str | None = None) -> ProcMesh:
+        """Start processes: ``per_host={"gpus": 4}`` -> a ProcMesh {"gpus": 4} per host.
+
+        ``per_host`` may name several dims (``{"hosts": 2, "gpus": 2}`` on one machine).
+        """
+        labels, sizes = check_dims(per_host if per_host is not None else {"procs": 1}, "spawn_procs(per_host=...)")
+        clash = set(labels) & set(self._shape.labels)
+        if clash:
+            raise ValueError(f"spawn_procs(per_host=...): {sorted(clash)} already names a dimension of the "
+                             f"host mesh {self.extent}; pick other names")
+        labels = self._shape.labels + labels
+        sizes = self._shape.sizes + sizes
+        return _spawn(name or f"procs{next(_names)}", labels, sizes, per_host_count=_count(per_host))
+
+    def __repr__(self) -> str:
+        return f"<HostMesh {self.extent}>"
+
+
+def this_host() -> HostMesh:
+    """The host this code runs on."""
+    state.core()
+    return HostMesh(Shape((), 0, (), ()))
+
+
+def this_proc() -> ProcMesh:
+    """The process this code runs in, as a one-process mesh (inside a mesh actor)."""
+    core = state.core()
+    actor_id = rt_context.process.get("actor_id")
+    if core.is_driver or actor_id is None or rt_context.process.get("actor_class") != "ProcHost":
+        raise RuntimeError(
+            "this_proc() names a mesh process, and this code runs outside one (in the driver or a "
+            "plain task); spawn processes with this_host().spawn_procs(...) and spawn actors there"
+        )
+    from .._private.toplevel import RuntimeContext
+
+    handle = RuntimeContext().current_actor
+    return ProcMesh(f"proc-{actor_id:x}", (handle,), Shape((), 0, (), ()), None)
+
+
+class ProcMesh:
+    """Processes with named dims. ``spawn`` starts actors in them; ``stop`` ends them."""
+
+    def __init__(self, name: str, procs: tuple, shape: Shape, mesh_state: MeshState | None,
+                 env_ranks: tuple | None = None) -> None:
+        self._name = name
+        self._procs = procs
+        self._shape = shape
+        self._state = mesh_state
+        self._local = env_ranks  # (local_rank, local_world) per process, in rank order
+
+    @property
+    def extent(self):
+        return self._shape.extent
+
+    @property
+    def sizes(self) -> dict:
+        return dict(self._shape.extent)
+
+    def __len__(self) -> int:
+        return len(self._shape)
+
+    def slice(self, **dims) -> ProcMesh:
+        return ProcMesh(self._name, self._procs, self._shape.slice(**dims), self._state, self._local)
+
+    def spawn(self, name: str, actor_class: Any, *args, **kwargs) -> ActorMesh:
+        """Start one ``actor_class(*args, **kwargs)`` in every process; returns the ActorMesh
+        at once (calls wait behind the constructors). Takes an ``Actor`` subclass with
+        ``@endpoint`` methods or a ``@meshrt.remote`` class."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"spawn(name, Class, ...): the first argument is the mesh's name, got {name!r}")
+        cls = _user_class(actor_class)
+        init = cls.__dict__.get("__init__")
+        if inspect.isfunction(init):
+            CallChecker.for_callable(init, f"{cls.__name__}.__init__", drop_self=True).check(args, kwargs)
+        endpoints = {
+            n: (CallChecker.for_callable(getattr(cls, n), f"{name}.{n}",
+                                         drop_self=not isinstance(inspect.getattr_static(cls, n), staticmethod)),
+                is_async)
+            for n, is_async in endpoint_names(cls).items()
+        }
+        core = state.core()
+        extent = self.extent
+        blob = _class_blob(cls)
+        spawned = [
+            core.call_actor(self._procs[r], "spawn", (name, blob, extent.labels, extent.sizes, i, args, kwargs), {}, 1)
+            for i, r in enumerate(self._shape.ranks())
+        ]
+        return ActorMesh(name, cls.__name__, endpoints, self._procs, self._shape, self._state, spawned)
+
+    def init_torch_distributed(self, backend: str | None = None) -> Future:
+        """Bring up torch.distributed over these processes (gloo on CPU, NCCL on GPU) and a
+        DeviceMesh named like this mesh, available in each as ``meshrt.device_mesh()``."""
+        core = state.core()
+        ranks = self._shape.ranks()
+        world = len(ranks)
+        addr = "127.0.0.1"
+        port = distributed.free_port(addr)
+        extent = self.extent
+        refs = []
+        for i, r in enumerate(ranks):
+            local_rank, local_world = self._local[r] if self._local else (i, world)
+            env = {"MASTER_ADDR": addr, "MASTER_PORT": str(port), "RANK": str(i), "WORLD_SIZE": str(world),
+                   "LOCAL_RANK": str(local_rank), "LOCAL_WORLD_SIZE": str(local_world)}
+            refs.append(core.call_actor(self._procs[r], "init_torch_distributed",
+                                        (env, backend, extent.labels, extent.sizes), {}, 1))
+        mesh = ActorMesh(self._name, "ProcHost", {}, self._procs, self._shape, self._state)
+        return _gather(mesh, refs, [Point(i, extent) for i in range(world)], "init_torch_distributed",
+                       build=lambda values: values[0] if values else None)
+
+    def stop(self) -> Future:
+        """End these processes cleanly; resolves when they have exited."""
+        if self._state is not None:
+            self._state.stopping = True
+        core = state.core()
+        refs = [core.call_actor(self._procs[r], "stop", (), {}, 1) for r in self._shape.ranks()]
+
+        async def aget():
+            for ref in refs:
+                try:
+                    await ref
+                except exc.ActorDiedError:
+                    pass
+
+        def get(timeout):
+            try:
+                core.get(refs, timeout)
+            except exc.ActorDiedError:
+                core.wait(refs, len(refs), timeout)
+
+        return Future(aget, get)
+
+    def __reduce__(self):
+        return (ProcMesh, (self._name, self._procs, self._shape, None, self._local))
+
+    def __repr__(self) -> str:
+        return f"<ProcMesh {self._name!r} {self.extent}>"
+
+
+def _spawn(name: str, labels: tuple, sizes: tuple, per_host_count: int) -> ProcMesh:
+    core = state.core()
+    total = 1
+    for s in sizes:
+        total *= s
+    gpus = _gpus_per_proc(core, labels, per_host_count)
+    host_cls = _host_class(gpus)
+    procs = tuple(host_cls.remote(name, labels, sizes, rank, {}) for rank in range(total))
+    owner = current_owner()
+    if owner is None and not core.is_driver:  # spawned by a plain (Ray-style) actor
+        owner = OwnerCell(getattr(getattr(core, "executor", None), "instance", None))
+    mesh_state = MeshState(name, Shape.dense(labels, sizes).extent, owner)
+    core.io.post(_watch, core, procs, mesh_state)
+    local = tuple((r % per_host_count, per_host_count) for r in range(total))
+    return ProcMesh(name, procs, Shape.dense(labels, sizes), mesh_state, local)
+
+
+def _watch(core, procs: tuple, mesh_state: MeshState) -> None:
+    """Loop: route the death of a process nobody was calling to supervision."""
+    for rank, handle in enumerate(procs):
+        client = core.actor_client(handle._actor_id, "ProcHost")
+        client.on_death = partial(_proc_died, core, mesh_state, rank)
+
+
+def _proc_died(core, mesh_state: MeshState, rank: int, death, observed: bool) -> None:
+    if observed or mesh_state.stopping or core.closing or core.closed:
+        return
+    from ..objstore.serialization import error_from_payload
+
+    err = error_from_payload(death)
+    cause = str(err)  # how it died, with the last lines of its stderr
+    point = Point(rank, mesh_state.extent)
+    supervision.report(supervision.MeshFailure(mesh_state.name, point, f"its process died: {cause}",
+                                               None, err), mesh_state.owner)
+
+
+def _gpus_per_proc(core, labels: tuple, per_host: int) -> int:
+    if "gpus" not in labels:
+        return 0
+    from .._private.toplevel import cluster_resources
+
+    have = int(cluster_resources().get("GPU", 0))
+    if have == 0:
+        return 0  # a CPU machine: "gpus" is just a name for the processes
+    if have < per_host:
+        raise ValueError(f"spawn_procs(per_host=...) asks for {per_host} processes with a GPU each, but this "
+                         f"host has {have} GPU(s); lower the 'gpus' size or name the dimension otherwise")
+    return 1
+
+
+def _host_class(gpus: int):
+    cls = _host_classes.get(gpus)
+    if cls is None:
+        from .._private.api import ActorClass
+
+        cls = _host_classes[gpus] = ActorClass(
+            ProcHost, {"num_cpus": 0, "num_gpus": gpus, "max_concurrency": 1000})
+    return cls
+
+
+def _count(per_host: Mapping | None) -> int:
+    n = 1
+    for size in (per_host or {}).values():
+        n *= size
+    return n
+
+
+_blobs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _class_blob(cls: type) -> bytes:
+    """The class as code (kept per class): by value when it lives in ``__main__`` or a
+    test file, with its real file name so remote tracebacks show the source."""
+    blob = _blobs.get(cls)
+    if blob is None:
+        blob = _blobs[cls] = dumps_code(cls)
+    return blob
+
+
+def _user_class(actor_class: Any) -> type:
+    from .._private.api import ActorClass
+
+    if isinstance(actor_class, ActorClass):
+        return actor_class._cls
+    if inspect.isclass(actor_class):
+        return actor_class
+    raise TypeError(f"spawn(name, Class, ...) needs a class (an Actor subclass or a @meshrt.remote class), "
+                    f"got {type(actor_class).__name__}")
+

@@ -1,0 +1,150 @@
+"""ProcHost: the actor that is one process of a ProcMesh.
+
+Each process of a mesh is an ordinary meshrt actor running ProcHost, so meshes get
+the runtime's direct calls, per-caller FIFO order, death detection and object store
+for free. ProcHost holds the mesh actors spawned on the process (several meshes may
+share one process, as in Monarch) and runs their endpoints on its event loop:
+``async def`` endpoints interleave at ``await``; plain ``def`` endpoints run to
+completion on the process's helper thread, one at a time, in arrival order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+from typing import Any
+
+from .. import exceptions as exc
+from ..objstore.serialization import loads_code
+from . import distributed
+from .actor import ActorInstance, Context, OwnerCell, reset_context, set_context
+from .shape import Extent, Point
+
+
+class _Hosted:
+    __slots__ = ("instance", "info", "error", "owner")
+
+    def __init__(self, instance, info: ActorInstance, error: BaseException | None, owner: OwnerCell) -> None:
+        self.instance = instance
+        self.info = info
+        self.error = error
+        self.owner = owner
+
+
+class ProcHost:
+    def __init__(self, mesh_name: str, labels: tuple, sizes: tuple, rank: int, env: dict) -> None:
+        os.environ.update(env)
+        self.mesh_name = mesh_name
+        self.point = Point(rank, Extent(labels, sizes))
+        self.actors: dict[str, _Hosted] = {}
+        self.classes: dict[bytes, type] = {}
+        self._loop = asyncio.get_running_loop()  # constructed on the process's loop
+        from .._private import state
+
+        self._helper = state.core().executor.pool  # where plain-def methods run, in order
+
+    def spawn(self, name: str, class_blob: bytes, labels: tuple, sizes: tuple, rank: int,
+                    args: tuple, kwargs: dict) -> None:
+        cls = self.classes.get(class_blob)
+        if cls is None:
+            cls = self.classes[class_blob] = loads_code(class_blob)
+        if name in self.actors:
+            raise ValueError(f"process {self.point} of mesh {self.mesh_name!r} already hosts an actor "
+                             f"mesh named {name!r}; spawn it under another name")
+        point = Point(rank, Extent(labels, sizes))
+        info = ActorInstance(name, point, self.point.rank, f"{name}[{rank}]")
+        owner = OwnerCell()
+        tokens = set_context(Context(info, point), owner)
+        try:
+            instance = owner.value = cls(*args, **kwargs)
+        except BaseException as err:
+            self.actors[name] = _Hosted(None, info, err, owner)
+            _label(err, f"{cls.__name__}.__init__ of actor mesh {name!r} at {point}")
+            raise
+        finally:
+            reset_context(tokens)
+        self.actors[name] = _Hosted(instance, info, None, owner)
+
+    async def call(self, name: str, method: str, message_rank: int, labels: tuple, sizes: tuple,
+                   packed: tuple) -> Any:
+        """An ``async def`` endpoint: runs on this process's loop, interleaving at await."""
+        if name not in self.actors:
+            # spawn runs on the helper thread and was queued there before this call
+            # arrived: let the helper thread catch up once, then look again.
+            await asyncio.get_running_loop().run_in_executor(self._helper, _nothing)
+        hosted = self._hosted(name)
+        fn = getattr(hosted.instance, method)
+        args, kwargs = packed
+        tokens = set_context(Context(hosted.info, Point(message_rank, Extent(labels, sizes))), hosted.owner)
+        try:
+            result = fn(*args, **kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+        except BaseException as err:
+            _label(err, f"{name}.{method} at {hosted.info.rank}")
+            raise
+        finally:
+            reset_context(tokens)
+
+    def call_sync(self, name: str, method: str, message_rank: int, labels: tuple, sizes: tuple,
+                  packed: tuple) -> Any:
+        """A plain ``def`` endpoint: runs on the process's helper thread, one at a time in
+        arrival order, so it may block (``meshrt.get``, collectives) without stalling
+        the async endpoints."""
+        hosted = self._hosted(name)
+        fn = getattr(hosted.instance, method)
+        args, kwargs = packed
+        tokens = set_context(Context(hosted.info, Point(message_rank, Extent(labels, sizes))), hosted.owner)
+        try:
+            return fn(*args, **kwargs)
+        except BaseException as err:
+            _label(err, f"{name}.{method} at {hosted.info.rank}")
+            raise
+        finally:
+            reset_context(tokens)
+
+    def _hosted(self, name: str) -> _Hosted:
+        hosted = self.actors.get(name)
+        if hosted is None:
+            raise exc.ActorDiedError(class_name=f"mesh actor {name!r}",
+                                     cause=f"process {self.point} of mesh {self.mesh_name!r} hosts no "
+                                           f"actor by that name (it was stopped, or never spawned here)")
+        if hosted.error is not None:
+            raise exc.ActorDiedError(class_name=f"mesh actor {name!r} at {hosted.info.rank}",
+                                     cause=f"its constructor raised {hosted.error!r}",
+                                     creation_error=hosted.error)
+        return hosted
+
+    def stop_actor(self, name: str) -> None:
+        hosted = self.actors.pop(name, None)
+        stop = getattr(hosted.instance, "__cleanup__", None) if hosted is not None else None
+        if stop is not None:
+            result = stop()
+            if inspect.isawaitable(result):
+                asyncio.run_coroutine_threadsafe(result, self._loop).result()
+
+    async def init_torch_distributed(self, env: dict, backend: str | None, labels: tuple,
+                                     sizes: tuple) -> str:
+        os.environ.update(env)
+        # init_process_group blocks until every rank joins: off the loop, so the
+        # process keeps answering other calls meanwhile.
+        return await asyncio.to_thread(distributed.bring_up, backend, labels, sizes)
+
+    def stop(self) -> None:
+        from ..actor import exit_actor
+
+        exit_actor()
+
+
+def _nothing() -> None:
+    return None
+
+
+def _label(err: BaseException, where: str) -> None:
+    """Tell the executor how to name this failure (and to hide ProcHost's own frame)."""
+    try:
+        err.__meshrt_where__ = where
+    except (AttributeError, TypeError):  # an exception type that refuses attributes
+        pass

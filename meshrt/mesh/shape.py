@@ -1,0 +1,196 @@
+"""Named-dimension shapes: which processes of a mesh a (sliced) mesh covers.
+
+A Shape is a strided view over the flat ranks of the mesh it came from (labels,
+offset, sizes, strides), so ``slice(gpus=0)`` or ``slice(hosts=slice(0, 2))`` makes a
+new small Shape and never copies the mesh. An int selects one coordinate and drops
+the dimension; a Python slice keeps it, as in Monarch.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping
+
+
+class Extent(Mapping):
+    """Dimension names and sizes, in order: ``{"hosts": 2, "gpus": 4}``."""
+
+    __slots__ = ("labels", "sizes")
+
+    def __init__(self, labels, sizes) -> None:
+        self.labels = tuple(labels)
+        self.sizes = tuple(int(s) for s in sizes)
+        if len(self.labels) != len(self.sizes):
+            raise ValueError(f"extent needs one size per label, got {self.labels} and {self.sizes}")
+
+    def __getitem__(self, label: str) -> int:
+        try:
+            return self.sizes[self.labels.index(label)]
+        except ValueError:
+            raise KeyError(label) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.labels)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def nelements(self) -> int:
+        n = 1
+        for s in self.sizes:
+            n *= s
+        return n
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Extent):
+            return self.labels == other.labels and self.sizes == other.sizes
+        return Mapping.__eq__(self, other)
+
+    def __hash__(self) -> int:
+        return hash((self.labels, self.sizes))
+
+    def __repr__(self) -> str:
+        return "{" + ", ".join(f"'{k}': {v}" for k, v in zip(self.labels, self.sizes, strict=True)) + "}"
+
+    def __reduce__(self):
+        return (Extent, (self.labels, self.sizes))
+
+
+class Point(Mapping):
+    """One position in an extent: ``point["gpus"]`` is a coordinate, ``point.rank`` the
+    row-major index of the position within the extent."""
+
+    __slots__ = ("rank", "extent")
+
+    def __init__(self, rank: int, extent: Extent) -> None:
+        self.rank = rank
+        self.extent = extent
+
+    def coords(self) -> tuple[int, ...]:
+        out = []
+        rest = self.rank
+        for size in reversed(self.extent.sizes):
+            out.append(rest % size)
+            rest //= size
+        return tuple(reversed(out))
+
+    def __getitem__(self, label: str) -> int:
+        try:
+            return self.coords()[self.extent.labels.index(label)]
+        except ValueError:
+            raise KeyError(label) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.extent.labels)
+
+    def __len__(self) -> int:
+        return len(self.extent.labels)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Point):
+            return self.rank == other.rank and self.extent == other.extent
+        return Mapping.__eq__(self, other)
+
+    def __hash__(self) -> int:
+        return hash((self.rank, self.extent))
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v}" for k, v in zip(self.extent.labels, self.coords(), strict=True))
+        return f"Point({inner or 'rank=' + str(self.rank)})"
+
+    def __reduce__(self):
+        return (Point, (self.rank, self.extent))
+
+
+class Shape:
+    """A strided selection of ranks ``offset + sum(coord[i] * strides[i])``."""
+
+    __slots__ = ("labels", "offset", "sizes", "strides")
+
+    def __init__(self, labels, offset: int, sizes, strides) -> None:
+        self.labels = tuple(labels)
+        self.offset = offset
+        self.sizes = tuple(sizes)
+        self.strides = tuple(strides)
+
+    @classmethod
+    def dense(cls, labels, sizes) -> Shape:
+        strides = []
+        step = 1
+        for size in reversed(tuple(sizes)):
+            strides.append(step)
+            step *= size
+        return cls(labels, 0, sizes, tuple(reversed(strides)))
+
+    @property
+    def extent(self) -> Extent:
+        return Extent(self.labels, self.sizes)
+
+    def __len__(self) -> int:
+        return self.extent.nelements
+
+    def ranks(self) -> list[int]:
+        """The underlying ranks this shape covers, in row-major order of its dims."""
+        if not self.sizes:
+            return [self.offset]
+        return [
+            self.offset + sum(c * s for c, s in zip(coord, self.strides, strict=True))
+            for coord in itertools.product(*(range(n) for n in self.sizes))
+        ]
+
+    def slice(self, **dims) -> Shape:
+        labels, offset = list(self.labels), self.offset
+        sizes, strides = list(self.sizes), list(self.strides)
+        for label, index in dims.items():
+            if label not in labels:
+                raise ValueError(f"slice(): this mesh has no dimension {label!r}; its dimensions are "
+                                 f"{self.extent}")
+            i = labels.index(label)
+            size = sizes[i]
+            if isinstance(index, bool) or not isinstance(index, (int, slice)):
+                raise TypeError(f"slice({label}=...): give an int or a slice, got {type(index).__name__}")
+            if isinstance(index, int):
+                if not -size <= index < size:
+                    raise IndexError(f"slice({label}={index}): {label!r} has size {size}")
+                offset += (index % size) * strides[i]
+                del labels[i], sizes[i], strides[i]
+                continue
+            start, stop, step = index.indices(size)
+            if step <= 0:
+                raise ValueError(f"slice({label}=...): the step must be positive")
+            n = len(range(start, stop, step))
+            if n == 0:
+                raise IndexError(f"slice({label}={index}) selects nothing ({label!r} has size {size})")
+            offset += start * strides[i]
+            sizes[i] = n
+            strides[i] *= step
+        return Shape(labels, offset, sizes, strides)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Shape) and (self.labels, self.offset, self.sizes, self.strides) == (
+            other.labels, other.offset, other.sizes, other.strides)
+
+    def __hash__(self) -> int:
+        return hash((self.labels, self.offset, self.sizes, self.strides))
+
+    def __repr__(self) -> str:
+        return f"Shape({self.extent}, offset={self.offset}, strides={self.strides})"
+
+    def __reduce__(self):
+        return (Shape, (self.labels, self.offset, self.sizes, self.strides))
+
+
+def check_dims(per_host: Mapping, what: str) -> tuple[tuple, tuple]:
+    """Validate a ``{"name": size}`` mapping given by a user; returns (labels, sizes)."""
+    if not isinstance(per_host, Mapping) or not per_host:
+        raise TypeError(f"{what}: give the dimensions as a dict of name -> size, e.g. {{'gpus': 4}}")
+    labels, sizes = [], []
+    for name, size in per_host.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"{what}: dimension names must be identifiers, got {name!r}")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"{what}: dimension {name!r} needs an int size >= 1, got {size!r}")
+        labels.append(name)
+        sizes.append(size)
+    return tuple(labels), tuple(sizes)

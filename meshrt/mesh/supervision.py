@@ -1,0 +1,140 @@
+"""Supervision: failures in a mesh that no caller is waiting for.
+
+A caller waiting on a reply gets the error itself. What nobody waits for (an
+endpoint called with ``broadcast`` that raised, a process that died between calls)
+goes to the mesh's owner: ``owner.__supervise__(failure)`` when the mesh was spawned
+by an actor that defines it (return True = handled), else the process's
+``meshrt.unhandled_fault_hook``. An unhandled failure ends the owner's process,
+loudly, so it travels up to whoever spawned that (Monarch's supervision tree) and
+never leaves a driver waiting forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import sys
+import threading
+from dataclasses import dataclass
+
+from ..exceptions import SupervisionError
+from .shape import Point
+
+log = logging.getLogger("meshrt")
+
+
+@dataclass(frozen=True)
+class MeshFailure:
+    """What failed: the mesh, the point, and how."""
+
+    mesh_name: str
+    point: Point | None
+    cause: str
+    endpoint: str | None = None
+    error: BaseException | None = None
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.point is None else self.point.rank
+
+    def report(self) -> str:
+        where = f"mesh {self.mesh_name!r}" + (f" at {self.point}" if self.point is not None else "")
+        what = f"endpoint {self.endpoint} failed" if self.endpoint else "a process failed"
+        return f"{where}: {what}: {self.cause}"
+
+    def as_error(self) -> SupervisionError:
+        return SupervisionError(f"unhandled failure in {self.report()}")
+
+    def __str__(self) -> str:
+        return self.report()
+
+
+def unhandled_fault_hook(failure: MeshFailure) -> None:
+    """Default: a failure nobody handled ends this process with exit code 1.
+
+    Replace it with ``meshrt.unhandled_fault_hook = my_hook``; a hook that returns
+    normally marks the failure handled, one that raises ends the process.
+    """
+    raise failure.as_error()
+
+
+def report(failure: MeshFailure, owner) -> None:
+    """Hand a failure to the owner's ``__supervise__`` or the unhandled-fault hook (any
+    thread); ``owner`` is the OwnerCell of the actor that spawned the mesh, or None."""
+    instance = getattr(owner, "value", None)
+    supervise = getattr(instance, "__supervise__", None) if instance is not None else None
+    if supervise is None:
+        threading.Thread(target=_unhandled, args=(failure,), name="meshrt-supervision", daemon=True).start()
+        return
+    loop = _owner_loop()
+    if loop is not None:
+        loop.call_soon_threadsafe(lambda: loop.create_task(_supervise_async(supervise, failure)))
+    else:
+        threading.Thread(target=_supervise_sync, args=(supervise, failure), daemon=True).start()
+
+
+async def _supervise_async(supervise, failure: MeshFailure) -> None:
+    try:
+        handled = supervise(failure)
+        if inspect.isawaitable(handled):
+            handled = await handled
+    except BaseException as err:  # noqa: BLE001 - a raising supervisor escalates
+        _escalate(failure, f"__supervise__ raised {err!r}")
+        return
+    if not handled:
+        _escalate(failure, "__supervise__ did not handle it")
+
+
+def _supervise_sync(supervise, failure: MeshFailure) -> None:
+    try:
+        handled = supervise(failure)
+    except BaseException as err:  # noqa: BLE001
+        _escalate(failure, f"__supervise__ raised {err!r}")
+        return
+    if not handled:
+        _escalate(failure, "__supervise__ did not handle it")
+
+
+def _unhandled(failure: MeshFailure) -> None:
+    import meshrt
+
+    hook = getattr(meshrt, "unhandled_fault_hook", unhandled_fault_hook)
+    try:
+        hook(failure)
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else 1
+        _die(f"meshrt: unhandled mesh failure ({failure.report()}); exiting with code {code}", code)
+    except BaseException as err:  # noqa: BLE001
+        _die(f"meshrt: unhandled mesh failure: {err}\nexiting with code 1", 1)
+
+
+def _escalate(failure: MeshFailure, why: str) -> None:
+    _die(f"meshrt: unhandled mesh failure ({why}): {failure.report()}; this actor exits", 1)
+
+
+def _die(message: str, code: int) -> None:
+    log.error(message)
+    try:
+        print(message, file=sys.stderr, flush=True)
+        sys.stdout.flush()
+    except Exception:  # noqa: BLE001 - exiting anyway
+        pass
+    from .._private import state
+
+    core = state.core_or_none()
+    if core is not None and not core.is_driver and not core.io.in_loop():
+        # A worker: send what is already queued (a Port reply from __supervise__...)
+        # before going, from the loop that owns the connections.
+        core.io.post(core._leave, code)
+        threading.Event().wait(10)
+    os._exit(code)
+
+
+def _owner_loop() -> asyncio.AbstractEventLoop | None:
+    from .._private import state
+
+    core = state.core_or_none()
+    executor = getattr(core, "executor", None)
+    return getattr(executor, "user_loop", None)

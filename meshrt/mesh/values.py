@@ -1,0 +1,73 @@
+"""ValueMesh: the replies of a ``call``, laid out like the mesh that was called."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from .shape import Point, Shape
+
+
+class ValueMesh:
+    """One value per point. ``items()`` gives (Point, value); ``item(gpus=1)`` one value;
+    ``slice(...)`` a smaller ValueMesh over the same values."""
+
+    def __init__(self, shape: Shape, values: list) -> None:
+        if len(values) != len(shape):
+            raise ValueError(f"ValueMesh over {shape.extent} needs {len(shape)} values, got {len(values)}")
+        self._shape = shape
+        self._values = list(values)
+
+    @property
+    def extent(self):
+        return self._shape.extent
+
+    @property
+    def sizes(self) -> dict:
+        return dict(self._shape.extent)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def values(self) -> Iterator[Any]:
+        return iter(self._values)
+
+    def items(self) -> Iterator[tuple[Point, Any]]:
+        extent = self._shape.extent
+        for i, value in enumerate(self._values):
+            yield Point(i, extent), value
+
+    def __iter__(self) -> Iterator[tuple[Point, Any]]:
+        return self.items()
+
+    def item(self, **coords) -> Any:
+        missing = [label for label in self._shape.labels if label not in coords]
+        if missing:
+            raise KeyError(f"item() needs a coordinate for every dimension; missing {missing} "
+                           f"(extent {self.extent})")
+        picked = self.slice(**coords)
+        return picked._values[0]
+
+    def slice(self, **dims) -> ValueMesh:
+        local = Shape.dense(self._shape.labels, self._shape.sizes).slice(**dims)
+        return ValueMesh(local, [self._values[r] for r in local.ranks()])
+
+    def __getitem__(self, point):
+        if isinstance(point, Point):
+            return self.item(**dict(point))
+        if isinstance(point, dict):
+            return self.item(**point)
+        raise TypeError("index a ValueMesh with a Point or a dict of coordinates, or use item(**coords)")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ValueMesh) and self.extent == other.extent and self._values == other._values
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{p}: {v!r}" for p, v in list(self.items())[:8])
+        more = ", ..." if len(self) > 8 else ""
+        return f"ValueMesh({self.extent}: {shown}{more})"
+
+    def __reduce__(self):
+        return (ValueMesh, (Shape.dense(self._shape.labels, self._shape.sizes), self._values))

@@ -1,0 +1,288 @@
+"""Actor meshes on one host: spawn, endpoints and their adverbs, slicing, ValueMesh,
+ranks and context, channels, pickled meshes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+
+import pytest
+
+import meshrt
+from meshrt import (
+    Actor,
+    Channel,
+    ValueMesh,
+    context,
+    current_rank,
+    current_size,
+    endpoint,
+    this_host,
+)
+
+from .helpers import gate
+
+
+class Counter(Actor):
+    def __init__(self, start=0):
+        self.value = start
+        self.born_rank = current_rank().rank
+
+    @endpoint
+    def incr(self, by=1):
+        self.value += by
+        return self.value
+
+    @endpoint
+    async def get(self):
+        await asyncio.sleep(0)
+        return self.value
+
+    @endpoint
+    def where(self):
+        ctx = context()
+        return (ctx.actor_instance.rank.rank, ctx.message_rank.rank, dict(current_size()), os.getpid())
+
+    @endpoint
+    def wait_on(self, g, rank):
+        if current_rank().rank == rank:
+            meshrt.get(g.wait.remote())
+        return current_rank().rank
+
+    @endpoint
+    def fail(self, message):
+        raise KeyError(message)
+
+
+async def test_spawn_call_gathers_a_value_mesh(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 4})
+    assert procs.sizes == {"gpus": 4} and len(procs) == 4
+    counters = procs.spawn("counters", Counter, start=10)
+    replies = await counters.incr.call(5)
+    assert isinstance(replies, ValueMesh)
+    assert list(replies.values()) == [15, 15, 15, 15]
+    assert [p.rank for p, _ in replies.items()] == [0, 1, 2, 3]
+    assert replies.item(gpus=2) == 15
+    assert replies.slice(gpus=slice(1, 3)).sizes == {"gpus": 2}
+    where = list((await counters.where.call()).values())
+    assert [w[0] for w in where] == [0, 1, 2, 3]
+    assert len({w[3] for w in where}) == 4  # one process each
+    assert all(w[2] == {"gpus": 4} for w in where)
+    blocking = await asyncio.to_thread(counters.incr.call().get, 30)
+    assert blocking.item(gpus=0) == 16
+    await procs.stop()
+
+
+async def test_slicing_ranks_and_message_ranks(rt):
+    procs = this_host().spawn_procs(per_host={"hosts": 2, "gpus": 2})
+    counters = procs.spawn("c", Counter)
+    assert counters.sizes == {"hosts": 2, "gpus": 2}
+    column = counters.slice(gpus=1)  # an int drops the dimension
+    assert column.sizes == {"hosts": 2}
+    got = list((await column.where.call()).values())
+    assert [(a, m) for a, m, _, _ in got] == [(1, 0), (3, 1)]  # actor rank vs message rank
+    one = counters.slice(hosts=1, gpus=0)
+    assert len(one) == 1
+    assert (await one.where.call_one())[0] == 2
+    with pytest.raises(ValueError, match="call_one.*exactly one actor"):
+        counters.where.call_one()
+    with pytest.raises(ValueError, match="no dimension 'gpu'"):
+        counters.slice(gpu=0)
+    with pytest.raises(IndexError, match="size 2"):
+        counters.slice(gpus=2)
+    assert procs.slice(hosts=0).sizes == {"gpus": 2}
+    await procs.stop()
+
+
+async def test_sync_and_async_endpoints_keep_caller_order(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    counters = procs.spawn("c", Counter)
+    for _ in range(50):
+        counters.incr.broadcast()
+    assert list((await counters.get.call()).values()) == [50, 50]
+    futures = [counters.slice(gpus=0).incr.call_one() for _ in range(20)]
+    assert [await f for f in futures] == list(range(51, 71))
+    await procs.stop()
+
+
+async def test_choose_avoids_a_busy_actor(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    counters = procs.spawn("c", Counter)
+    await counters.initialized
+    g = gate()
+    busy = counters.slice(gpus=0).wait_on.call_one(g, 0)  # rank 0 blocks until the gate opens
+    chosen = [await counters.where.choose() for _ in range(5)]
+    assert {c[0] for c in chosen} == {1}
+    g.open.remote()
+    assert await busy == 0
+    await procs.stop()
+
+
+async def test_stream_yields_in_arrival_order(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 3})
+    counters = procs.spawn("c", Counter)
+    g = gate()
+    stream = counters.wait_on.stream(g, 0)  # rank 0 answers last
+    first, second = next(stream), next(stream)
+    assert {await first, await second} == {1, 2}
+    g.open.remote()
+    assert await asyncio.to_thread(next(stream).get, 30) == 0
+    with pytest.raises(StopIteration):
+        next(stream)
+    await procs.stop()
+
+
+async def test_endpoint_errors_name_endpoint_and_point(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    counters = procs.spawn("c", Counter)
+    with pytest.raises(KeyError) as info:
+        await counters.fail.call("nope")
+    assert isinstance(info.value, meshrt.ActorError)
+    assert "c.fail at Point(gpus=0)" in str(info.value)
+    assert "raise KeyError(message)" in str(info.value)  # the remote source line
+    with pytest.raises(AttributeError, match="did you mean 'incr'"):
+        _ = counters.inc
+    with pytest.raises(TypeError, match=r"c\.incr\.remote\(\)"):
+        counters.incr.call(1, 2, 3)
+    await procs.stop()
+
+
+class Broken(Actor):
+    def __init__(self):
+        if current_rank().rank == 1:
+            raise RuntimeError("no GPU memory left")
+
+    @endpoint
+    def ping(self):
+        return "pong"
+
+
+async def test_constructor_failure_is_reported_per_point(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    mesh = procs.spawn("b", Broken)
+    assert await mesh.slice(gpus=0).ping.call_one() == "pong"
+    with pytest.raises(meshrt.exceptions.ActorDiedError, match="no GPU memory left"):
+        await mesh.slice(gpus=1).ping.call_one()
+    with pytest.raises(RuntimeError, match="Broken.__init__ of actor mesh 'b' at Point"):
+        await mesh.initialized
+    await procs.stop()
+
+
+@meshrt.remote
+class RayStyle:
+    def __init__(self, base):
+        self.base = base
+
+    def add(self, x):
+        return self.base + x + current_rank().rank
+
+
+async def test_spawn_takes_a_remote_class(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    mesh = procs.spawn("r", RayStyle, 100)
+    assert list((await mesh.add.call(1)).values()) == [101, 102]
+    await procs.stop()
+
+
+class Caller(Actor):
+    @endpoint
+    async def poke(self, mesh):
+        return list((await mesh.incr.call(1)).values())
+
+    @endpoint
+    def poke_sync(self, mesh):
+        return list(mesh.incr.call(1).get(timeout=30).values())
+
+
+async def test_meshes_are_picklable_and_callable_from_actors(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    counters = procs.spawn("c", Counter)
+    callers = this_host().spawn_procs(per_host={"procs": 1}).spawn("caller", Caller)
+    assert await callers.poke.call_one(counters) == [1, 1]
+    assert await callers.poke_sync.call_one(counters.slice(gpus=1)) == [2]
+    assert list((await counters.get.call()).values()) == [1, 2]
+    await procs.stop()
+
+
+class Replier(Actor):
+    @endpoint
+    def reply_later(self, port, n):
+        def send():
+            for i in range(n):
+                port.send(i * current_rank_or_zero())
+        threading.Thread(target=send).start()
+
+    @endpoint
+    def reply_error(self, port):
+        port.exception(ValueError("went wrong"))
+
+
+def current_rank_or_zero():
+    return 1
+
+
+async def test_channel_ports_deliver_later_and_from_elsewhere(rt):
+    port, receiver = Channel.open()
+    port.send("local")
+    assert await receiver.recv() == "local"
+    procs = this_host().spawn_procs(per_host={"procs": 1})
+    repliers = procs.spawn("r", Replier)
+    repliers.reply_later.broadcast(port, 3)
+    assert [await receiver.recv() for _ in range(3)] == [0, 1, 2]
+    repliers.reply_error.broadcast(port)
+    with pytest.raises(ValueError, match="went wrong"):
+        await asyncio.to_thread(receiver.recv().get, 30)
+    with pytest.raises(meshrt.exceptions.GetTimeoutError):
+        await asyncio.to_thread(receiver.recv().get, 0.05)
+    await procs.stop()
+
+
+async def test_big_arguments_travel_once_through_the_store(rt):
+    import numpy as np
+
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    counters = procs.spawn("c", Counter)
+    big = np.arange(1 << 20, dtype=np.float64)  # 8 MiB
+    with pytest.raises(TypeError):
+        counters.incr.call(big, 1)
+    echo = this_host().spawn_procs(per_host={"gpus": 2}).spawn("e", RayStyle, 0)
+    got = await echo.add.call(big)
+    assert np.array_equal(got.item(gpus=0), big) and np.array_equal(got.item(gpus=1), big + 1)
+    await procs.stop()
+
+
+def test_this_proc_outside_a_mesh_says_where_to_spawn(rt):
+    with pytest.raises(RuntimeError, match="spawn_procs"):
+        meshrt.this_proc()
+
+
+class SpawnsHere(Actor):
+    @endpoint
+    async def spawn_local(self):
+        here = meshrt.this_proc()
+        sub = here.spawn("sub", Counter, 7)
+        return (await sub.incr.call_one(), os.getpid())
+
+    @endpoint
+    def pid(self):
+        return os.getpid()
+
+
+async def test_this_proc_spawns_into_the_current_process(rt):
+    mesh = this_host().spawn_procs(per_host={"procs": 1}).spawn("s", SpawnsHere)
+    value, pid = await mesh.spawn_local.call_one()
+    assert value == 8 and pid == await mesh.pid.call_one()
+
+
+def test_bad_spawn_arguments_fail_at_the_call_site(rt):
+    with pytest.raises(ValueError, match="needs an int size >= 1"):
+        this_host().spawn_procs(per_host={"gpus": 0})
+    with pytest.raises(TypeError, match="dict of name -> size"):
+        this_host().spawn_procs(per_host=4)
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    with pytest.raises(TypeError, match="needs a class"):
+        procs.spawn("x", 42)
+    with pytest.raises(TypeError, match=r"Counter\.__init__"):
+        procs.spawn("x", Counter, 1, 2, 3)
+    procs.stop().get(timeout=30)

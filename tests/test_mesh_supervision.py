@@ -1,0 +1,175 @@
+"""Mesh failures: callers get ActorDiedError naming mesh and point; failures nobody
+waits for reach ``__supervise__`` or ``meshrt.unhandled_fault_hook``; stop()."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+import psutil
+import pytest
+
+import meshrt
+from meshrt import Actor, Channel, endpoint, this_host
+
+
+class Fragile(Actor):
+    @endpoint
+    def pid(self):
+        return os.getpid()
+
+    @endpoint
+    def crash(self):
+        os._exit(3)
+
+    @endpoint
+    def fail(self):
+        raise ValueError("broadcast went wrong")
+
+    @endpoint
+    def ok(self):
+        return "ok"
+
+
+async def within(future, seconds=30):
+    """Await a mesh Future, failing the test instead of hanging."""
+
+    async def wait():
+        return await future
+
+    return await asyncio.wait_for(wait(), seconds)
+
+
+@pytest.fixture
+def failures(monkeypatch):
+    """Replace the unhandled-fault hook; the test waits on the event it sets."""
+    seen: list = []
+    event = threading.Event()
+
+    def hook(failure):
+        seen.append(failure)
+        event.set()
+
+    monkeypatch.setattr(meshrt, "unhandled_fault_hook", hook)
+    return seen, event
+
+
+async def test_a_crash_during_a_call_names_mesh_point_and_exit(rt, failures):
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    mesh = procs.spawn("frag", Fragile)
+    with pytest.raises(meshrt.exceptions.ActorDiedError) as info:
+        await mesh.slice(gpus=1).crash.call_one()
+    text = str(info.value)
+    assert "mesh 'frag' at Point(gpus=1)" in text and "exited with code 3" in text
+    assert await mesh.slice(gpus=0).ok.call_one() == "ok"  # the rest keeps serving
+    seen, _ = failures
+    assert seen == []  # a caller saw it: not a supervision event
+    await procs.stop()
+
+
+async def test_broadcast_failure_reaches_the_hook(rt, failures):
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    mesh = procs.spawn("frag", Fragile)
+    seen, event = failures
+    mesh.slice(gpus=1).fail.broadcast()
+    assert await asyncio.to_thread(event.wait, 30)
+    failure = seen[0]
+    assert failure.mesh_name == "frag" and failure.rank == 1 and failure.endpoint == "frag.fail"
+    assert "broadcast went wrong" in failure.report()
+    await procs.stop()
+
+
+async def test_a_process_dying_between_calls_reaches_the_hook(rt, failures):
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    mesh = procs.spawn("frag", Fragile)
+    pid = await mesh.slice(gpus=1).pid.call_one()
+    os.kill(pid, signal.SIGKILL)
+    seen, event = failures
+    assert await asyncio.to_thread(event.wait, 30)
+    assert seen[0].point["gpus"] == 1 and "SIGKILL" in seen[0].report()
+    await procs.stop()
+
+
+class Supervisor(Actor):
+    def __init__(self, port, handle):
+        self.port = port
+        self.handle = handle
+        self.children = this_host().spawn_procs(per_host={"gpus": 2}).spawn("kids", Fragile)
+
+    @endpoint
+    async def break_child(self):
+        self.children.slice(gpus=0).fail.broadcast()
+
+    def __supervise__(self, failure):
+        self.port.send(failure.report())
+        return self.handle
+
+
+async def test_owner_supervise_handles_child_failures(rt, failures):
+    port, receiver = Channel.open()
+    sup_procs = this_host().spawn_procs(per_host={"procs": 1})
+    sup = sup_procs.spawn("sup", Supervisor, port, True)
+    await sup.break_child.call_one()
+    report = await within(receiver.recv())
+    assert "mesh 'kids' at Point(gpus=0)" in report and "broadcast went wrong" in report
+    assert await sup.break_child.call_one() is None  # handled: the owner lives on
+    assert "broadcast went wrong" in await within(receiver.recv())
+    seen, _ = failures
+    assert seen == []
+    await sup_procs.stop()
+
+
+async def test_unhandled_child_failure_travels_up_to_the_driver(rt, failures):
+    port, receiver = Channel.open()
+    sup_procs = this_host().spawn_procs(per_host={"procs": 1})
+    sup = sup_procs.spawn("sup", Supervisor, port, False)
+    await sup.break_child.call_one()
+    assert "broadcast went wrong" in await within(receiver.recv())
+    seen, event = failures
+    assert await asyncio.to_thread(event.wait, 30)  # the owner exited; its owner (us) hears
+    report = seen[0].report()
+    assert seen[0].point == {"procs": 0} and "its process died" in report
+    assert "exited with code 1" in report and "mesh 'kids' at Point(gpus=0)" in report  # its stderr
+    await sup_procs.stop()
+
+
+def test_default_hook_ends_the_driver_loudly(tmp_path):
+    script = tmp_path / "driver.py"
+    script.write_text(textwrap.dedent("""
+        import threading, meshrt
+        from meshrt import Actor, endpoint, this_host
+
+        class A(Actor):
+            @endpoint
+            def fail(self):
+                raise ValueError("nobody handles me")
+
+        meshrt.init(num_cpus=1)
+        mesh = this_host().spawn_procs(per_host={"gpus": 1}).spawn("lonely", A)
+        mesh.fail.broadcast()
+        threading.Event().wait(60)  # the hook ends the process long before this
+    """))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 1
+    assert "unhandled" in proc.stderr and "nobody handles me" in proc.stderr
+    assert "mesh 'lonely' at Point(gpus=0)" in proc.stderr
+
+
+async def test_stop_ends_processes_and_hosts_can_spawn_again(rt, failures):
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    mesh = procs.spawn("frag", Fragile)
+    pids = list((await mesh.pid.call()).values())
+    await procs.stop()
+    for pid in pids:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    with pytest.raises(meshrt.exceptions.ActorDiedError, match="stopped"):
+        mesh.ok.call()
+    again = this_host().spawn_procs(per_host={"gpus": 2}).spawn("frag", Fragile)
+    assert list((await again.ok.call()).values()) == ["ok", "ok"]
+    seen, _ = failures
+    assert seen == []
