@@ -113,7 +113,7 @@ def serialize(value: Any, place=None) -> tuple[Payload, list]:
     previous = getattr(_tls, "sink", None)
     _tls.sink = sink
     try:
-        data = _pickle_value(value, keep, sink, buffers)
+        data = _pickle_value(_bytes_out_of_band(value, 5), keep, sink, buffers)
     finally:
         _tls.sink = previous
     refs: tuple = ()
@@ -133,6 +133,46 @@ def serialize(value: Any, place=None) -> tuple[Payload, list]:
     if not buffers:
         return Payload(data, (), refs), sink
     return Payload(data, tuple(memoryview(bytes(b)) for b in buffers), refs), sink
+
+
+class _BigBytes:
+    """Marks a large bytes/bytearray for the out-of-band path.
+
+    pickle copies ``bytes`` into its stream (its C fast path never asks a reducer),
+    which for megabytes means a temporary copy, a scan of it, and a second copy into
+    the store. Wrapped, the bytes go to the store in one copy, and the reader makes
+    the one copy a ``bytes`` object needs.
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def __reduce_ex__(self, protocol):
+        if protocol < 5:
+            return (type(self.value), (bytes(self.value),))
+        return (type(self.value), (pickle.PickleBuffer(self.value),))
+
+
+_BIG_BYTES_TYPES = (bytes, bytearray)
+
+
+def _bytes_out_of_band(value: Any, depth: int) -> Any:
+    """``value`` with large bytes wrapped, looking into small tuples/lists/dicts up to
+    ``depth`` levels (call arguments arrive as ``(args, kwargs)``); cheap otherwise."""
+    t = type(value)
+    if t in _BIG_BYTES_TYPES:
+        return _BigBytes(value) if len(value) >= INBAND_LIMIT else value
+    if depth == 0 or t not in (tuple, list, dict) or len(value) > 16:
+        return value
+    if t is dict:
+        items = {k: _bytes_out_of_band(v, depth - 1) for k, v in value.items()}
+        return items if any(items[k] is not value[k] for k in value) else value
+    items = [_bytes_out_of_band(v, depth - 1) for v in value]
+    if all(a is b for a, b in zip(items, value, strict=True)):
+        return value
+    return tuple(items) if t is tuple else items
 
 
 def _pickle_value(value: Any, keep, sink: list, buffers: list) -> bytes:
