@@ -17,9 +17,15 @@ class ActorCalls:
     """Needs from its host: worker_id, table, pending, actor_clients, io, define_code,
     request_sync, send_controller, namespace, _make_returns, _note_child, _start_pending."""
 
-    def call_actor(self, handle, method: str, args: tuple, kwargs: dict, num_returns: int) -> Any:
-        payload, deps, pins = argpack.pack(args, kwargs, f"{handle._class_name}.{method}.remote()",
-                                            self.arg_placer(), self.stored_arg)
+    def call_actor(self, handle, method: str, args: tuple, kwargs: dict, num_returns: int,
+                   inline: bool = False) -> Any:
+        """``inline``: the actor is on another host, so large arguments travel in the
+        message instead of this host's store."""
+        if inline:
+            payload, deps, pins = argpack.pack(args, kwargs, f"{handle._class_name}.{method}.remote()", None, None)
+        else:
+            payload, deps, pins = argpack.pack(args, kwargs, f"{handle._class_name}.{method}.remote()",
+                                                self.arg_placer(), self.stored_arg)
         task_id = ids.new_task_id()
         pt = PendingTask(task_id, f"{handle._class_name}.{method}", payload, deps, pins, num_returns)
         pt.method = method
@@ -61,7 +67,7 @@ class ActorCalls:
             spec = m.ActorSpec(
                 actor_id, actor_cls.code_id, actor_cls._name, pt.args, self._dep_payloads(pt),
                 self.worker_id, handle_oid, opts.resources, opts.max_restarts, opts.max_concurrency,
-                actor_cls._is_async, opts.name, namespace, opts.detached, actor_cls._meta_blob,
+                actor_cls._is_async, opts.name, namespace, opts.detached, actor_cls._meta_blob, opts.host,
             )
             self.send_controller(m.CreateActor(spec))
 

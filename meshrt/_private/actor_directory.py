@@ -63,6 +63,9 @@ class ActorDirectory:
             bad = next(p for _, p in spec.deps if p.is_error)
             self._actor_dead(rec, f"an argument of its constructor failed: {error_from_payload(bad)}")
             return
+        if spec.host:
+            self.place_on_host(rec)
+            return
         try:
             self.check_feasible(spec.resources, f"actor {spec.class_name}", actor=True)
         except exc.ActorUnschedulableError as err:
@@ -70,6 +73,33 @@ class ActorDirectory:
             return
         self.scheduler.submit_actor(spec.actor_id, spec.resources)
         self.schedule()
+
+    def place_on_host(self, rec: ActorRecord) -> None:
+        """A mesh process bound to an agent's host: placed there at once, or it fails."""
+        spec = rec.spec
+        host = self.hosts.get(spec.host)
+        if host is None or not host.alive:
+            self._actor_dead(rec, f"its host (host {spec.host}) is not connected")
+            return
+        alloc = host.node.try_acquire(spec.resources)
+        if alloc is None:
+            self._actor_dead(rec, f"host {host.name!r} has not enough free resources for it "
+                                  f"(it offers {host.node.as_floats('available')})")
+            return
+        rec.alloc = alloc
+        w = self.spawn_worker("actor", ("actor", spec.actor_id), alloc.gpu_ids, label=spec.class_name,
+                              host=spec.host)
+        if w is None:
+            host.node.release(alloc)
+            rec.alloc = None
+            self._actor_dead(rec, f"its host {host.name!r} went away")
+            return
+        w.actor_id = spec.actor_id
+        rec.worker = w.id
+
+    def _node_of(self, rec: ActorRecord):
+        host = self.hosts.get(rec.spec.host) if rec.spec.host else None
+        return host.node if host is not None else self.node
 
     def place_actor(self, actor_id: int, alloc: Allocation) -> None:
         rec = self.actors.get(actor_id)
@@ -144,9 +174,7 @@ class ActorDirectory:
         rec.kill_reason = msg.reason
         rec.kill_restart = msg.restart
         if w.pid:
-            from .controller import _kill
-
-            _kill(w.pid)
+            self.kill_worker(w)
         elif w.conn is not None:
             w.conn.send(m.Exit(msg.reason))
 
@@ -160,7 +188,7 @@ class ActorDirectory:
         if rec is None or rec.worker != w.id:
             return
         if rec.alloc is not None:
-            self.node.release(rec.alloc)
+            self._node_of(rec).release(rec.alloc)
             rec.alloc = None
         rec.worker = None
         if rec.state == "dead":
@@ -184,7 +212,10 @@ class ActorDirectory:
         rec.death = system_error_payload(exc.ActorDiedError(
             ids.to_hex(rec.spec.actor_id), rec.spec.class_name, f"{reason}; it is being restarted", tail))
         self._publish(rec)
-        self.scheduler.submit_actor(rec.spec.actor_id, rec.spec.resources)
+        if rec.spec.host:
+            self.place_on_host(rec)
+        else:
+            self.scheduler.submit_actor(rec.spec.actor_id, rec.spec.resources)
 
     def _actor_dead(self, rec: ActorRecord, reason: str, tail=(), creation_error=None) -> None:
         rec.state = "dead"

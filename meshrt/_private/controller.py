@@ -25,7 +25,8 @@ from ..scheduler.resources import Allocation, NodeResources
 from . import gpus, ids, wire
 from . import messages as m
 from .actor_directory import ActorDirectory
-from .spawn import Zygote, attach_pipes, new_tail
+from .host_directory import HostDirectory
+from .spawn import Zygote, attach_pipes, new_tail, worker_output
 
 log = logging.getLogger("meshrt")
 
@@ -63,6 +64,8 @@ class WorkerRecord:
     idle_since: float = 0.0
     grace_timer: Any = None
     pipes: list = field(default_factory=list)
+    host: int = 0  # 0 = this (head) host; else the agent that started it
+    lost_reason: str | None = None  # set when its host agent went away
 
 
 @dataclass
@@ -75,7 +78,7 @@ class TaskRecord:
     force_killed: bool = False
 
 
-class Controller(ActorDirectory):
+class Controller(ActorDirectory, HostDirectory):
     def __init__(self, core, io, config: dict) -> None:
         self.core = core
         self.io = io
@@ -100,6 +103,7 @@ class Controller(ActorDirectory):
         self._all_exited: asyncio.Event | None = None
         self._trim_timer = None
         ActorDirectory.__init__(self)
+        HostDirectory.__init__(self)
         self.handlers = {
             m.Hello: self.on_hello,
             m.SubmitTask: self.on_submit_task,
@@ -110,6 +114,7 @@ class Controller(ActorDirectory):
             m.Request: self.on_request,
             m.StoreUpdate: self.on_store_update,
             **self.actor_handlers(),
+            **self.host_handlers(),
         }
 
     # -- life cycle ----------------------------------------------------------------------
@@ -154,7 +159,7 @@ class Controller(ActorDirectory):
                 w.conn.send(m.Exit("the driver is shutting down"))
                 w.conn.close()
             elif w.pid and w.exit_code is _UNSET:
-                _kill(w.pid)  # still starting up: nothing to finish
+                self.kill_worker(w)  # still starting up: nothing to finish
         self._all_exited = asyncio.Event()
         self._check_all_exited()
         try:
@@ -163,7 +168,11 @@ class Controller(ActorDirectory):
             pass
         for w in self.workers.values():
             if w.pid and w.exit_code is _UNSET:
-                _kill(w.pid)
+                self.kill_worker(w)
+        for host in self.hosts.values():
+            if host.alive and not host.conn.closed:
+                host.conn.send(m.Exit("the driver is shutting down"))
+                host.conn.close()
         if self.zygote is not None:
             await self.zygote.close()
         for w in self.workers.values():
@@ -181,8 +190,15 @@ class Controller(ActorDirectory):
             self.spawn_worker("task", pool_key, pool_key)
             self.scheduler.worker_starting(pool_key)
 
-    def spawn_worker(self, kind: str, pool_key: tuple, gpu_ids: tuple, label: str = "worker") -> WorkerRecord:
+    def spawn_worker(self, kind: str, pool_key: tuple, gpu_ids: tuple, label: str = "worker",
+                     host: int = 0) -> WorkerRecord | None:
         w = WorkerRecord(next(self._ids), kind, pool_key, gpu_ids, label=label)
+        if host:
+            env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpu_ids)}
+            if not self.spawn_on_host(w, host, env):
+                return None
+            self.workers[w.id] = w
+            return w
         self.workers[w.id] = w
         env = {"CUDA_VISIBLE_DEVICES": ",".join(gpus.physical_ids(gpu_ids))}
         out_fd, err_fd = self.zygote.spawn(w.id, env, kind)
@@ -192,7 +208,8 @@ class Controller(ActorDirectory):
             self._maybe_finalize(w)
 
         async def attach():
-            w.pipes = await attach_pipes(self.loop, w, out_fd, err_fd, self.config["log_to_driver"], eof)
+            w.pipes = await attach_pipes(self.loop, out_fd, err_fd,
+                                         worker_output(w, self.config["log_to_driver"]), eof)
 
         self.spawn_background(attach())
         return w
@@ -269,6 +286,9 @@ class Controller(ActorDirectory):
         self.scheduler.worker_idle(w.id, w.pool_key)
 
     def _on_conn_close(self, conn, _exc) -> None:
+        if getattr(conn, "agent_host", None) is not None:
+            self.agent_lost(conn)
+            return
         w = self.workers.get(conn.peer_id) if conn.peer_id is not None else None
         if w is not None and w.conn is conn:
             w.conn_closed = True
@@ -296,8 +316,12 @@ class Controller(ActorDirectory):
         self.workers.pop(w.id, None)
         if w.pid is not None:
             self.by_pid.pop(w.pid, None)
-        if w.exit_code is _UNSET and w.pid is not None:
-            _kill(w.pid)  # closed its connection but did not exit: make sure
+        if w.exit_code is _UNSET and w.pid is not None and w.lost_reason is None:
+            self.kill_worker(w)  # closed its connection but did not exit: make sure
+        if w.host:
+            host = self.hosts.get(w.host)
+            if host is not None:
+                host.workers.discard(w.id)
         if self.stopping:
             return
         self.scheduler.worker_busy_or_gone(w.id, w.pool_key)
@@ -305,7 +329,7 @@ class Controller(ActorDirectory):
             if w.kind == "task":
                 self.scheduler.worker_started(w.pool_key)
             self.startup_failures += 1
-        cause = exc.describe_exit(None if w.exit_code is _UNSET else w.exit_code)
+        cause = w.lost_reason or exc.describe_exit(None if w.exit_code is _UNSET else w.exit_code)
         if w.tasks:
             self._release_worker_alloc(w)
             for rec in list(w.tasks):
@@ -477,7 +501,7 @@ class Controller(ActorDirectory):
         if msg.force:
             rec.force_killed = True
             if w.pid:
-                _kill(w.pid)
+                self.kill_worker(w)
         elif w.conn is not None:
             w.conn.send(m.CancelTask(msg.task_id, False, msg.recursive))
 

@@ -345,6 +345,12 @@ class Core(Ownership, ActorCalls):
             else:
                 self.calls_out.pop(actor_id, None)
 
+    host_id = 0  # the host this process runs on (0 = the head)
+
+    def remote_peer(self, peer: int) -> bool:
+        """True when ``peer`` runs on another host (no shared store between us)."""
+        return False
+
     def is_ready(self, ref: ObjectRef) -> bool:
         """True when the ref's value (or error) is here; never blocks."""
         entry = self.table.entries.get(ref._id)
@@ -404,7 +410,9 @@ class Core(Ownership, ActorCalls):
         Called for every value sent, so it only binds arguments; the work happens in
         ``_place`` for the few values large enough to go to the store.
         """
-        return None if self.store is None else partial(self._place, key, owner)
+        if self.store is None or self.remote_peer(owner):
+            return None  # inline: the owner's host cannot map this host's store
+        return partial(self._place, key, owner)
 
     def _place(self, key: int | None, owner: int, buffers: list) -> tuple:
         self.flush_frees()

@@ -102,6 +102,10 @@ class DriverCore(Core):
     def forget_peer(self, peer: int) -> None:
         self.worker_conns.pop(peer, None)
 
+    def remote_peer(self, peer: int) -> bool:
+        w = self.controller.workers.get(peer) if peer else None
+        return w is not None and w.host != 0
+
     def note_address(self, peer: int, address) -> None:
         pass
 
@@ -182,6 +186,7 @@ def init(
     namespace: str | None = None,
     log_to_driver: bool = True,
     logging_level: int | None = None,
+    token_file: str | None = None,
     **ray_args: Any,
 ) -> RuntimeInfo:
     """Start meshrt in this process (the driver); see the README for the tour."""
@@ -198,7 +203,8 @@ def init(
                 "first, or pass ignore_reinit_error=True"
             )
         amounts = _node_resources(num_cpus, num_gpus, resources, object_store_memory)
-        token = _token()
+        tcp = _tcp_address(address)
+        token = _token(tcp, token_file)
         config = {
             "token": token,
             "resources": amounts,
@@ -211,7 +217,7 @@ def init(
             "log_to_driver": log_to_driver,
             "prestart": int(amounts.get("CPU", 0)),
             "hostname": socket.gethostname(),
-            "tcp_address": _tcp_address(address),
+            "tcp_address": tcp,
         }
         if local_mode:
             from .local_mode import LocalCore
@@ -242,8 +248,10 @@ def init(
 def _info(core) -> RuntimeInfo:
     config = getattr(core, "config", {})
     controller = getattr(core, "controller", None)
+    tcp = controller.tcp_address if controller is not None else None
     return RuntimeInfo(
         address=controller.address if controller is not None else "local",
+        tcp_address=tcp.removeprefix("tcp:") if tcp else None,
         node_id=config.get("node_id"), namespace=config.get("namespace"),
         job_id=config.get("job_id"), session=config.get("session"),
     )
@@ -288,14 +296,21 @@ def _total_memory() -> int:
         return 8 << 30
 
 
-def _token() -> bytes:
-    env = os.environ.get("MESHRT_TOKEN")
-    if env:
-        try:
-            return bytes.fromhex(env)
-        except ValueError:
-            return env.encode()
-    return secrets.token_bytes(32)
+def _token(tcp_address: str | None, token_file: str | None) -> bytes:
+    """MESHRT_TOKEN or a token file when given; a fresh secret otherwise. A driver that
+    listens on TCP writes the fresh one where agents look for it by default."""
+    from . import cluster_token
+
+    token = cluster_token.from_env_or_file(token_file)
+    if token is not None:
+        return token
+    if tcp_address is None:
+        return secrets.token_bytes(32)
+    token = cluster_token.generate_and_write()
+    log.warning("meshrt: generated a cluster token and wrote it to %s (mode 0600); agents on other "
+                "hosts need it: `meshrt agent --address HOST:PORT --token-file %s`, or set MESHRT_TOKEN "
+                "on both sides", cluster_token.DEFAULT_FILE, cluster_token.DEFAULT_FILE)
+    return token
 
 
 def _tcp_address(address: str | None) -> str | None:

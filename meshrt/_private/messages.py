@@ -21,6 +21,7 @@ class Hello(NamedTuple):
     worker_id: int
     pid: int
     address: str | None
+    host: int = 0  # 0 = the head host; agents' hosts count from 1
 
 
 class Welcome(NamedTuple):
@@ -158,6 +159,7 @@ class ActorSpec(NamedTuple):
     namespace: str
     detached: bool
     meta: bytes  # pickled ActorMeta, handed to get_actor() callers
+    host: int = 0  # where to start it: 0 = the head host, else an agent's host id
 
 
 class CreateActor(NamedTuple):
@@ -283,3 +285,58 @@ class Response(NamedTuple):
     req_id: int
     ok: bool
     value: Any
+
+
+# -- host agents -------------------------------------------------------------------------
+
+
+class AgentHello(NamedTuple):
+    """Agent -> controller, first frame: a host joins the cluster."""
+
+    name: str
+    pid: int
+    resources: dict
+    listen_host: str  # where this host's workers listen for their peers
+
+
+class AgentWelcome(NamedTuple):
+    """Controller -> agent: the host id it got, and what its workers need to know."""
+
+    host_id: int
+    controller_address: str
+
+
+class SpawnWorker(NamedTuple):
+    """Controller -> agent: start this worker on your host."""
+
+    worker_id: int
+    kind: str
+    env: dict
+
+
+class WorkerSpawned(NamedTuple):
+    """Agent -> controller: a worker it started has this pid."""
+
+    worker_id: int
+    pid: int
+
+
+class WorkerExited(NamedTuple):
+    """Agent -> controller: a worker ended (Popen-style return code)."""
+
+    worker_id: int
+    code: int
+
+
+class WorkerOutput(NamedTuple):
+    """Agent -> controller: lines a worker wrote (stream is "stdout" or "stderr")."""
+
+    worker_id: int
+    stream: str
+    lines: tuple
+
+
+class KillWorker(NamedTuple):
+    """Controller -> agent: SIGKILL this worker."""
+
+    worker_id: int

@@ -22,7 +22,8 @@ TASK_KEYS = _RESOURCE_KEYS | _IGNORED | {"num_returns", "max_retries", "retry_ex
                                          "max_calls"}
 ACTOR_KEYS = _RESOURCE_KEYS | _IGNORED | {"max_restarts", "max_task_retries", "max_concurrency", "name",
                                           "namespace", "lifetime", "get_if_exists", "max_pending_calls",
-                                          "concurrency_groups", "allow_out_of_order_execution"}
+                                          "concurrency_groups", "allow_out_of_order_execution",
+                                          "_host"}  # meshes place processes on a host agent
 DEFAULT_TASK_RETRIES = 3
 DEFAULT_ASYNC_CONCURRENCY = 1000
 
@@ -30,7 +31,8 @@ DEFAULT_ASYNC_CONCURRENCY = 1000
 def check_keys(options: dict, allowed: set, what: str) -> None:
     for key in options:
         if key not in allowed:
-            raise ValueError(f"invalid option {key!r} for {what}; valid options are {', '.join(sorted(allowed - _IGNORED))}")
+            raise ValueError(f"invalid option {key!r} for {what}; valid options are "
+                             f"{', '.join(sorted(k for k in allowed - _IGNORED if not k.startswith('_')))}")
     if options.get("concurrency_groups"):
         raise ValueError(f"{what}: concurrency_groups are not supported by meshrt yet; use max_concurrency")
 
@@ -117,6 +119,7 @@ class ActorOptions:
     namespace: str | None
     detached: bool
     get_if_exists: bool
+    host: int = 0
 
     @classmethod
     def build(cls, options: dict, class_name: str, is_async: bool) -> ActorOptions:
@@ -143,4 +146,5 @@ class ActorOptions:
             namespace=namespace,
             detached=lifetime == "detached",
             get_if_exists=bool(options.get("get_if_exists")),
+            host=int(options.get("_host") or 0),
         )

@@ -9,11 +9,13 @@ the receipt on arrival (``adopt``); dropped refs go back to their owner in batch
 from __future__ import annotations
 
 from .. import exceptions as exc
-from ..objstore.serialization import Payload, system_error_payload
+from ..objstore.serialization import Payload, inline_copy, system_error_payload
 from ..objstore.table import KIND_ACTOR_HANDLE, ObjectEntry
 from . import ids
 from . import messages as m
 from .refs import ObjectRef
+
+_SENDING: set = set()  # inline copies on their way to another host
 
 
 class Ownership:
@@ -39,8 +41,20 @@ class Ownership:
             entry.add_waiter(_FetchWaiter(self, borrower))
 
     def send_value(self, entry: ObjectEntry, borrower: int) -> None:
-        self.account_outgoing(entry.payload, borrower)
-        self.send_to(borrower, m.ObjectValue(entry.id, entry.payload))
+        payload = entry.payload
+        self.account_outgoing(payload, borrower)
+        if payload.shm is not None and self.remote_peer(borrower):
+            # Another host: the bytes travel inline (copied off the loop, which must
+            # not wait on a store pin).
+            async def send_inline():
+                copy = await self.io.loop.run_in_executor(None, inline_copy, payload)
+                self.send_to(borrower, m.ObjectValue(entry.id, copy))
+
+            task = self.io.loop.create_task(send_inline())
+            _SENDING.add(task)  # referenced until done
+            task.add_done_callback(_SENDING.discard)
+            return
+        self.send_to(borrower, m.ObjectValue(entry.id, payload))
 
     def on_object_value(self, conn, msg: m.ObjectValue) -> None:
         held = self.adopt(msg.payload)

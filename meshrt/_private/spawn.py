@@ -132,12 +132,11 @@ async def _exited(loop, proc: subprocess.Popen, timeout: float) -> bool:
 
 
 class OutputPipe(asyncio.Protocol):
-    """Reads one worker stream line by line and forwards it to the driver's stream."""
+    """Reads one worker stream line by line and hands the lines to ``sink(stream, lines)``."""
 
-    def __init__(self, record, stream_name: str, forward: bool, on_eof: Callable[[], None]) -> None:
-        self.record = record
+    def __init__(self, stream_name: str, sink: Callable[[str, list[str]], None], on_eof: Callable[[], None]) -> None:
         self.stream_name = stream_name
-        self.forward = forward
+        self.sink = sink
         self.on_eof = on_eof
         self._partial = b""
 
@@ -149,17 +148,7 @@ class OutputPipe(asyncio.Protocol):
             self._emit(lines)
 
     def _emit(self, lines: list[bytes]) -> None:
-        text = [line.decode("utf-8", "replace").rstrip("\r") for line in lines]
-        if self.stream_name == "stderr":
-            self.record.stderr_tail.extend(text)
-        if self.forward:
-            target = sys.stderr if self.stream_name == "stderr" else sys.stdout
-            prefix = f"({self.record.label} pid={self.record.pid}) "
-            try:
-                target.write("".join(prefix + t + "\n" for t in text))
-                target.flush()
-            except (ValueError, OSError):  # the driver's stream was closed
-                pass
+        self.sink(self.stream_name, [line.decode("utf-8", "replace").rstrip("\r") for line in lines])
 
     def connection_lost(self, exc) -> None:
         if self._partial:
@@ -168,14 +157,32 @@ class OutputPipe(asyncio.Protocol):
         self.on_eof()
 
 
+def worker_output(record, forward: bool) -> Callable[[str, list[str]], None]:
+    """The controller's sink: keep the stderr tail, and print with the worker's name."""
+
+    def sink(stream_name: str, text: list[str]) -> None:
+        if stream_name == "stderr":
+            record.stderr_tail.extend(text)
+        if forward:
+            target = sys.stderr if stream_name == "stderr" else sys.stdout
+            prefix = f"({record.label} pid={record.pid}) "
+            try:
+                target.write("".join(prefix + t + "\n" for t in text))
+                target.flush()
+            except (ValueError, OSError):  # the driver's stream was closed
+                pass
+
+    return sink
+
+
 def new_tail() -> collections.deque:
     return collections.deque(maxlen=STDERR_TAIL_LINES)
 
 
-async def attach_pipes(loop, record, out_fd: int, err_fd: int, forward: bool, on_eof) -> list:
+async def attach_pipes(loop, out_fd: int, err_fd: int, sink, on_eof) -> list:
     transports = []
     for fd, name in ((out_fd, "stdout"), (err_fd, "stderr")):
         pipe = os.fdopen(fd, "rb", buffering=0)
-        transport, _ = await loop.connect_read_pipe(lambda n=name: OutputPipe(record, n, forward, on_eof), pipe)
+        transport, _ = await loop.connect_read_pipe(lambda n=name: OutputPipe(n, sink, on_eof), pipe)
         transports.append(transport)
     return transports

@@ -20,7 +20,14 @@ class WorkerCore(Core):
         super().__init__(worker_id, io, token)
         self.kind = kind
         self.controller_address = controller_address
-        self.listen_address = wire.new_unix_address(f"w{worker_id}")
+        # On an agent's host: listen on TCP (peers may be on other hosts), and ask the
+        # agent, not the controller, for store blocks.
+        self.host_id = int(os.environ.get("MESHRT_HOST_ID", "0"))
+        listen_host = os.environ.get("MESHRT_LISTEN_HOST")
+        self.listen_address = f"tcp:{listen_host}:0" if listen_host else wire.new_unix_address(f"w{worker_id}")
+        self.agent_address = os.environ.get("MESHRT_AGENT")
+        self.agent = None
+        self.peer_hosts: dict[int, int] = {0: 0}  # worker id -> host id (the driver is on the head)
         self.ctl = None
         self.server = None
         self.channels: dict[int, PeerChannel] = {}
@@ -72,12 +79,19 @@ class WorkerCore(Core):
             self.listen_address, self.token,
             lambda: {"on_messages": self.on_messages, "on_close": self.on_peer_closed},
         )
+        if self.listen_address.startswith("tcp:") and self.listen_address.endswith(":0"):
+            port = self.server.sockets[0].getsockname()[1]
+            self.listen_address = self.listen_address[:-1] + str(port)
+        if self.agent_address:
+            self.agent = await wire.connect(self.agent_address, self.token, on_messages=self.on_messages,
+                                            on_close=self._controller_lost)
+            self.agent.send(m.Hello(self.worker_id, os.getpid(), None, self.host_id))
         self.ctl = await wire.connect(
             self.controller_address, self.token,
             on_messages=self.on_messages, on_close=self._controller_lost,
         )
         self.ctl.peer_id = 0
-        self.ctl.send(m.Hello(self.worker_id, os.getpid(), self.listen_address))
+        self.ctl.send(m.Hello(self.worker_id, os.getpid(), self.listen_address, self.host_id))
         await self._welcome
         self.start_timers()
 
@@ -124,6 +138,7 @@ class WorkerCore(Core):
     def on_hello(self, conn, msg: m.Hello) -> None:
         conn.peer_id = msg.worker_id
         conn.peer_pid = msg.pid
+        self.peer_hosts[msg.worker_id] = msg.host
         self.note_address(msg.worker_id, msg.address)
         channel = self.channels.get(msg.worker_id)
         if channel is None:
@@ -143,12 +158,22 @@ class WorkerCore(Core):
                 channel.conn.close()
         self.addresses.pop(peer, None)
 
-    async def request(self, method: str, *args):
+    async def request(self, method: str, *args, conn=None):
         req_id = next(self._req_ids)
         fut = asyncio.get_running_loop().create_future()
         self._requests[req_id] = fut
-        self.ctl.send(m.Request(req_id, method, args))
+        (conn or self.ctl).send(m.Request(req_id, method, args))
         return await fut
+
+    def store_request_sync(self, method: str, *args):
+        """A request to whoever owns this host's store: the agent, or the controller."""
+        return self.io.run_sync(self.request(method, *args, conn=self.agent), 60.0)
+
+    def send_store(self, msg) -> None:
+        (self.agent or self.ctl).send(msg)
+
+    def remote_peer(self, peer: int) -> bool:
+        return self.peer_hosts.get(peer, self.host_id) != self.host_id
 
     def on_response(self, conn, msg: m.Response) -> None:
         fut = self._requests.pop(msg.req_id, None)
@@ -271,7 +296,7 @@ class WorkerCore(Core):
 
     def _leave(self, code: int = 0) -> None:
         """Flush what we owe and exit the process."""
-        for conn in [self.ctl, *(c.conn for c in self.channels.values())]:
+        for conn in [self.ctl, self.agent, *(c.conn for c in self.channels.values())]:
             if conn is not None and not conn.closed:
                 conn._flush()
         try:

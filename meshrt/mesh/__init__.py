@@ -6,7 +6,7 @@ from .actor_mesh import ActorMesh, Endpoint
 from .channel import Channel, Port, PortReceiver
 from .distributed import device_mesh
 from .future import Future
-from .meshes import HostMesh, ProcMesh, this_host, this_proc
+from .meshes import HostMesh, ProcMesh, hosts, this_host, this_proc
 from .shape import Extent, Point, Shape
 from .supervision import MeshFailure, unhandled_fault_hook
 from .values import ValueMesh
@@ -14,6 +14,6 @@ from .values import ValueMesh
 __all__ = [
     "Actor", "ActorInstance", "ActorMesh", "Channel", "Context", "Endpoint", "Extent", "Future",
     "HostMesh", "MeshFailure", "Point", "Port", "PortReceiver", "ProcMesh", "Shape", "ValueMesh",
-    "context", "current_rank", "current_size", "device_mesh", "endpoint", "this_host", "this_proc",
+    "context", "current_rank", "current_size", "device_mesh", "endpoint", "hosts", "this_host", "this_proc",
     "unhandled_fault_hook",
 ]

@@ -40,8 +40,9 @@ class ActorMesh:
 
     def __init__(self, name: str, class_name: str, endpoints: dict, procs: tuple, shape: Shape,
                  mesh_state: MeshState | None = None, spawned: list | None = None,
-                 origin: Shape | None = None) -> None:
+                 origin: Shape | None = None, hosts: tuple | None = None) -> None:
         self._origin = origin or shape  # the shape it was spawned with: actors' own ranks
+        self._hosts = hosts or (0,) * len(procs)  # host id per process
         self._name = name
         self._class_name = class_name
         self._endpoints = endpoints  # name -> (CallChecker, is_async)
@@ -69,7 +70,7 @@ class ActorMesh:
     def slice(self, **dims) -> ActorMesh:
         """A view of some of the actors (int drops the dimension, a slice keeps it)."""
         return ActorMesh(self._name, self._class_name, self._endpoints, self._procs,
-                         self._shape.slice(**dims), self._state, self._spawned, self._origin)
+                         self._shape.slice(**dims), self._state, self._spawned, self._origin, self._hosts)
 
     def _points(self) -> list[Point]:
         """Each addressed actor's own Point in the mesh as spawned (for errors)."""
@@ -86,7 +87,8 @@ class ActorMesh:
     def stop(self) -> Future:
         """Remove these actors from their processes (``__cleanup__`` runs if defined)."""
         core = state.core()
-        refs = [core.call_actor(self._procs[r], "stop_actor", (self._name,), {}, 1)
+        refs = [core.call_actor(self._procs[r], "stop_actor", (self._name,), {}, 1,
+                                inline=self._hosts[r] != core.host_id)
                 for r in self._shape.ranks()]
         return _gather(self, refs, self._points(), None, build=lambda values: None)
 
@@ -105,7 +107,7 @@ class ActorMesh:
 
     def __reduce__(self):
         return (ActorMesh, (self._name, self._class_name, self._endpoints, self._procs, self._shape, None, None,
-                            self._origin))
+                            self._origin, self._hosts))
 
     def __repr__(self) -> str:
         return f"<ActorMesh {self._name!r} of {self._class_name} {self.extent}>"
@@ -135,14 +137,17 @@ class Endpoint:
         core = state.core()
         extent = mesh._shape.extent
         labels, sizes = extent.labels, extent.sizes
-        packed = (args, kwargs) if len(ranks) == 1 else core.put((args, kwargs))
+        here = core.host_id
+        remote = [mesh._hosts[r] != here for r in ranks]
+        # Many targets on this host: store the arguments once, each call refers to them.
+        packed = (args, kwargs) if len(ranks) == 1 or any(remote) else core.put((args, kwargs))
         procs = mesh._procs
         local = mesh._shape.ranks() if len(ranks) != len(mesh._shape) else None
         refs = []
         for i, rank in enumerate(ranks):
             message_rank = i if local is None else local.index(rank)
             refs.append(core.call_actor(procs[rank], self._target, (mesh._name, self._name, message_rank, labels,
-                                                             sizes, packed), {}, 1))
+                                                                    sizes, packed), {}, 1, inline=remote[i]))
         return refs
 
     def call(self, *args, **kwargs) -> Future:

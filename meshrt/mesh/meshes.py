@@ -8,6 +8,7 @@ and ends when the last reference to its mesh goes or ``stop()`` is called.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import itertools
 import weakref
@@ -20,7 +21,7 @@ from .._private import context as rt_context
 from .._private import state
 from .._private.args import CallChecker
 from ..objstore.serialization import dumps_code
-from . import distributed, supervision
+from . import supervision
 from .actor import OwnerCell, current_owner, endpoint_names
 from .actor_mesh import ActorMesh, MeshState, _gather
 from .future import Future
@@ -32,10 +33,11 @@ _host_classes: dict = {}
 
 
 class HostMesh:
-    """Hosts, as a mesh. ``this_host()`` is the one this code runs on (no dims)."""
+    """Hosts, as a mesh: ``this_host()`` (no dims) or ``meshrt.hosts(...)`` {"hosts": N}."""
 
-    def __init__(self, shape: Shape) -> None:
+    def __init__(self, shape: Shape, host_ids: tuple) -> None:
         self._shape = shape
+        self._host_ids = host_ids  # per underlying rank
 
     @property
     def extent(self):
@@ -49,7 +51,7 @@ class HostMesh:
         return len(self._shape)
 
     def slice(self, **dims) -> HostMesh:
-        return HostMesh(self._shape.slice(**dims))
+        return HostMesh(self._shape.slice(**dims), self._host_ids)
 
     def spawn_procs(self, per_host: Mapping | None = None, name: str | None = None) -> ProcMesh:
         """Start processes: ``per_host={"gpus": 4}`` -> a ProcMesh {"gpus": 4} per host.
@@ -61,9 +63,10 @@ class HostMesh:
         if clash:
             raise ValueError(f"spawn_procs(per_host=...): {sorted(clash)} already names a dimension of the "
                              f"host mesh {self.extent}; pick other names")
+        hosts = [self._host_ids[r] for r in self._shape.ranks()]
         labels = self._shape.labels + labels
         sizes = self._shape.sizes + sizes
-        return _spawn(name or f"procs{next(_names)}", labels, sizes, per_host_count=_count(per_host))
+        return _spawn(name or f"procs{next(_names)}", labels, sizes, _count(per_host), hosts)
 
     def __repr__(self) -> str:
         return f"<HostMesh {self.extent}>"
@@ -71,8 +74,20 @@ class HostMesh:
 
 def this_host() -> HostMesh:
     """The host this code runs on."""
-    state.core()
-    return HostMesh(Shape((), 0, (), ()))
+    core = state.core()
+    return HostMesh(Shape((), 0, (), ()), (core.host_id,))
+
+
+def hosts(min_hosts: int = 1, timeout: float | None = 60.0) -> HostMesh:
+    """The hosts whose agents joined this cluster (``meshrt agent --address ...``), as a
+    HostMesh {"hosts": N}; waits until at least ``min_hosts`` have joined."""
+    if isinstance(min_hosts, bool) or not isinstance(min_hosts, int) or min_hosts < 1:
+        raise ValueError(f"hosts(min_hosts={min_hosts!r}): give an int >= 1")
+    core = state.core()
+    wait = None if timeout is None else timeout + 5
+    joined = core.request_sync("hosts", min_hosts, timeout, timeout=wait)
+    ids = tuple(h[0] for h in joined)
+    return HostMesh(Shape.dense(("hosts",), (len(ids),)), ids)
 
 
 def this_proc() -> ProcMesh:
@@ -87,19 +102,20 @@ def this_proc() -> ProcMesh:
     from .._private.toplevel import RuntimeContext
 
     handle = RuntimeContext().current_actor
-    return ProcMesh(f"proc-{actor_id:x}", (handle,), Shape((), 0, (), ()), None)
+    return ProcMesh(f"proc-{actor_id:x}", (handle,), Shape((), 0, (), ()), None, None, (core.host_id,))
 
 
 class ProcMesh:
     """Processes with named dims. ``spawn`` starts actors in them; ``stop`` ends them."""
 
     def __init__(self, name: str, procs: tuple, shape: Shape, mesh_state: MeshState | None,
-                 env_ranks: tuple | None = None) -> None:
+                 env_ranks: tuple | None = None, hosts: tuple | None = None) -> None:
         self._name = name
         self._procs = procs
         self._shape = shape
         self._state = mesh_state
         self._local = env_ranks  # (local_rank, local_world) per process, in rank order
+        self._hosts = hosts or (0,) * len(procs)  # host id per process
 
     @property
     def extent(self):
@@ -113,7 +129,7 @@ class ProcMesh:
         return len(self._shape)
 
     def slice(self, **dims) -> ProcMesh:
-        return ProcMesh(self._name, self._procs, self._shape.slice(**dims), self._state, self._local)
+        return ProcMesh(self._name, self._procs, self._shape.slice(**dims), self._state, self._local, self._hosts)
 
     def spawn(self, name: str, actor_class: Any, *args, **kwargs) -> ActorMesh:
         """Start one ``actor_class(*args, **kwargs)`` in every process; returns the ActorMesh
@@ -135,10 +151,12 @@ class ProcMesh:
         extent = self.extent
         blob = _class_blob(cls)
         spawned = [
-            core.call_actor(self._procs[r], "spawn", (name, blob, extent.labels, extent.sizes, i, args, kwargs), {}, 1)
+            core.call_actor(self._procs[r], "spawn", (name, blob, extent.labels, extent.sizes, i, args, kwargs), {}, 1,
+                            inline=self._hosts[r] != core.host_id)
             for i, r in enumerate(self._shape.ranks())
         ]
-        return ActorMesh(name, cls.__name__, endpoints, self._procs, self._shape, self._state, spawned)
+        return ActorMesh(name, cls.__name__, endpoints, self._procs, self._shape, self._state, spawned,
+                         hosts=self._hosts)
 
     def init_torch_distributed(self, backend: str | None = None) -> Future:
         """Bring up torch.distributed over these processes (gloo on CPU, NCCL on GPU) and a
@@ -146,26 +164,44 @@ class ProcMesh:
         core = state.core()
         ranks = self._shape.ranks()
         world = len(ranks)
-        addr = "127.0.0.1"
-        port = distributed.free_port(addr)
         extent = self.extent
-        refs = []
-        for i, r in enumerate(ranks):
-            local_rank, local_world = self._local[r] if self._local else (i, world)
-            env = {"MASTER_ADDR": addr, "MASTER_PORT": str(port), "RANK": str(i), "WORLD_SIZE": str(world),
-                   "LOCAL_RANK": str(local_rank), "LOCAL_WORLD_SIZE": str(local_world)}
-            refs.append(core.call_actor(self._procs[r], "init_torch_distributed",
-                                        (env, backend, extent.labels, extent.sizes), {}, 1))
-        mesh = ActorMesh(self._name, "ProcHost", {}, self._procs, self._shape, self._state)
-        return _gather(mesh, refs, [Point(i, extent) for i in range(world)], "init_torch_distributed",
-                       build=lambda values: values[0] if values else None)
+        first = self._hosts[ranks[0]]
+        same_host = all(self._hosts[r] == first for r in ranks)
+        # Rank 0's process picks the rendezvous port, on its own host.
+        port_ref = core.call_actor(self._procs[ranks[0]], "free_port", (), {}, 1)
+
+        def start(port: int) -> list:
+            addr = "127.0.0.1" if same_host else core.request_sync("host_info", first)["address"]
+            refs = []
+            for i, r in enumerate(ranks):
+                local_rank, local_world = self._local[r] if self._local else (i, world)
+                env = {"MASTER_ADDR": addr, "MASTER_PORT": str(port), "RANK": str(i), "WORLD_SIZE": str(world),
+                       "LOCAL_RANK": str(local_rank), "LOCAL_WORLD_SIZE": str(local_world)}
+                refs.append(core.call_actor(self._procs[r], "init_torch_distributed",
+                                            (env, backend, extent.labels, extent.sizes), {}, 1,
+                                            inline=self._hosts[r] != core.host_id))
+            return refs
+
+        mesh = ActorMesh(self._name, "ProcHost", {}, self._procs, self._shape, self._state, hosts=self._hosts)
+        points = [Point(i, extent) for i in range(world)]
+
+        async def aget():
+            port = await port_ref
+            refs = await asyncio.to_thread(start, port)
+            return await _gather(mesh, refs, points, "init_torch_distributed", build=_first)
+
+        def get(timeout):
+            port = core.get([port_ref], timeout)[0]
+            return _gather(mesh, start(port), points, "init_torch_distributed", build=_first).get(timeout)
+
+        return Future(aget, get)
 
     def stop(self) -> Future:
         """End these processes cleanly; resolves when they have exited."""
         if self._state is not None:
             self._state.stopping = True
         core = state.core()
-        refs = [core.call_actor(self._procs[r], "stop", (), {}, 1) for r in self._shape.ranks()]
+        refs = [core.call_actor(self._procs[r], "stop", (), {}, 1) for r in self._shape.ranks()]  # no args
 
         async def aget():
             for ref in refs:
@@ -183,27 +219,28 @@ class ProcMesh:
         return Future(aget, get)
 
     def __reduce__(self):
-        return (ProcMesh, (self._name, self._procs, self._shape, None, self._local))
+        return (ProcMesh, (self._name, self._procs, self._shape, None, self._local, self._hosts))
 
     def __repr__(self) -> str:
         return f"<ProcMesh {self._name!r} {self.extent}>"
 
 
-def _spawn(name: str, labels: tuple, sizes: tuple, per_host_count: int) -> ProcMesh:
+def _spawn(name: str, labels: tuple, sizes: tuple, per_host_count: int, host_ids: list) -> ProcMesh:
     core = state.core()
     total = 1
     for s in sizes:
         total *= s
-    gpus = _gpus_per_proc(core, labels, per_host_count)
-    host_cls = _host_class(gpus)
-    procs = tuple(host_cls.remote(name, labels, sizes, rank, {}) for rank in range(total))
+    proc_hosts = tuple(host_ids[rank // per_host_count] for rank in range(total))
+    gpus = {h: _gpus_per_proc(core, h, labels, per_host_count) for h in set(proc_hosts)}
+    procs = tuple(_host_class(gpus[h], h).remote(name, labels, sizes, rank, {})
+                  for rank, h in enumerate(proc_hosts))
     owner = current_owner()
     if owner is None and not core.is_driver:  # spawned by a plain (Ray-style) actor
         owner = OwnerCell(getattr(getattr(core, "executor", None), "instance", None))
     mesh_state = MeshState(name, Shape.dense(labels, sizes).extent, owner)
     core.io.post(_watch, core, procs, mesh_state)
     local = tuple((r % per_host_count, per_host_count) for r in range(total))
-    return ProcMesh(name, procs, Shape.dense(labels, sizes), mesh_state, local)
+    return ProcMesh(name, procs, Shape.dense(labels, sizes), mesh_state, local, proc_hosts)
 
 
 def _watch(core, procs: tuple, mesh_state: MeshState) -> None:
@@ -225,12 +262,16 @@ def _proc_died(core, mesh_state: MeshState, rank: int, death, observed: bool) ->
                                                None, err), mesh_state.owner)
 
 
-def _gpus_per_proc(core, labels: tuple, per_host: int) -> int:
+def _gpus_per_proc(core, host: int, labels: tuple, per_host: int) -> int:
     if "gpus" not in labels:
         return 0
-    from .._private.toplevel import cluster_resources
+    if host == 0 and core.is_driver:
+        from .._private.toplevel import cluster_resources
 
-    have = int(cluster_resources().get("GPU", 0))
+        resources = cluster_resources()
+    else:
+        resources = core.request_sync("host_info", host)["resources"]
+    have = int(resources.get("GPU", 0))
     if have == 0:
         return 0  # a CPU machine: "gpus" is just a name for the processes
     if have < per_host:
@@ -239,14 +280,18 @@ def _gpus_per_proc(core, labels: tuple, per_host: int) -> int:
     return 1
 
 
-def _host_class(gpus: int):
-    cls = _host_classes.get(gpus)
+def _host_class(gpus: int, host: int):
+    cls = _host_classes.get((gpus, host))
     if cls is None:
         from .._private.api import ActorClass
 
-        cls = _host_classes[gpus] = ActorClass(
-            ProcHost, {"num_cpus": 0, "num_gpus": gpus, "max_concurrency": 1000})
+        cls = _host_classes[(gpus, host)] = ActorClass(
+            ProcHost, {"num_cpus": 0, "num_gpus": gpus, "max_concurrency": 1000, "_host": host})
     return cls
+
+
+def _first(values: list):
+    return values[0] if values else None
 
 
 def _count(per_host: Mapping | None) -> int:

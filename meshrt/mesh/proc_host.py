@@ -132,6 +132,9 @@ class ProcHost:
         # process keeps answering other calls meanwhile.
         return await asyncio.to_thread(distributed.bring_up, backend, labels, sizes)
 
+    def free_port(self) -> int:
+        return distributed.free_port("")
+
     def stop(self) -> None:
         from ..actor import exit_actor
 

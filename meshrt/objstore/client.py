@@ -96,22 +96,23 @@ class LocalBackend:
 
 
 class RemoteBackend:
-    """A worker's: allocation and pins are requests to the controller, the rest messages."""
+    """A worker's: allocation and pins are requests to the host's store owner (the
+    controller on the head, the agent elsewhere), the rest messages."""
 
     def __init__(self, core) -> None:
         self.core = core
         self._unpins: collections.deque = collections.deque()
 
     def allocate(self, key: int, size: int, owner: int) -> int:
-        return self.core.request_sync("store_allocate", key, size, owner)
+        return self.core.store_request_sync("store_allocate", key, size, owner)
 
     def seal(self, key: int) -> None:
         from .._private import messages as m
 
-        self.core.io.post(self.core.send_controller, m.StoreUpdate((key,), (), ()))
+        self.core.io.post(self.core.send_store, m.StoreUpdate((key,), (), ()))
 
     def pin(self, key: int) -> tuple[int, int]:
-        return self.core.request_sync("store_pin", key)
+        return self.core.store_request_sync("store_pin", key)
 
     def unpin_later(self, key: int) -> None:
         self._unpins.append(key)
@@ -119,7 +120,7 @@ class RemoteBackend:
     def free(self, key: int) -> None:
         from .._private import messages as m
 
-        self.core.io.post(self.core.send_controller, m.StoreUpdate((), (), (key,)))
+        self.core.io.post(self.core.send_store, m.StoreUpdate((), (), (key,)))
 
     def flush(self) -> None:
         """Core loop: send queued unpins in one message."""
@@ -130,4 +131,4 @@ class RemoteBackend:
         keys = []
         while self._unpins:
             keys.append(self._unpins.popleft())
-        self.core.send_controller(m.StoreUpdate((), tuple(keys), ()))
+        self.core.send_store(m.StoreUpdate((), tuple(keys), ()))

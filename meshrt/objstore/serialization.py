@@ -252,6 +252,19 @@ def _rebuild_memoryview(buf, fmt: str, shape: tuple) -> memoryview:
     return view
 
 
+def inline_copy(payload: Payload) -> Payload:
+    """The same value with its shared-memory buffers copied beside the pickle, for a
+    process on another host (which cannot map this host's store). Blocks on a pin."""
+    if payload.shm is None:
+        return payload
+    readonly, _ = _client.open(payload.shm[:3])
+    data = payload.data
+    if payload.shm[3]:
+        data, readonly = bytes(readonly[0]), readonly[1:]
+    buffers = tuple(memoryview(bytes(view)) for view in readonly)
+    return Payload(data, buffers, payload.refs, payload.is_error)
+
+
 def deserialize(payload: Payload) -> Any:
     """Rebuild a value; numpy arrays come back as read-only views of the stored bytes."""
     if payload.shm is not None:

@@ -1,0 +1,197 @@
+"""The host agent: ``meshrt agent --address HEAD:PORT`` on every host but the head's.
+
+It joins the head's controller over TCP (the same token handshake as every
+connection), then does for its host what the controller does for the head's: owns
+the host's shared-memory object store, forks workers from its own zygote when the
+controller asks, forwards their output, and reports when they exit. It exits when
+the head goes away, and its workers go with it (each dies with its parent).
+
+Workers it starts talk to the controller directly for control and to other workers
+directly for calls; only store requests (allocate, pin) come to the agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+
+from ..objstore.store import SharedStore
+from . import messages as m
+from . import wire
+from .spawn import Zygote
+
+log = logging.getLogger("meshrt")
+
+
+class Agent:
+    def __init__(self, head: str, token: bytes, name: str, resources: dict, store_bytes: int,
+                 spill_dir: str | None = None) -> None:
+        self.head_address = head
+        self.token = token
+        self.name = name
+        self.resources = resources
+        self.store_bytes = store_bytes
+        self.spill_dir = spill_dir
+        self.host_id: int | None = None
+        self.pids: dict[int, int] = {}  # worker id -> pid
+        self.workers_by_pid: dict[int, int] = {}
+        self.pipes: list = []
+        self.store: SharedStore | None = None
+        self.zygote: Zygote | None = None
+        self._early: list = []  # spawn requests that beat the zygote's start
+
+    async def run(self) -> int:
+        """Serve until the head goes away; returns the process exit code."""
+        loop = asyncio.get_running_loop()
+        self.loop = loop
+        self.done = asyncio.Event()
+        self.store = SharedStore(self.store_bytes, self.spill_dir)
+        self.local_address = wire.new_unix_address("agent")
+        server = await wire.listen(self.local_address, self.token,
+                                   lambda: {"on_messages": self.on_local, "on_close": self.on_local_close})
+        welcome = loop.create_future()
+        self._welcome = welcome
+        try:
+            self.head = await wire.connect(self.head_address, self.token, on_messages=self.on_head,
+                                           on_close=self.on_head_lost)
+        except (OSError, ConnectionError) as err:
+            log.error("meshrt agent: cannot join the head at %s: %s", self.head_address, err)
+            server.close()
+            self.store.close()
+            return 1
+        listen_host = self.head.transport.get_extra_info("sockname")[0]
+        self.head.send(m.AgentHello(self.name, os.getpid(), self.resources, listen_host))
+        self.host_id = await welcome
+        env = dict(os.environ)
+        env.update({
+            "MESHRT_CONTROLLER": self.head_address, "MESHRT_TOKEN": self.token.hex(),
+            "MESHRT_STORE_FD": str(self.store.fd), "MESHRT_STORE_SIZE": str(self.store.capacity),
+            "MESHRT_AGENT": self.local_address, "MESHRT_HOST_ID": str(self.host_id),
+            "MESHRT_LISTEN_HOST": listen_host, "PYTHONUNBUFFERED": "1",
+        })
+        self.zygote = Zygote(loop, env, self.on_spawned, self.on_exited, self.on_zygote_lost,
+                             inherit=(self.store.fd,))
+        self.zygote.start()
+        for early in self._early:
+            self.spawn(early)
+        self._early.clear()
+        log.info("meshrt agent %s joined %s as host %d", self.name, self.head_address, self.host_id)
+        await self.done.wait()
+        await self.zygote.close()
+        for transport in self.pipes:
+            transport.close()
+        server.close()
+        self.store.close()
+        return 0
+
+    # -- the head --------------------------------------------------------------------------
+
+    def on_head(self, conn, msgs: list) -> None:
+        for msg in msgs:
+            try:
+                self._from_head(msg)
+            except Exception:  # one bad request must not cost the host its connection
+                log.exception("meshrt agent %s: failed to handle %s", self.name, type(msg).__name__)
+
+    def _from_head(self, msg) -> None:
+        kind = type(msg)
+        if kind is m.AgentWelcome:
+            if not self._welcome.done():
+                self._welcome.set_result(msg.host_id)
+        elif kind is m.SpawnWorker:
+            if self.zygote is None:  # the welcome is still being processed
+                self._early.append(msg)
+            else:
+                self.spawn(msg)
+        elif kind is m.KillWorker:
+            pid = self.pids.get(msg.worker_id)
+            if pid:
+                _kill(pid)
+        elif kind is m.Exit:
+            self.done.set()
+
+    def on_head_lost(self, conn, _exc) -> None:
+        log.warning("meshrt agent %s: the head at %s went away; stopping", self.name, self.head_address)
+        self.done.set()
+
+    def spawn(self, msg: m.SpawnWorker) -> None:
+        from .spawn import attach_pipes
+
+        out_fd, err_fd = self.zygote.spawn(msg.worker_id, msg.env, msg.kind)
+        worker_id = msg.worker_id
+
+        def sink(stream_name: str, lines: list[str]) -> None:
+            self.head.send(m.WorkerOutput(worker_id, stream_name, tuple(lines)))
+
+        async def attach():
+            self.pipes.extend(await attach_pipes(self.loop, out_fd, err_fd, sink, lambda: None))
+
+        self.loop.create_task(attach())
+
+    def on_spawned(self, worker_id: int, pid: int) -> None:
+        self.pids[worker_id] = pid
+        self.workers_by_pid[pid] = worker_id
+        self.head.send(m.WorkerSpawned(worker_id, pid))
+
+    def on_exited(self, pid: int, code: int) -> None:
+        worker_id = self.workers_by_pid.pop(pid, None)
+        if worker_id is None:
+            return
+        self.pids.pop(worker_id, None)
+        self.store.worker_died(worker_id)
+        self.head.send(m.WorkerExited(worker_id, code))
+
+    def on_zygote_lost(self) -> None:
+        if not self.done.is_set():
+            log.warning("meshrt agent %s: its zygote died; starting a new one", self.name)
+            self.zygote.start()
+
+    # -- this host's workers: the object store ------------------------------------------------
+
+    def on_local(self, conn, msgs: list) -> None:
+        store = self.store
+        for msg in msgs:
+            kind = type(msg)
+            if kind is m.Hello:
+                conn.peer_id = msg.worker_id
+            elif kind is m.Request:
+                try:
+                    value = self._store_rpc(conn.peer_id, msg.method, msg.args)
+                    conn.send(m.Response(msg.req_id, True, value))
+                except Exception as err:  # handed back to the worker
+                    conn.send(m.Response(msg.req_id, False, err))
+            elif kind is m.StoreUpdate:
+                for key in msg.sealed:
+                    store.seal(key)
+                for key in msg.unpinned:
+                    store.unpin(key, conn.peer_id)
+                for key in msg.freed:
+                    store.free(key)
+
+    def _store_rpc(self, caller: int, method: str, args: tuple):
+        if method == "store_allocate":
+            return self.store.allocate(*args)
+        if method == "store_pin":
+            self.store.drain_unpins()
+            return self.store.pin(args[0], caller)
+        if method == "store_summary":
+            self.store.drain_unpins()
+            return {"usage": self.store.usage(), "objects": self.store.records()}
+        raise ValueError(f"unknown agent request {method!r}")
+
+    def on_local_close(self, conn, _exc) -> None:
+        pass
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def default_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"

@@ -1,0 +1,157 @@
+"""The controller's half that knows host agents: joining, remote workers, losing a host.
+
+Host 0 is the head (the controller's own zygote and store). An agent that joins gets
+the next id; processes of a mesh placed on it are started by that agent, and connect
+back to the controller like local workers. When an agent's connection goes, every
+worker it ran is finished at once, so the actors on it fail (callers get
+ActorDiedError naming the host) while the other hosts keep serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import exceptions as exc
+from ..scheduler.resources import NodeResources
+from . import messages as m
+
+log = logging.getLogger("meshrt")
+
+
+@dataclass
+class HostRecord:
+    id: int
+    name: str
+    conn: Any
+    pid: int
+    node: NodeResources
+    listen_host: str
+    workers: set = field(default_factory=set)
+    alive: bool = True
+
+
+class HostDirectory:
+    """Mixed into the Controller (which provides workers, send_worker, _finalize ...)."""
+
+    def __init__(self) -> None:
+        self.hosts: dict[int, HostRecord] = {}
+        self._host_ids = itertools.count(1)
+        self._hosts_changed: asyncio.Event | None = None
+
+    def host_handlers(self) -> dict:
+        return {
+            m.AgentHello: self.on_agent_hello,
+            m.WorkerSpawned: self.on_worker_spawned,
+            m.WorkerExited: self.on_worker_exited,
+            m.WorkerOutput: self.on_worker_output,
+        }
+
+    def on_agent_hello(self, conn, msg: m.AgentHello) -> None:
+        if getattr(conn, "peer_id", None) is not None or self.tcp_address is None:
+            conn.abort()
+            return
+        host = HostRecord(next(self._host_ids), msg.name, conn, msg.pid,
+                          NodeResources.create(msg.resources), msg.listen_host)
+        self.hosts[host.id] = host
+        conn.agent_host = host.id
+        conn.send(m.AgentWelcome(host.id, self.tcp_address))
+        log.info("meshrt: host %r joined as host %d", msg.name, host.id)
+        self._notify_hosts()
+
+    def _notify_hosts(self) -> None:
+        if self._hosts_changed is not None:
+            self._hosts_changed.set()
+            self._hosts_changed = None
+
+    async def rpc_hosts(self, caller: int, min_hosts: int, timeout: float | None) -> list:
+        """Wait until ``min_hosts`` agents are connected; their (id, name, resources)."""
+        deadline = None if timeout is None else self.loop.time() + timeout
+        while sum(h.alive for h in self.hosts.values()) < min_hosts:
+            if self._hosts_changed is None:
+                self._hosts_changed = asyncio.Event()
+            event = self._hosts_changed
+            left = None if deadline is None else deadline - self.loop.time()
+            if left is not None and left <= 0:
+                joined = sum(h.alive for h in self.hosts.values())
+                where = self.tcp_address or "(not listening: pass init(address='0.0.0.0:6380'))"
+                raise TimeoutError(
+                    f"hosts(min_hosts={min_hosts}): only {joined} host agent(s) joined within {timeout} s; "
+                    f"start one per host with `meshrt agent --address {where.removeprefix('tcp:')}`")
+            try:
+                await asyncio.wait_for(event.wait(), left)
+            except asyncio.TimeoutError:
+                pass
+        return [(h.id, h.name, h.node.as_floats("total")) for h in self.hosts.values() if h.alive]
+
+    def rpc_host_info(self, caller: int, host_id: int) -> dict:
+        """Resources and the address other hosts reach it at (for torch.distributed)."""
+        if host_id == 0:
+            agent = next((h for h in self.hosts.values() if h.alive), None)
+            address = agent.conn.transport.get_extra_info("sockname")[0] if agent is not None else "127.0.0.1"
+            return {"resources": self.node.as_floats("total"), "address": address}
+        host = self.hosts.get(host_id)
+        if host is None or not host.alive:
+            raise ValueError(f"host {host_id} is not connected")
+        return {"resources": host.node.as_floats("total"), "address": host.listen_host}
+
+    # -- workers on agents -------------------------------------------------------------------
+
+    def spawn_on_host(self, w, host_id: int, env: dict) -> bool:
+        host = self.hosts.get(host_id)
+        if host is None or not host.alive:
+            return False
+        w.host = host_id
+        w.pipes_open = 0  # its output arrives as WorkerOutput messages
+        host.workers.add(w.id)
+        host.conn.send(m.SpawnWorker(w.id, w.kind, env))
+        return True
+
+    def kill_worker(self, w) -> None:
+        host = self.hosts.get(getattr(w, "host", 0))
+        if host is not None:
+            if host.alive:
+                host.conn.send(m.KillWorker(w.id))
+            return
+        if w.pid:
+            from .controller import _kill
+
+            _kill(w.pid)
+
+    def on_worker_spawned(self, conn, msg: m.WorkerSpawned) -> None:
+        w = self.workers.get(msg.worker_id)
+        if w is not None and w.host == getattr(conn, "agent_host", None):
+            w.pid = msg.pid
+
+    def on_worker_exited(self, conn, msg: m.WorkerExited) -> None:
+        w = self.workers.get(msg.worker_id)
+        if w is not None and w.host == getattr(conn, "agent_host", None):
+            w.exit_code = msg.code
+            self._maybe_finalize(w)
+
+    def on_worker_output(self, conn, msg: m.WorkerOutput) -> None:
+        w = self.workers.get(msg.worker_id)
+        if w is not None and w.host == getattr(conn, "agent_host", None):
+            from .spawn import worker_output
+
+            worker_output(w, self.config["log_to_driver"])(msg.stream, list(msg.lines))
+
+    def agent_lost(self, conn) -> None:
+        host = self.hosts.get(conn.agent_host)
+        if host is None or not host.alive:
+            return
+        host.alive = False
+        if not self.stopping:
+            log.warning("meshrt: host %r (host %d) went away; its actors fail", host.name, host.id)
+        for worker_id in list(host.workers):
+            w = self.workers.get(worker_id)
+            if w is not None:
+                w.lost_reason = f"its host agent {host.name!r} (host {host.id}) went away"
+                self._finalize(w)
+        self._notify_hosts()
+
+    def host_gone_error(self, host_id: int, what: str) -> exc.ActorUnschedulableError:
+        return exc.ActorUnschedulableError(what, f"host {host_id}", 1, 0)

@@ -1,0 +1,73 @@
+"""``meshrt`` on the command line (also ``python -m meshrt``).
+
+    meshrt agent --address HEAD:PORT [--token-file PATH]   join a cluster as a host
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+
+DEFAULT_PORT = 6380
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="meshrt", description="meshrt command line")
+    sub = parser.add_subparsers(dest="command", required=True)
+    agent = sub.add_parser("agent", help="run this host's agent: join the head and serve its meshes")
+    agent.add_argument("--address", help="the head's HOST:PORT (meshrt.init(address=...)); under SLURM "
+                       f"the first host of the job and port {DEFAULT_PORT} by default")
+    agent.add_argument("--token-file", help="file holding the cluster token (else $MESHRT_TOKEN, "
+                       "$MESHRT_TOKEN_FILE, or ~/.meshrt/cluster_token)")
+    agent.add_argument("--name", help="this host's name in the cluster (default: host name and pid)")
+    agent.add_argument("--num-cpus", type=float, help="CPUs to offer (default: all)")
+    agent.add_argument("--num-gpus", type=int, help="GPUs to offer (default: all visible)")
+    agent.add_argument("--object-store-memory", type=int, help="bytes for this host's object store")
+    args = parser.parse_args(argv)
+    if args.command == "agent":
+        return run_agent(args)
+    return 2
+
+
+def run_agent(args) -> int:
+    from ._private import cluster_token, slurm
+    from ._private.agent import Agent, default_name
+    from ._private.driver import _node_resources
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    address = args.address or slurm.head_address(DEFAULT_PORT)
+    if not address:
+        print("meshrt agent: give --address HEAD:PORT (the address the driver passed to "
+              "meshrt.init(address=...))", file=sys.stderr)
+        return 2
+    if ":" not in address:
+        address = f"{address}:{DEFAULT_PORT}"
+    try:
+        token = cluster_token.from_env_or_file(args.token_file)
+        if token is None and os.path.exists(cluster_token.DEFAULT_FILE):
+            token = cluster_token.from_env_or_file(cluster_token.DEFAULT_FILE)
+    except ValueError as err:
+        print(f"meshrt agent: {err}", file=sys.stderr)
+        return 2
+    if token is None:
+        print("meshrt agent: no cluster token: set MESHRT_TOKEN or pass --token-file (the driver "
+              f"writes one to {cluster_token.DEFAULT_FILE} when it generates it)", file=sys.stderr)
+        return 2
+    resources = _node_resources(args.num_cpus, args.num_gpus, None, args.object_store_memory)
+    name = args.name or slurm.node_name() or default_name()
+    agent = Agent("tcp:" + address.removeprefix("tcp:"), token, name, resources,
+                  int(resources["object_store_memory"]))
+    try:
+        return asyncio.run(agent.run())
+    except KeyboardInterrupt:
+        return 130
+    except Exception as err:  # noqa: BLE001 - a clear line instead of a traceback
+        print(f"meshrt agent: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

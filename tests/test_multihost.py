@@ -1,0 +1,164 @@
+"""Several hosts on one machine: agents joined over TCP, each with its own store.
+
+Each agent is a separate ``python -m meshrt agent`` process with its own zygote
+and shared-memory store, so calls, arguments and results between the driver and
+its processes really cross hosts (TCP, inline bytes) instead of sharing memory.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import psutil
+import pytest
+
+import meshrt
+from meshrt import Actor, endpoint
+
+from .helpers import wait_until
+
+TOKEN = "5e" * 16
+
+
+def _start_agent(address: str, name: str, token: str = TOKEN) -> subprocess.Popen:
+    env = dict(os.environ, MESHRT_TOKEN=token)
+    return subprocess.Popen(
+        [sys.executable, "-m", "meshrt", "agent", "--address", address, "--name", name,
+         "--object-store-memory", str(128 << 20)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture
+def cluster(monkeypatch):
+    """A driver listening on loopback TCP, and two agents acting as two hosts."""
+    monkeypatch.setenv("MESHRT_TOKEN", TOKEN)
+    info = meshrt.init(address="127.0.0.1:0", num_cpus=1)
+    address = info["tcp_address"]
+    agents = []
+    for i in range(2):  # one after the other: host i of the mesh is agent i
+        agents.append(_start_agent(address, f"host{i}"))
+        hosts = meshrt.hosts(min_hosts=i + 1, timeout=60)
+    seen: set = set()
+
+    def remember():
+        for agent in agents:
+            try:
+                seen.update(p.pid for p in psutil.Process(agent.pid).children(recursive=True))
+            except psutil.NoSuchProcess:
+                pass
+
+    yield hosts, agents, address, remember
+    remember()
+    meshrt.shutdown()
+    for agent in agents:
+        try:
+            agent.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+            agent.wait()
+        agent.stderr.close()
+    assert wait_until(lambda: not [p for p in seen if psutil.pid_exists(p)
+                                   and psutil.Process(p).status() != psutil.STATUS_ZOMBIE], 15)
+
+
+@pytest.fixture
+def failures(monkeypatch):
+    seen: list = []
+    event = threading.Event()
+
+    def hook(failure):
+        seen.append(failure)
+        event.set()
+
+    monkeypatch.setattr(meshrt, "unhandled_fault_hook", hook)
+    return seen, event
+
+
+class Worker(Actor):
+    @endpoint
+    def where(self):
+        return (int(os.environ.get("MESHRT_HOST_ID", "0")), os.getpid(), meshrt.current_rank().rank)
+
+    @endpoint
+    def echo(self, value):
+        return value
+
+    @endpoint
+    def total(self, refs):
+        return float(meshrt.get(refs[0]).sum())
+
+    @endpoint
+    def call_other(self, mesh):
+        return [w[0] for w in mesh.where.call().get(timeout=30).values()]
+
+
+def test_spawn_across_hosts_and_slice_by_host(cluster):
+    hosts, _, _, remember = cluster
+    assert hosts.sizes == {"hosts": 2}
+    procs = hosts.spawn_procs(per_host={"gpus": 2})
+    assert procs.sizes == {"hosts": 2, "gpus": 2}
+    workers = procs.spawn("w", Worker)
+    where = list(workers.where.call().get(timeout=60).values())
+    remember()
+    host_ids = [w[0] for w in where]
+    assert host_ids[0] == host_ids[1] != host_ids[2] == host_ids[3] and 0 not in host_ids
+    assert [w[2] for w in where] == [0, 1, 2, 3]
+    second = list(workers.slice(hosts=1).where.call().get(timeout=30).values())
+    assert second == where[2:]
+    # a mesh handed to an actor on one host, called from there across hosts
+    assert workers.slice(hosts=0, gpus=0).call_other.call_one(workers.slice(hosts=1)).get(timeout=30) == \
+        host_ids[2:]
+    procs.stop().get(timeout=30)
+
+
+def test_large_values_cross_hosts_bit_exact(cluster):
+    hosts, _, _, remember = cluster
+    workers = hosts.spawn_procs(per_host={"gpus": 1}).spawn("w", Worker)
+    remember()
+    for dtype, n in ((np.float64, 1 << 20), (np.uint8, 3 << 20), (np.int32, 7)):
+        value = np.arange(n).astype(dtype)
+        replies = workers.echo.call(value).get(timeout=60)
+        assert all(np.array_equal(v, value) and v.dtype == value.dtype for v in replies.values())
+    blob = os.urandom(5 << 20)
+    assert workers.slice(hosts=1).echo.call_one(blob).get(timeout=60) == blob
+    # a driver-owned object, borrowed and fetched by a process on another host
+    big = np.ones(1 << 20)
+    ref = meshrt.put(big)
+    assert list(workers.total.call([ref]).get(timeout=60).values()) == [float(1 << 20)] * 2
+
+
+def test_killing_an_agent_fails_its_actors_and_the_rest_serves(cluster, failures):
+    hosts, agents, _, remember = cluster
+    workers = hosts.spawn_procs(per_host={"gpus": 1}).spawn("w", Worker)
+    first = list(workers.where.call().get(timeout=60).values())
+    remember()
+    agents[0].kill()
+    agents[0].wait(timeout=30)
+    with pytest.raises(meshrt.exceptions.ActorDiedError, match="host agent 'host0'.*went away"):
+        workers.slice(hosts=0).where.call_one().get(timeout=30)
+    assert workers.slice(hosts=1).where.call_one().get(timeout=30) == first[1]
+    seen, _ = failures
+    assert all("host0" in f.report() for f in seen)  # nobody waited on those: supervision
+
+
+def test_a_wrong_token_is_refused_and_the_head_keeps_serving(cluster):
+    hosts, _, address, _ = cluster
+    intruder = _start_agent(address, "intruder", token="00" * 16)
+    try:
+        code = intruder.wait(timeout=60)
+        err = intruder.stderr.read()
+    finally:
+        intruder.stderr.close()
+    assert code != 0 and "handshake" in err.lower()
+    assert meshrt.hosts(min_hosts=2, timeout=5).sizes == {"hosts": 2}
+    workers = hosts.spawn_procs(per_host={"gpus": 1}).spawn("w", Worker)
+    assert len(list(workers.where.call().get(timeout=60).values())) == 2
+
+
+def test_hosts_times_out_naming_the_command(rt):
+    with pytest.raises(TimeoutError, match="meshrt agent --address"):
+        meshrt.hosts(min_hosts=1, timeout=0.2)
