@@ -24,11 +24,11 @@ from .helpers import wait_until
 TOKEN = "5e" * 16
 
 
-def _start_agent(address: str, name: str, token: str = TOKEN) -> subprocess.Popen:
-    env = dict(os.environ, MESHRT_TOKEN=token)
+def _start_agent(address: str | None, name: str | None, token: str = TOKEN, **env) -> subprocess.Popen:
+    env = dict(os.environ, MESHRT_TOKEN=token, **env)
+    flags = (["--address", address] if address else []) + (["--name", name] if name else [])
     return subprocess.Popen(
-        [sys.executable, "-m", "meshrt", "agent", "--address", address, "--name", name,
-         "--object-store-memory", str(128 << 20)],
+        [sys.executable, "-m", "meshrt", "agent", *flags, "--object-store-memory", str(128 << 20)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -162,3 +162,30 @@ def test_a_wrong_token_is_refused_and_the_head_keeps_serving(cluster):
 def test_hosts_times_out_naming_the_command(rt):
     with pytest.raises(TimeoutError, match="meshrt agent --address"):
         meshrt.hosts(min_hosts=1, timeout=0.2)
+
+
+def test_srun_style_agent_needs_no_flags(monkeypatch):
+    """Under SLURM the head is the job's first node and the name is SLURMD_NODENAME."""
+    monkeypatch.setenv("MESHRT_TOKEN", TOKEN)
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "1")
+    info = meshrt.init(address="127.0.0.1:0", num_cpus=1)
+    port = info["tcp_address"].rsplit(":", 1)[1]
+    agent = _start_agent(None, None, SLURM_JOB_NODELIST="127.0.0.1,127.0.0.2", SLURMD_NODENAME="node7",
+                         MESHRT_PORT=port, SLURM_JOB_NUM_NODES="1")
+    try:
+        hosts = meshrt.hosts(timeout=60)  # min_hosts from SLURM_JOB_NUM_NODES
+        assert hosts.sizes == {"hosts": 1}
+        mesh = hosts.spawn_procs(per_host={"gpus": 1}).spawn("w", Worker)
+        assert mesh.where.call_one().get(timeout=60)[0] != 0
+    finally:
+        meshrt.shutdown()
+        agent.wait(timeout=30)
+        agent.stderr.close()
+
+
+def test_slurm_nodelists_expand():
+    from meshrt._private.slurm import expand_nodelist
+
+    assert expand_nodelist("gpu[01-03,07],cpu5") == ["gpu01", "gpu02", "gpu03", "gpu07", "cpu5"]
+    assert expand_nodelist("a[8-10]-ib") == ["a8-ib", "a9-ib", "a10-ib"]
+    assert expand_nodelist("node1") == ["node1"]

@@ -20,10 +20,12 @@ def num_nodes() -> int | None:
 
 
 def head_address(port: int) -> str | None:
+    """The first host of the job, at ``MESHRT_PORT`` (or ``port``)."""
     nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
     if not nodelist:
         return None
     hosts = expand_nodelist(nodelist)
+    port = int(os.environ.get("MESHRT_PORT") or port)
     return f"{hosts[0]}:{port}" if hosts else None
 
 

@@ -78,9 +78,14 @@ def this_host() -> HostMesh:
     return HostMesh(Shape((), 0, (), ()), (core.host_id,))
 
 
-def hosts(min_hosts: int = 1, timeout: float | None = 60.0) -> HostMesh:
+def hosts(min_hosts: int | None = None, timeout: float | None = 60.0) -> HostMesh:
     """The hosts whose agents joined this cluster (``meshrt agent --address ...``), as a
-    HostMesh {"hosts": N}; waits until at least ``min_hosts`` have joined."""
+    HostMesh {"hosts": N}; waits until at least ``min_hosts`` have joined (default: the
+    job's node count under SLURM, else 1)."""
+    if min_hosts is None:
+        from .._private import slurm
+
+        min_hosts = slurm.num_nodes() or 1
     if isinstance(min_hosts, bool) or not isinstance(min_hosts, int) or min_hosts < 1:
         raise ValueError(f"hosts(min_hosts={min_hosts!r}): give an int >= 1")
     core = state.core()
