@@ -11,7 +11,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from ..objstore.serialization import Payload, serialize
+from ..objstore.serialization import INBAND_LIMIT, Payload, big_bytes_out_of_band, serialize
 from .refs import ObjectRef
 
 _HAS_DEFAULT = object()
@@ -108,17 +108,32 @@ def pack(args: tuple, kwargs: dict, what: str, place=None, stored=None) -> tuple
     if not args and not kwargs:
         return EMPTY_ARGS, [], []
     deps: list = []
+    big: list = []
     for i, value in enumerate(args):
-        if type(value) is ObjectRef:
+        t = type(value)
+        if t is ObjectRef:
             deps.append((i, value))
         elif stored is not None and (ref := stored(value)) is not None:
             deps.append((i, ref))
+        elif (t is bytes or t is bytearray) and len(value) >= INBAND_LIMIT:
+            big.append(i)
     if kwargs:
         for key, value in kwargs.items():
-            if type(value) is ObjectRef:
+            t = type(value)
+            if t is ObjectRef:
                 deps.append((key, value))
             elif stored is not None and (ref := stored(value)) is not None:
                 deps.append((key, ref))
+            elif (t is bytes or t is bytearray) and len(value) >= INBAND_LIMIT:
+                big.append(key)
+    if big:  # one copy into the store instead of through the pickle stream
+        args, kwargs = list(args), dict(kwargs)
+        for pos in big:
+            if isinstance(pos, int):
+                args[pos] = big_bytes_out_of_band(args[pos])
+            else:
+                kwargs[pos] = big_bytes_out_of_band(kwargs[pos])
+        args = tuple(args)
     if deps:
         args = list(args)
         kwargs = dict(kwargs)

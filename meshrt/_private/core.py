@@ -40,7 +40,7 @@ from .actor_calls import ActorCalls
 from .context import current_call
 from .ownership import Ownership
 from .pending import PendingTask
-from .portal import AsyncWaiter, CountdownWaiter, LoopThread, Wakeup, bridge_for
+from .portal import AsyncCountdown, AsyncWaiter, CountdownWaiter, LoopThread, Wakeup, bridge_for
 from .refs import ObjectRef, ObjectRefGenerator
 from .streams import Stream
 
@@ -258,6 +258,29 @@ class Core(Ownership, ActorCalls):
             entry.add_waiter(AsyncWaiter(fut, None if in_core else bridge_for(loop)))
             yield from fut.__await__()
         return self.value_of(entry)
+
+    async def wait_all_async(self, refs: list) -> None:
+        """Await until every ref has a value or an error, with one wake-up at the end."""
+        entries = self.table.entries
+        missing = []
+        for ref in refs:
+            entry = entries.get(ref._id) or self._entry_for_unknown(ref)
+            if entry.payload is None:
+                missing.append(entry)
+        if not missing:
+            return
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        in_core = self.io.in_loop()
+        waiter = AsyncCountdown(len(missing), fut, None if in_core else bridge_for(loop))
+        for entry in missing:
+            if entry.owner != self.worker_id and not entry.fetching:
+                if in_core:
+                    self._fetch(entry)
+                else:
+                    self.io.post(self._fetch, entry)
+            entry.add_waiter(waiter)
+        await fut
 
     def concurrent_future(self, ref: ObjectRef) -> concurrent.futures.Future:
         cf: concurrent.futures.Future = concurrent.futures.Future()

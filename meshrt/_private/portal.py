@@ -212,3 +212,31 @@ class AsyncWaiter:
                 self.fut.set_result(entry)
         else:
             self.bridge.resolve(self.fut, entry)
+
+
+class AsyncCountdown:
+    """Resolves one asyncio future once ``count`` distinct entries have resolved: a
+    coroutine gathering many refs wakes once, not once per ref."""
+
+    __slots__ = ("fut", "bridge", "_remaining", "_fired", "_lock")
+
+    def __init__(self, count: int, fut: asyncio.Future, bridge: AsyncBridge | None) -> None:
+        self.fut = fut
+        self.bridge = bridge
+        self._remaining = count
+        self._fired: set[int] = set()
+        self._lock = threading.Lock()
+
+    def fire(self, entry) -> None:
+        with self._lock:
+            if entry.id in self._fired:
+                return
+            self._fired.add(entry.id)
+            self._remaining -= 1
+            if self._remaining != 0:
+                return
+        if self.bridge is None:
+            if not self.fut.done():
+                self.fut.set_result(entry)
+        else:
+            self.bridge.resolve(self.fut, entry)

@@ -12,12 +12,12 @@ from __future__ import annotations
 import difflib
 import random
 import threading
-import time
 from typing import Any
 
 from .. import exceptions as exc
 from .._private import state
 from .._private.args import CallChecker
+from ..objstore.serialization import SHM_THRESHOLD, big_bytes_out_of_band
 from . import supervision
 from .future import Future
 from .shape import Point, Shape
@@ -74,9 +74,12 @@ class ActorMesh:
 
     def _points(self) -> list[Point]:
         """Each addressed actor's own Point in the mesh as spawned (for errors)."""
-        origin = self._origin.ranks()
-        extent = self._origin.extent
-        return [Point(origin.index(r), extent) for r in self._shape.ranks()]
+        points = self.__dict__.get("_point_cache")
+        if points is None:
+            where = {r: i for i, r in enumerate(self._origin.ranks())}
+            extent = self._origin.extent
+            points = self._point_cache = [Point(where[r], extent) for r in self._shape.ranks()]
+        return points
 
     @property
     def initialized(self) -> Future:
@@ -137,10 +140,13 @@ class Endpoint:
         core = state.core()
         extent = mesh._shape.extent
         labels, sizes = extent.labels, extent.sizes
+        args = tuple(big_bytes_out_of_band(a) for a in args)  # large bytes: one copy, out of band
         here = core.host_id
         remote = [mesh._hosts[r] != here for r in ranks]
-        # Many targets on this host: store the arguments once, each call refers to them.
-        packed = (args, kwargs) if len(ranks) == 1 or any(remote) else core.put((args, kwargs))
+        # Large arguments to many targets on this host: stored once, each call refers to
+        # them. Small ones are cheaper pickled into each message.
+        shared = len(ranks) > 1 and not any(remote) and _nbytes(args, kwargs) >= SHM_THRESHOLD
+        packed = core.put((args, kwargs)) if shared else (args, kwargs)
         procs = mesh._procs
         local = mesh._shape.ranks() if len(ranks) != len(mesh._shape) else None
         refs = []
@@ -214,6 +220,19 @@ class Endpoint:
         return f"<endpoint {self._mesh._name}.{self._name}>"
 
 
+def _nbytes(args: tuple, kwargs: dict) -> int:
+    """Roughly how big the top-level arguments are (arrays, tensors, bytes)."""
+    total = 0
+    for value in (*args, *kwargs.values()):
+        size = getattr(value, "nbytes", None)
+        if size is None and isinstance(value, (bytes, bytearray, memoryview)):
+            size = len(value)
+        elif size is None and hasattr(value, "element_size"):  # a torch tensor
+            size = value.element_size() * value.numel()
+        total += size if isinstance(size, int) else 0
+    return total
+
+
 # -- futures over replies ------------------------------------------------------------------
 
 def _one(mesh: ActorMesh, ref, point: Point, endpoint: str | None) -> Future:
@@ -235,26 +254,28 @@ def _one(mesh: ActorMesh, ref, point: Point, endpoint: str | None) -> Future:
 def _gather(mesh: ActorMesh, refs: list, points: list, endpoint: str | None, build=None) -> Future:
     build = build or list
 
-    async def aget():
+    def values_in_order(core) -> list:
         values = []
         for ref, point in zip(refs, points, strict=True):
             try:
-                values.append(await ref)
+                values.append(core.get([ref], 0)[0])
             except exc.ActorDiedError as err:
                 raise _relabel(mesh, point, endpoint)(err) from None
-        return build(values)
+        return values
+
+    async def aget():
+        core = state.core()
+        await core.wait_all_async(refs)  # one wake-up for all the replies
+        return build(values_in_order(core))
 
     def get(timeout):
-        deadline = None if timeout is None else time.monotonic() + timeout
         core = state.core()
-        values = []
-        for ref, point in zip(refs, points, strict=True):
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                values.append(core.get([ref], left)[0])
-            except exc.ActorDiedError as err:
-                raise _relabel(mesh, point, endpoint)(err) from None
-        return build(values)
+        try:
+            return build(core.get(refs, timeout))  # one wake-up for all the replies
+        except exc.GetTimeoutError:
+            raise
+        except Exception:  # noqa: BLE001 - find which point failed, in order
+            return build(values_in_order(core))
 
     return Future(aget, get)
 

@@ -106,13 +106,15 @@ class Point(Mapping):
 class Shape:
     """A strided selection of ranks ``offset + sum(coord[i] * strides[i])``."""
 
-    __slots__ = ("labels", "offset", "sizes", "strides")
+    __slots__ = ("labels", "offset", "sizes", "strides", "_ranks", "_extent")
 
     def __init__(self, labels, offset: int, sizes, strides) -> None:
         self.labels = tuple(labels)
         self.offset = offset
         self.sizes = tuple(sizes)
         self.strides = tuple(strides)
+        self._ranks: list[int] | None = None  # computed once: shapes never change
+        self._extent: Extent | None = None
 
     @classmethod
     def dense(cls, labels, sizes) -> Shape:
@@ -125,19 +127,24 @@ class Shape:
 
     @property
     def extent(self) -> Extent:
-        return Extent(self.labels, self.sizes)
+        if self._extent is None:
+            self._extent = Extent(self.labels, self.sizes)
+        return self._extent
 
     def __len__(self) -> int:
-        return self.extent.nelements
+        return len(self.ranks())
 
     def ranks(self) -> list[int]:
         """The underlying ranks this shape covers, in row-major order of its dims."""
-        if not self.sizes:
-            return [self.offset]
-        return [
-            self.offset + sum(c * s for c, s in zip(coord, self.strides, strict=True))
-            for coord in itertools.product(*(range(n) for n in self.sizes))
-        ]
+        if self._ranks is None:
+            if not self.sizes:
+                self._ranks = [self.offset]
+            else:
+                self._ranks = [
+                    self.offset + sum(c * s for c, s in zip(coord, self.strides, strict=True))
+                    for coord in itertools.product(*(range(n) for n in self.sizes))
+                ]
+        return self._ranks
 
     def slice(self, **dims) -> Shape:
         labels, offset = list(self.labels), self.offset

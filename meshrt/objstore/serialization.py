@@ -113,7 +113,7 @@ def serialize(value: Any, place=None) -> tuple[Payload, list]:
     previous = getattr(_tls, "sink", None)
     _tls.sink = sink
     try:
-        data = _pickle_value(_bytes_out_of_band(value, 5), keep, sink, buffers)
+        data = _pickle_value(big_bytes_out_of_band(value), keep, sink, buffers)
     finally:
         _tls.sink = previous
     refs: tuple = ()
@@ -155,24 +155,16 @@ class _BigBytes:
         return (type(self.value), (pickle.PickleBuffer(self.value),))
 
 
-_BIG_BYTES_TYPES = (bytes, bytearray)
+def big_bytes_out_of_band(value: Any) -> Any:
+    """``value``, marked for the out-of-band path when it is a large bytes/bytearray.
 
-
-def _bytes_out_of_band(value: Any, depth: int) -> Any:
-    """``value`` with large bytes wrapped, looking into small tuples/lists/dicts up to
-    ``depth`` levels (call arguments arrive as ``(args, kwargs)``); cheap otherwise."""
+    Called on the values that are usually large (a result, a put, each call
+    argument): looking deeper into every container would cost every call.
+    """
     t = type(value)
-    if t in _BIG_BYTES_TYPES:
-        return _BigBytes(value) if len(value) >= INBAND_LIMIT else value
-    if depth == 0 or t not in (tuple, list, dict) or len(value) > 16:
-        return value
-    if t is dict:
-        items = {k: _bytes_out_of_band(v, depth - 1) for k, v in value.items()}
-        return items if any(items[k] is not value[k] for k in value) else value
-    items = [_bytes_out_of_band(v, depth - 1) for v in value]
-    if all(a is b for a, b in zip(items, value, strict=True)):
-        return value
-    return tuple(items) if t is tuple else items
+    if (t is bytes or t is bytearray) and len(value) >= INBAND_LIMIT:
+        return _BigBytes(value)
+    return value
 
 
 def _pickle_value(value: Any, keep, sink: list, buffers: list) -> bytes:
