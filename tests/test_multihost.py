@@ -189,3 +189,26 @@ def test_slurm_nodelists_expand():
     assert expand_nodelist("gpu[01-03,07],cpu5") == ["gpu01", "gpu02", "gpu03", "gpu07", "cpu5"]
     assert expand_nodelist("a[8-10]-ib") == ["a8-ib", "a9-ib", "a10-ib"]
     assert expand_nodelist("node1") == ["node1"]
+
+
+class Reducer(Actor):
+    @endpoint
+    def reduce(self):
+        import torch
+        import torch.distributed as dist
+
+        t = torch.tensor([float(meshrt.current_rank().rank)])
+        dist.all_reduce(t, group=meshrt.device_mesh().get_group("hosts"))
+        return (int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), float(t.item()))
+
+
+def test_torch_distributed_across_hosts(cluster):
+    pytest.importorskip("torch")
+    hosts, _, _, remember = cluster
+    procs = hosts.spawn_procs(per_host={"gpus": 2})
+    procs.init_torch_distributed(backend="gloo").get(timeout=120)
+    remember()
+    got = list(procs.spawn("r", Reducer).reduce.call().get(timeout=60).values())
+    assert [g[:2] for g in got] == [(0, 0), (1, 1), (2, 0), (3, 1)]
+    assert [g[2] for g in got] == [2.0, 4.0, 2.0, 4.0]  # along "hosts": {0,2} and {1,3}
+    procs.stop().get(timeout=30)
