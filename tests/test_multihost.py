@@ -212,3 +212,28 @@ def test_torch_distributed_across_hosts(cluster):
     assert [g[:2] for g in got] == [(0, 0), (1, 1), (2, 0), (3, 1)]
     assert [g[2] for g in got] == [2.0, 4.0, 2.0, 4.0]  # along "hosts": {0,2} and {1,3}
     procs.stop().get(timeout=30)
+
+
+def test_calls_fan_out_through_one_agent_per_host(cluster):
+    """A call to 4 processes on each of 2 hosts: the driver sends one frame per host
+    and gets the replies back gathered, not one frame per process."""
+    hosts, _, _, remember = cluster
+    workers = hosts.spawn_procs(per_host={"gpus": 4}).spawn("w", Worker)
+    workers.where.call().get(timeout=60)
+    remember()
+    controller = meshrt._private.state.core().controller
+    agent_conns = [h.conn for h in controller.hosts.values()]
+    worker_conns = [w.conn for w in controller.workers.values() if w.host]
+
+    def frames():
+        return (sum(c.frames_out for c in agent_conns), sum(c.frames_in for c in agent_conns),
+                sum(c.frames_out + c.frames_in for c in worker_conns))
+
+    before = frames()
+    calls = 20
+    for _ in range(calls):
+        assert len(list(workers.where.call().get(timeout=30).values())) == 8
+    out, back, direct = (a - b for a, b in zip(frames(), before, strict=True))
+    assert out <= calls * 2 + 4  # one frame per host per call (+ refcount traffic)
+    assert back <= calls * 2 * 2  # replies gathered per host (a slow one may go alone)
+    assert direct == 0  # nothing went to the 8 processes one by one

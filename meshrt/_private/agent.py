@@ -25,6 +25,9 @@ from .spawn import Zygote
 
 log = logging.getLogger("meshrt")
 
+# Replies to one mesh call go back together; one that is slower than this goes alone.
+GATHER_WINDOW_S = 0.002
+
 
 class Agent:
     def __init__(self, head: str, token: bytes, name: str, resources: dict, store_bytes: int,
@@ -42,6 +45,10 @@ class Agent:
         self.store: SharedStore | None = None
         self.zygote: Zygote | None = None
         self._early: list = []  # spawn requests that beat the zygote's start
+        self.local_conns: dict = {}  # worker id -> its connection to us
+        self.early_relays: dict = {}  # worker id -> relayed messages that beat its Hello
+        self.gone: set = set()
+        self.gathering: dict = {}  # task id -> the _Gather its reply joins
 
     async def run(self) -> int:
         """Serve until the head goes away; returns the process exit code."""
@@ -90,6 +97,7 @@ class Agent:
     # -- the head --------------------------------------------------------------------------
 
     def on_head(self, conn, msgs: list) -> None:
+        self._group_calls(msgs)
         for msg in msgs:
             try:
                 self._from_head(msg)
@@ -112,6 +120,12 @@ class Agent:
                 _kill(pid)
         elif kind is m.Exit:
             self.done.set()
+        elif kind is m.Relay:
+            conn = self.local_conns.get(msg.dest)
+            if conn is not None:
+                conn.send(msg)
+            elif msg.dest in self.pids or msg.dest not in self.gone:
+                self.early_relays.setdefault(msg.dest, []).append(msg)  # not connected yet
 
     def on_head_lost(self, conn, _exc) -> None:
         log.warning("meshrt agent %s: the head at %s went away; stopping", self.name, self.head_address)
@@ -155,8 +169,13 @@ class Agent:
         store = self.store
         for msg in msgs:
             kind = type(msg)
-            if kind is m.Hello:
+            if kind is m.Relay:
+                self._upward(msg)
+            elif kind is m.Hello:
                 conn.peer_id = msg.worker_id
+                self.local_conns[msg.worker_id] = conn
+                for early in self.early_relays.pop(msg.worker_id, ()):
+                    conn.send(early)
             elif kind is m.Request:
                 try:
                     value = self._store_rpc(conn.peer_id, msg.method, msg.args)
@@ -182,8 +201,56 @@ class Agent:
             return {"usage": self.store.usage(), "objects": self.store.records()}
         raise ValueError(f"unknown agent request {method!r}")
 
+    # -- gathering replies: one frame back per call to many processes ------------------------
+
+    def _group_calls(self, msgs: list) -> None:
+        """Actor calls that came in one frame are one mesh call (or a burst of calls):
+        their replies go back together, as one frame."""
+        calls = [r.msg.task_id for r in msgs if type(r) is m.Relay and type(r.msg) is m.ActorCall]
+        if len(calls) > 1:
+            group = _Gather(set(calls))
+            for task_id in calls:
+                self.gathering[task_id] = group
+
+    def _upward(self, relay: m.Relay) -> None:
+        inner = relay.msg
+        group = self.gathering.pop(inner.task_id, None) if type(inner) is m.TaskReturn else None
+        if group is None:
+            self.head.send(relay)
+            return
+        group.replies.append(relay)
+        group.waiting.discard(inner.task_id)
+        if not group.waiting:
+            self._release(group)
+        elif group.timer is None:
+            # A slow reply must not hold the fast ones (nor a caller waiting on them).
+            group.timer = self.loop.call_later(GATHER_WINDOW_S, self._release, group)
+
+    def _release(self, group: _Gather) -> None:
+        if group.timer is not None:
+            group.timer.cancel()
+            group.timer = None
+        replies, group.replies = group.replies, []
+        for relay in replies:
+            self.head.send(relay)
+        if group.waiting:  # later replies of this group pass straight through
+            for task_id in group.waiting:
+                self.gathering.pop(task_id, None)
+
     def on_local_close(self, conn, _exc) -> None:
-        pass
+        if conn.peer_id is not None and self.local_conns.get(conn.peer_id) is conn:
+            del self.local_conns[conn.peer_id]
+            self.gone.add(conn.peer_id)
+            self.early_relays.pop(conn.peer_id, None)
+
+
+class _Gather:
+    __slots__ = ("waiting", "replies", "timer")
+
+    def __init__(self, waiting: set) -> None:
+        self.waiting = waiting
+        self.replies: list = []
+        self.timer = None
 
 
 def _kill(pid: int) -> None:

@@ -79,6 +79,7 @@ class Core(Ownership, ActorCalls):
             m.PeerGone: self.on_peer_gone,
             m.ActorState: self.on_actor_state,
             m.PortValue: self.on_port_value,
+            m.Relay: self.on_relay,
         }
         self.ports: dict[int, Any] = {}  # port id -> deliver(ref), for mesh Channels
         self.calls_out: dict[int, int] = {}  # actor id -> calls not answered yet (mesh choose())
@@ -571,6 +572,10 @@ class Core(Ownership, ActorCalls):
         self.table.resolve(entry, msg.payload, held)
         stream.push(ObjectRef(oid, self.worker_id, self.table.deltas), msg.index)
 
+    def on_relay(self, conn, msg: m.Relay) -> None:
+        """A message that came through a host agent: handle it as if from its sender."""
+        self.on_messages(Relayed(self, msg.src), [msg.msg])
+
     def on_port_value(self, conn, msg: m.PortValue) -> None:
         """A value sent through a Port: owned here like a put, then handed to its receiver."""
         self._port_deliver(msg.port_id, msg.payload, self.adopt(msg.payload))
@@ -634,6 +639,21 @@ class Core(Ownership, ActorCalls):
         self.closed = True
         if self._drain_timer is not None:
             self._drain_timer.cancel()
+
+
+class Relayed:
+    """Stands for the connection of a relayed message's sender: replies go back to
+    that sender by id (and so through the agent again)."""
+
+    __slots__ = ("core", "peer_id", "peer_pid")
+
+    def __init__(self, core: Core, peer_id: int) -> None:
+        self.core = core
+        self.peer_id = peer_id
+        self.peer_pid = None
+
+    def send(self, msg) -> None:
+        self.core.send_to(self.peer_id, msg)
 
 
 class _DepWaiter:

@@ -18,6 +18,7 @@ import uuid
 from typing import Any
 
 from . import context, gpus, state
+from . import messages as m
 from .controller import Controller
 from .core import Core
 from .portal import LoopThread
@@ -68,6 +69,7 @@ class DriverCore(Core):
         self.local = LocalPipe(io.loop, self.on_messages)
         self.controller: Controller | None = None
         self.worker_conns: dict[int, Any] = {}
+        self.relay_for: dict[int, Any] = {}  # worker on an agent's host -> that agent's connection
 
     def attach(self, controller: Controller) -> None:
         self.controller = controller
@@ -92,15 +94,24 @@ class DriverCore(Core):
         if peer == 0:
             self.local.send(msg)
             return
+        agent = self.relay_for.get(peer)
+        if agent is not None and not agent.closed:
+            agent.send(m.Relay(peer, 0, msg))  # one frame per host, fanned out by its agent
+            return
         conn = self.worker_conns.get(peer)
         if conn is not None:
             conn.send(msg)
 
     def worker_connected(self, worker_id: int, conn) -> None:
         self.worker_conns[worker_id] = conn
+        w = self.controller.workers.get(worker_id)
+        host = self.controller.hosts.get(w.host) if w is not None and w.host else None
+        if host is not None:
+            self.relay_for[worker_id] = host.conn
 
     def forget_peer(self, peer: int) -> None:
         self.worker_conns.pop(peer, None)
+        self.relay_for.pop(peer, None)
 
     def remote_peer(self, peer: int) -> bool:
         w = self.controller.workers.get(peer) if peer else None

@@ -340,3 +340,12 @@ class KillWorker(NamedTuple):
     """Controller -> agent: SIGKILL this worker."""
 
     worker_id: int
+
+
+class Relay(NamedTuple):
+    """A message between the driver and a process on an agent's host, carried by the
+    agent: the driver sends one frame per host, not one per process."""
+
+    dest: int
+    src: int
+    msg: Any

@@ -74,6 +74,8 @@ class Connection(asyncio.BufferedProtocol):
         self.peer_id: int | None = None
         self.peer_pid: int | None = None
         self.peer_address: str | None = None
+        self.frames_in = 0  # counted for tests and stats: fan-out shows here
+        self.frames_out = 0
         self.transport: asyncio.Transport | None = None
         self.open = False
         self.closed = False
@@ -272,6 +274,7 @@ class Connection(asyncio.BufferedProtocol):
     def _dispatch(self, msgs: list) -> None:
         if not isinstance(msgs, list):
             raise _Reject("frame is not a message batch")
+        self.frames_in += 1
         if self.on_messages is not None:
             self.on_messages(self, msgs)
 
@@ -291,6 +294,7 @@ class Connection(asyncio.BufferedProtocol):
         if not self._outbox or self.closed or not self.open:
             return
         msgs, self._outbox = self._outbox, []
+        self.frames_out += 1
         big: list = []
 
         def oob(pb: pickle.PickleBuffer):

@@ -121,7 +121,10 @@ class WorkerCore(Core):
 
     def send_to(self, peer: int, msg) -> None:
         if peer == 0:
-            self.ctl.send(msg)
+            if self.agent is not None:  # the driver's messages come and go through the agent
+                self.agent.send(m.Relay(0, self.worker_id, msg))
+            else:
+                self.ctl.send(msg)
             return
         channel = self.channels.get(peer)
         if channel is None:
