@@ -112,6 +112,11 @@ def test_spawn_across_hosts_and_slice_by_host(cluster):
     # a mesh handed to an actor on one host, called from there across hosts
     assert workers.slice(hosts=0, gpus=0).call_other.call_one(workers.slice(hosts=1)).get(timeout=30) == \
         host_ids[2:]
+    # and a mesh of the head host, called from an agent's host
+    local = meshrt.this_host().spawn_procs(per_host={"gpus": 2}).spawn("local", Worker)
+    assert workers.slice(hosts=1, gpus=1).call_other.call_one(local).get(timeout=30) == [0, 0]
+    controller = meshrt._private.state.core().controller
+    assert all(w.address.startswith("tcp:") for w in controller.workers.values() if w.address)
     procs.stop().get(timeout=30)
 
 

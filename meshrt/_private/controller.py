@@ -129,6 +129,11 @@ class Controller(ActorDirectory, HostDirectory):
             self.tcp_address = f"tcp:{host}:{port}"  # the real port when asked for port 0
             self.servers.append(server)
         env = dict(os.environ)
+        if self.tcp_address:  # processes on other hosts must reach this host's workers too
+            bind = wire.parse_tcp(self.tcp_address)[0]
+            env["MESHRT_LISTEN_HOST"] = bind or "0.0.0.0"
+            if bind in ("", "0.0.0.0", "::"):
+                env["MESHRT_ADVERTISE_HOST"] = _host_ip()
         env.update({
             "MESHRT_CONTROLLER": self.address,
             "MESHRT_TOKEN": self.token.hex(),
@@ -609,6 +614,18 @@ class Controller(ActorDirectory, HostDirectory):
             "Resources": self.node.as_floats("total"), "MeshrtAddress": self.address,
             "alive": True,
         }]
+
+
+def _host_ip() -> str:
+    """This host's address as other hosts see it (the interface of the default route)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("10.255.255.255", 1))  # no packet is sent: this only picks a route
+            return s.getsockname()[0]
+        except OSError:
+            return "127.0.0.1"
 
 
 def _kill(pid: int) -> None:

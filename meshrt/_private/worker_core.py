@@ -81,7 +81,8 @@ class WorkerCore(Core):
         )
         if self.listen_address.startswith("tcp:") and self.listen_address.endswith(":0"):
             port = self.server.sockets[0].getsockname()[1]
-            self.listen_address = self.listen_address[:-1] + str(port)
+            host = os.environ.get("MESHRT_ADVERTISE_HOST") or wire.parse_tcp(self.listen_address)[0]
+            self.listen_address = f"tcp:{host}:{port}"
         if self.agent_address:
             self.agent = await wire.connect(self.agent_address, self.token, on_messages=self.on_messages,
                                             on_close=self._controller_lost)
