@@ -75,12 +75,12 @@ class Agent:
         env = dict(os.environ)
         env.update({
             "MESHRT_CONTROLLER": self.head_address, "MESHRT_TOKEN": self.token.hex(),
-            "MESHRT_STORE_FD": str(self.store.fd), "MESHRT_STORE_SIZE": str(self.store.capacity),
+            "MESHRT_STORE_SIZE": str(self.store.capacity),
             "MESHRT_AGENT": self.local_address, "MESHRT_HOST_ID": str(self.host_id),
             "MESHRT_LISTEN_HOST": listen_host, "PYTHONUNBUFFERED": "1",
         })
         self.zygote = Zygote(loop, env, self.on_spawned, self.on_exited, self.on_zygote_lost,
-                             inherit=(self.store.fd,))
+                             store_fd=self.store.fd)
         self.zygote.start()
         for early in self._early:
             self.spawn(early)

@@ -139,11 +139,10 @@ class Controller(ActorDirectory, HostDirectory):
             "MESHRT_TOKEN": self.token.hex(),
             "PYTHONUNBUFFERED": "1",
             "MESHRT_SESSION": self.config["session"],
-            "MESHRT_STORE_FD": str(self.store.fd),
             "MESHRT_STORE_SIZE": str(self.store.capacity),
         })
         self.zygote = Zygote(self.loop, env, self._on_spawned, self._on_exited, self._on_zygote_lost,
-                             inherit=(self.store.fd,))
+                             store_fd=self.store.fd, preforked=self.config.pop("preforked_zygote", None))
         self.zygote.start()
         prestart = self.config.get("prestart", 0)
         if prestart:

@@ -235,6 +235,9 @@ def init(
 
             core = LocalCore(config)
         else:
+            from .spawn import fork_zygote_if_safe
+
+            config["preforked_zygote"] = fork_zygote_if_safe()  # before our first thread
             io = LoopThread("meshrt-controller")
             core = DriverCore(io, token)
             controller = Controller(core, io, config)

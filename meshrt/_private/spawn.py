@@ -13,6 +13,7 @@ import collections
 import logging
 import os
 import pickle
+import signal
 import socket
 import subprocess
 import sys
@@ -33,22 +34,35 @@ class Zygote:
         on_spawned: Callable[[int, int], None],
         on_exited: Callable[[int, int], None],
         on_lost: Callable[[], None],
-        inherit: tuple = (),
+        store_fd: int | None = None,
+        preforked: tuple | None = None,
     ) -> None:
         self.loop = loop
-        self.inherit = inherit  # descriptors every worker needs (the object store's arena)
+        self.store_fd = store_fd  # the host's object store: handed to each worker
         self.env = env
+        # What a worker needs in its environment on top of the zygote's own (which,
+        # for a zygote forked from the driver, is the driver's).
+        self.spawn_env = {k: v for k, v in env.items() if k.startswith("MESHRT_") or k == "PYTHONUNBUFFERED"}
         self.on_spawned = on_spawned
         self.on_exited = on_exited
         self.on_lost = on_lost
         self.sock: socket.socket | None = None
-        self.proc: subprocess.Popen | None = None
+        self.proc = None
+        self.preforked = preforked  # (pid, socket) of a zygote forked before any thread
 
     def start(self) -> None:
+        if self.preforked is not None:
+            pid, ours = self.preforked
+            self.preforked = None
+            self.proc = _Forked(pid)
+            ours.setblocking(False)
+            self.sock = ours
+            self.loop.add_reader(ours.fileno(), self._readable)
+            return
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "meshrt._private.zygote", str(theirs.fileno()), str(os.getpid())],
-            pass_fds=(theirs.fileno(), *self.inherit),
+            pass_fds=(theirs.fileno(),),
             env=self.env,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C in the terminal reaches the driver only
@@ -62,8 +76,9 @@ class Zygote:
         """Ask for a worker; returns the read ends of its stdout and stderr pipes."""
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        fds = [out_w, err_w] + ([self.store_fd] if self.store_fd is not None else [])
         try:
-            socket.send_fds(self.sock, [pickle.dumps(("spawn", worker_id, env, kind))], [out_w, err_w])
+            socket.send_fds(self.sock, [pickle.dumps(("spawn", worker_id, {**self.spawn_env, **env}, kind))], fds)
         finally:
             os.close(out_w)
             os.close(err_w)
@@ -108,7 +123,95 @@ class Zygote:
         proc.wait()
 
 
-async def _exited(loop, proc: subprocess.Popen, timeout: float) -> bool:
+class _Forked:
+    """The few Popen methods the controller uses, for a zygote forked from the driver."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                self.returncode = 0
+                return 0
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            try:
+                _, status = os.waitpid(self.pid, 0)
+                self.returncode = os.waitstatus_to_exitcode(status)
+            except ChildProcessError:
+                self.returncode = 0
+        return self.returncode
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, 9)
+        except ProcessLookupError:
+            pass
+
+
+def fork_zygote_if_safe() -> tuple[int, socket.socket] | None:
+    """Fork the zygote straight from the driver while it is still single-threaded.
+
+    A fresh interpreter importing the worker code costs ~0.2 s before the first
+    worker can start; a fork of the driver, which has already imported it, costs
+    milliseconds. Only safe before any thread exists (a fork copies one thread, and
+    locks held by others would stay locked forever), so this checks the kernel's
+    thread list, not just Python's, and skips the fork once torch is imported (its
+    state and memory would be copied into every worker).
+    """
+    if not sys.platform.startswith("linux") or "torch" in sys.modules:
+        return None
+    try:
+        if len(os.listdir("/proc/self/task")) != 1:
+            return None
+    except OSError:
+        return None
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # the zygote: never returns into the driver's program
+        code = 1
+        try:
+            _become_zygote(theirs.fileno(), parent, keep=ours.fileno())
+            code = 0
+        finally:
+            os._exit(code)
+    theirs.close()
+    return pid, ours
+
+
+def _become_zygote(channel_fd: int, parent: int, keep: int) -> None:
+    os.setsid()  # Ctrl-C in the terminal reaches the driver only
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_DFL)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.close(keep)
+    # Nothing of the driver's stays open here but stdout/stderr and our channel.
+    os.closerange(3, channel_fd)
+    os.closerange(channel_fd + 1, _max_fd())
+    from . import zygote
+
+    zygote.serve(channel_fd, parent)
+
+
+def _max_fd() -> int:
+    try:
+        return os.sysconf("SC_OPEN_MAX")
+    except (ValueError, OSError):
+        return 65536
+
+
+async def _exited(loop, proc, timeout: float) -> bool:
     """Wait for a child to exit without polling (a pidfd on Linux); True if it did."""
     if proc.poll() is not None:
         return True

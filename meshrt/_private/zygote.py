@@ -8,7 +8,8 @@ imports the worker's modules and then forks a worker in ~4 ms instead of paying 
 Channel: a SOCK_SEQPACKET socketpair (message boundaries kept, file descriptors
 passed alongside). Requests: ``("spawn", worker_id, env, kind)`` with the worker's
 stdout and stderr pipe ends attached. Replies: ``("spawned", worker_id, pid)`` and
-``("exited", pid, returncode)`` whenever a child ends. The zygote dies with its
+``("exited", pid, returncode)`` whenever a child ends. A third descriptor, when
+sent, is the host's object store. The zygote dies with its
 parent (PR_SET_PDEATHSIG on Linux, EOF on the channel everywhere), and its children
 die with it the same way.
 """
@@ -31,8 +32,11 @@ _MAX_PACKET = 1 << 20
 
 
 def main() -> None:
-    channel = socket.socket(fileno=int(sys.argv[1]))
-    parent = int(sys.argv[2])
+    serve(int(sys.argv[1]), int(sys.argv[2]))
+
+
+def serve(channel_fd: int, parent: int) -> None:
+    channel = socket.socket(fileno=channel_fd)
     procutil.die_with_parent(parent)
 
     wake_r, wake_w = os.pipe()
@@ -109,8 +113,10 @@ def _child(worker_id: int, env: dict, kind: str, fds: list[int]) -> None:
     if len(fds) >= 2:
         os.dup2(fds[0], 1)
         os.dup2(fds[1], 2)
-        for fd in fds:
+        for fd in fds[:2]:
             os.close(fd)
+    if len(fds) >= 3:  # the host's object store, handed over with the request
+        env = {**env, "MESHRT_STORE_FD": str(fds[2])}
     os.environ.update(env)
     import random
 
