@@ -164,10 +164,11 @@ def fork_zygote_if_safe() -> tuple[int, socket.socket] | None:
     worker can start; a fork of the driver, which has already imported it, costs
     milliseconds. Only safe before any thread exists (a fork copies one thread, and
     locks held by others would stay locked forever), so this checks the kernel's
-    thread list, not just Python's, and skips the fork once torch is imported (its
-    state and memory would be copied into every worker).
+    thread list, not just Python's: CUDA or a torch thread pool already started means
+    threads, hence the interpreter path. Modules the driver imported (torch, say) are
+    then already loaded in every worker, their pages shared copy-on-write.
     """
-    if not sys.platform.startswith("linux") or "torch" in sys.modules:
+    if not sys.platform.startswith("linux"):
         return None
     try:
         if len(os.listdir("/proc/self/task")) != 1:
