@@ -49,7 +49,7 @@ class ActorMesh:
         self._procs = procs
         self._shape = shape
         self._state = mesh_state
-        self._spawned = spawned  # refs of the constructor calls (in the spawning process)
+        self._spawned = spawned  # refs of the constructor calls, one per process as spawned
 
     # -- shape ----------------------------------------------------------------------------
 
@@ -109,8 +109,10 @@ class ActorMesh:
         return Endpoint(self, name, *found)
 
     def __reduce__(self):
-        return (ActorMesh, (self._name, self._class_name, self._endpoints, self._procs, self._shape, None, None,
-                            self._origin, self._hosts))
+        # The constructor refs travel along: a process that got the mesh from someone
+        # else waits on them before its first call (see Endpoint._send).
+        return (ActorMesh, (self._name, self._class_name, self._endpoints, self._procs, self._shape, None,
+                            self._spawned, self._origin, self._hosts))
 
     def __repr__(self) -> str:
         return f"<ActorMesh {self._name!r} of {self._class_name} {self.extent}>"
@@ -149,11 +151,17 @@ class Endpoint:
         packed = core.put((args, kwargs)) if shared else (args, kwargs)
         procs = mesh._procs
         local = mesh._shape.ranks() if len(ranks) != len(mesh._shape) else None
+        # Calls from the spawning process queue behind its constructor calls (same
+        # sender, FIFO); anyone else's call waits until the constructor has run, by
+        # depending on its result.
+        spawned = mesh._spawned if mesh._state is None else None
+        where = {r: i for i, r in enumerate(mesh._origin.ranks())} if spawned else None
         refs = []
         for i, rank in enumerate(ranks):
             message_rank = i if local is None else local.index(rank)
+            ready = spawned[where[rank]] if spawned else None
             refs.append(core.call_actor(procs[rank], self._target, (mesh._name, self._name, message_rank, labels,
-                                                                    sizes, packed), {}, 1, inline=remote[i]))
+                                                                    sizes, packed, ready), {}, 1, inline=remote[i]))
         return refs
 
     def call(self, *args, **kwargs) -> Future:

@@ -67,7 +67,7 @@ class ProcHost:
         self.actors[name] = _Hosted(instance, info, None, owner)
 
     async def call(self, name: str, method: str, message_rank: int, labels: tuple, sizes: tuple,
-                   packed: tuple) -> Any:
+                   packed: tuple, ready: Any = None) -> Any:
         """An ``async def`` endpoint: runs on this process's loop, interleaving at await."""
         if name not in self.actors:
             # spawn runs on the helper thread and was queued there before this call
@@ -89,7 +89,7 @@ class ProcHost:
             reset_context(tokens)
 
     def call_sync(self, name: str, method: str, message_rank: int, labels: tuple, sizes: tuple,
-                  packed: tuple) -> Any:
+                  packed: tuple, ready: Any = None) -> Any:
         """A plain ``def`` endpoint: runs on the process's helper thread, one at a time in
         arrival order, so it may block (``meshrt.get``, collectives) without stalling
         the async endpoints."""
