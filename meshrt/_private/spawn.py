@@ -158,26 +158,34 @@ class _Forked:
 
 
 def fork_zygote_if_safe() -> tuple[int, socket.socket] | None:
-    """Fork the zygote straight from the driver while it is still single-threaded.
+    """Fork the zygote straight from the driver, when that is safe.
 
     A fresh interpreter importing the worker code costs ~0.2 s before the first
     worker can start; a fork of the driver, which has already imported it, costs
-    milliseconds. Only safe before any thread exists (a fork copies one thread, and
-    locks held by others would stay locked forever), so this checks the kernel's
-    thread list, not just Python's: CUDA or a torch thread pool already started means
-    threads, hence the interpreter path. Modules the driver imported (torch, say) are
-    then already loaded in every worker, their pages shared copy-on-write.
+    milliseconds. A fork copies only the calling thread, so it is done before the
+    controller's thread starts, and only when no other Python thread runs and CUDA
+    is not initialized. Native thread pools (OpenBLAS, OpenMP: ``import numpy``
+    starts one) re-create themselves in a forked child through their fork handlers,
+    as under multiprocessing's "fork" start. Modules the driver imported are then
+    loaded in every worker, their pages shared copy-on-write.
+    ``MESHRT_FORK_ZYGOTE=0`` always starts a fresh interpreter instead.
     """
-    if not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux") or os.environ.get("MESHRT_FORK_ZYGOTE") == "0":
         return None
-    try:
-        if len(os.listdir("/proc/self/task")) != 1:
-            return None
-    except OSError:
+    import threading
+
+    if threading.active_count() != 1:
+        return None
+    torch = sys.modules.get("torch")
+    if torch is not None and getattr(getattr(torch, "cuda", None), "is_initialized", lambda: False)():
         return None
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     parent = os.getpid()
-    pid = os.fork()
+    import warnings
+
+    with warnings.catch_warnings():  # Python 3.12+ warns about native threads; see above
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:  # the zygote: never returns into the driver's program
         code = 1
         try:
@@ -200,6 +208,12 @@ def _become_zygote(channel_fd: int, parent: int, keep: int) -> None:
     # Nothing of the driver's stays open here but stdout/stderr and our channel.
     os.closerange(3, channel_fd)
     os.closerange(channel_fd + 1, _max_fd())
+    # The driver's log handlers may write to files just closed: workers start clean.
+    import logging
+
+    for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
+        if isinstance(logger, logging.Logger):
+            logger.handlers.clear()
     from . import zygote
 
     zygote.serve(channel_fd, parent)

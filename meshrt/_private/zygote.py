@@ -115,6 +115,13 @@ def _child(worker_id: int, env: dict, kind: str, fds: list[int]) -> None:
         os.dup2(fds[1], 2)
         for fd in fds[:2]:
             os.close(fd)
+    # Fresh stream objects on fds 1 and 2, written through: a zygote forked from the
+    # driver carries the driver's (a test runner's capture files, say).
+    import io
+
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True, line_buffering=True)
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True, line_buffering=True,
+                                  errors="backslashreplace")
     if len(fds) >= 3:  # the host's object store, handed over with the request
         env = {**env, "MESHRT_STORE_FD": str(fds[2])}
     os.environ.update(env)
