@@ -118,6 +118,9 @@ def test_spawn_across_hosts_and_slice_by_host(cluster):
     controller = meshrt._private.state.core().controller
     assert all(w.address.startswith("tcp:") for w in controller.workers.values() if w.address)
     procs.stop().get(timeout=30)
+    # the same hosts take a new mesh after a stop
+    again = hosts.spawn_procs(per_host={"gpus": 1}).spawn("again", Worker)
+    assert [w[0] for w in again.where.call().get(timeout=60).values()] == host_ids[1:3]
 
 
 def test_large_values_cross_hosts_bit_exact(cluster):
