@@ -87,6 +87,8 @@ class Executor:
         self._async_inbox: list = []
         self._async_wake = False
         self._sync_methods: dict[str, bool] = {}
+        self.helper_submitted = 0  # written by the core loop only
+        self.helper_done = 0  # written by the helper thread only
         self.exiting = False
 
     # -- main thread -----------------------------------------------------------------------
@@ -124,7 +126,8 @@ class Executor:
             if self._runs_on_helper(call.method):
                 # A plain method of an async actor: straight to its helper thread (one
                 # hop, not two through the loop), in arrival order like every call.
-                self.pool.submit(self.run_call, call)
+                self.helper_submitted += 1
+                self.pool.submit(self._run_on_helper, call)
                 return
             self._async_inbox.append(call)
             if not self._async_wake:
@@ -134,6 +137,16 @@ class Executor:
             self.pool.submit(self.run_call, call)
         else:
             self.queue.put(call)
+
+    def _run_on_helper(self, call: Call) -> None:
+        try:
+            self.run_call(call)
+        finally:
+            self.helper_done += 1  # only this thread writes it
+
+    def helper_busy(self) -> bool:
+        """Plain-method calls that arrived before now have not all finished."""
+        return self.helper_done != self.helper_submitted
 
     def _runs_on_helper(self, method: str) -> bool:
         sync = self._sync_methods.get(method)

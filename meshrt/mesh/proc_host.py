@@ -5,7 +5,8 @@ the runtime's direct calls, per-caller FIFO order, death detection and object st
 for free. ProcHost holds the mesh actors spawned on the process (several meshes may
 share one process, as in Monarch) and runs their endpoints on its event loop:
 ``async def`` endpoints interleave at ``await``; plain ``def`` endpoints run to
-completion on the process's helper thread, one at a time, in arrival order.
+completion on the process's helper thread, one at a time, in arrival order; an
+``async def`` call starts after the plain calls that arrived before it.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ class ProcHost:
         self._loop = asyncio.get_running_loop()  # constructed on the process's loop
         from .._private import state
 
-        self._helper = state.core().executor.pool  # where plain-def methods run, in order
+        self._executor = state.core().executor
+        self._helper = self._executor.pool  # where plain-def methods run, in order
 
     def spawn(self, name: str, class_blob: bytes, labels: tuple, sizes: tuple, rank: int,
                     args: tuple, kwargs: dict) -> None:
@@ -69,9 +71,10 @@ class ProcHost:
     async def call(self, name: str, method: str, message_rank: int, labels: tuple, sizes: tuple,
                    packed: tuple, ready: Any = None) -> Any:
         """An ``async def`` endpoint: runs on this process's loop, interleaving at await."""
-        if name not in self.actors:
-            # spawn runs on the helper thread and was queued there before this call
-            # arrived: let the helper thread catch up once, then look again.
+        if self._executor.helper_busy():
+            # Calls that arrived before this one (a spawn, plain-def endpoints) run on
+            # the helper thread: let them finish first, so one caller's calls start in
+            # the order it made them.
             await asyncio.get_running_loop().run_in_executor(self._helper, _nothing)
         hosted = self._hosted(name)
         fn = getattr(hosted.instance, method)
