@@ -1,6 +1,7 @@
 """``meshrt`` on the command line (also ``python -m meshrt``).
 
     meshrt agent --address HEAD:PORT [--token-file PATH]   join a cluster as a host
+    meshrt status --address HEAD:PORT [--token-file PATH]  hosts, actors, object store
 """
 
 from __future__ import annotations
@@ -26,10 +27,71 @@ def main(argv: list[str] | None = None) -> int:
     agent.add_argument("--num-cpus", type=float, help="CPUs to offer (default: all)")
     agent.add_argument("--num-gpus", type=int, help="GPUs to offer (default: all visible)")
     agent.add_argument("--object-store-memory", type=int, help="bytes for this host's object store")
+    status = sub.add_parser("status", help="print a running cluster's hosts, actors and object store")
+    status.add_argument("--address", help="the driver's HOST:PORT (meshrt.init(address=...))")
+    status.add_argument("--token-file", help="file holding the cluster token (as for agent)")
     args = parser.parse_args(argv)
     if args.command == "agent":
         return run_agent(args)
+    if args.command == "status":
+        return run_status(args)
     return 2
+
+
+def _token(args) -> bytes | None:
+    from ._private import cluster_token
+
+    token = cluster_token.from_env_or_file(args.token_file)
+    if token is None and os.path.exists(cluster_token.DEFAULT_FILE):
+        token = cluster_token.from_env_or_file(cluster_token.DEFAULT_FILE)
+    return token
+
+
+def run_status(args) -> int:
+    from ._private import messages as m
+    from ._private import slurm, wire
+    from ._private.status import render
+
+    address = args.address or slurm.head_address(DEFAULT_PORT)
+    if not address:
+        print("meshrt status: give --address HOST:PORT of a driver that called "
+              "meshrt.init(address=...)", file=sys.stderr)
+        return 2
+    try:
+        token = _token(args)
+    except ValueError as err:
+        print(f"meshrt status: {err}", file=sys.stderr)
+        return 2
+    if token is None:
+        print("meshrt status: no cluster token: set MESHRT_TOKEN or pass --token-file", file=sys.stderr)
+        return 2
+
+    async def ask():
+        loop = asyncio.get_running_loop()
+        reply = loop.create_future()
+
+        def on_messages(conn, msgs):
+            for msg in msgs:
+                if type(msg) is m.Response and not reply.done():
+                    reply.set_result(msg)
+
+        conn = await wire.connect("tcp:" + address.removeprefix("tcp:"), token, on_messages=on_messages)
+        conn.send(m.Request(1, "cluster_status", ()))
+        try:
+            return await asyncio.wait_for(reply, 30)
+        finally:
+            conn.close()
+
+    try:
+        response = asyncio.run(ask())
+    except Exception as err:  # noqa: BLE001 - one clear line
+        print(f"meshrt status: cannot ask {address}: {err}", file=sys.stderr)
+        return 1
+    if not response.ok:
+        print(f"meshrt status: {response.value}", file=sys.stderr)
+        return 1
+    print(render(response.value))
+    return 0
 
 
 def run_agent(args) -> int:
@@ -46,9 +108,7 @@ def run_agent(args) -> int:
     if ":" not in address:
         address = f"{address}:{DEFAULT_PORT}"
     try:
-        token = cluster_token.from_env_or_file(args.token_file)
-        if token is None and os.path.exists(cluster_token.DEFAULT_FILE):
-            token = cluster_token.from_env_or_file(cluster_token.DEFAULT_FILE)
+        token = _token(args)
     except ValueError as err:
         print(f"meshrt agent: {err}", file=sys.stderr)
         return 2

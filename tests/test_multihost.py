@@ -245,3 +245,20 @@ def test_calls_fan_out_through_one_agent_per_host(cluster):
     assert out <= calls * 2 + 4  # one frame per host per call (+ refcount traffic)
     assert back <= calls * 2 * 2  # replies gathered per host (a slow one may go alone)
     assert direct == 0  # nothing went to the 8 processes one by one
+
+
+def test_meshrt_status_lists_hosts_actors_and_objects(cluster):
+    hosts, _, address, remember = cluster
+    workers = hosts.spawn_procs(per_host={"gpus": 1}).spawn("w", Worker)
+    workers.where.call().get(timeout=60)
+    remember()
+    ref = meshrt.put(np.ones(1 << 18))  # 2 MiB in the head's store
+    run = [sys.executable, "-m", "meshrt", "status", "--address", address]
+    out = subprocess.run(run, capture_output=True, text=True, timeout=60, env=dict(os.environ, MESHRT_TOKEN=TOKEN))
+    assert out.returncode == 0, out.stderr
+    assert "hosts: 3" in out.stdout and "'host0' (agent)" in out.stdout and "'host1' (agent)" in out.stdout
+    assert out.stdout.count("1 x ProcHost alive on host") == 2
+    assert ref.hex() in out.stdout and "2.0 MiB" in out.stdout
+    refused = subprocess.run(run, capture_output=True, text=True, timeout=60,
+                             env=dict(os.environ, MESHRT_TOKEN="00" * 16))
+    assert refused.returncode == 1 and "cannot ask" in refused.stderr

@@ -605,6 +605,11 @@ class Controller(ActorDirectory, HostDirectory):
         self.store.drain_unpins()
         return {"usage": self.store.usage(), "objects": self.store.records()}
 
+    def rpc_cluster_status(self, caller) -> dict:
+        from .status import collect
+
+        return collect(self)
+
     def rpc_nodes(self, caller: int) -> list:
         c = self.config
         return [{
