@@ -286,3 +286,30 @@ def test_bad_spawn_arguments_fail_at_the_call_site(rt):
     with pytest.raises(TypeError, match=r"Counter\.__init__"):
         procs.spawn("x", Counter, 1, 2, 3)
     procs.stop().get(timeout=30)
+
+
+class Cleaner(Actor):
+    def __init__(self, port):
+        self.port = port
+
+    @endpoint
+    def ping(self):
+        return "pong"
+
+    def __cleanup__(self):
+        self.port.send(current_rank().rank)
+
+
+async def test_two_actor_meshes_share_processes_and_stop_apart(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    counters = procs.spawn("c", Counter)
+    port, receiver = Channel.open()
+    cleaners = procs.spawn("cl", Cleaner, port)
+    pids = {w[3] for w in (await counters.where.call()).values()}
+    assert len(pids) == 2
+    await cleaners.stop()
+    assert sorted([await receiver.recv(), await receiver.recv()]) == [0, 1]  # __cleanup__ ran
+    with pytest.raises(meshrt.exceptions.ActorDiedError, match="hosts no actor by that name"):
+        await cleaners.ping.call()
+    assert list((await counters.incr.call()).values()) == [1, 1]  # the other mesh lives on
+    await procs.stop()

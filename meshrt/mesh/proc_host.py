@@ -121,12 +121,26 @@ class ProcHost:
         return hosted
 
     def stop_actor(self, name: str) -> None:
+        """Drop a mesh actor from this process, running its ``__cleanup__`` first."""
         hosted = self.actors.pop(name, None)
         stop = getattr(hosted.instance, "__cleanup__", None) if hosted is not None else None
-        if stop is not None:
+        if stop is None:
+            return
+        ctx = Context(hosted.info, hosted.info.rank)
+        tokens = set_context(ctx, hosted.owner)
+        try:
             result = stop()
-            if inspect.isawaitable(result):
-                asyncio.run_coroutine_threadsafe(result, self._loop).result()
+        finally:
+            reset_context(tokens)
+        if inspect.isawaitable(result):  # an async __cleanup__ runs on the loop, as its actor's context
+            async def finish():
+                inner = set_context(ctx, hosted.owner)
+                try:
+                    await result
+                finally:
+                    reset_context(inner)
+
+            asyncio.run_coroutine_threadsafe(finish(), self._loop).result()
 
     async def init_torch_distributed(self, env: dict, backend: str | None, labels: tuple,
                                      sizes: tuple) -> str:
