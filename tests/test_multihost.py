@@ -92,6 +92,23 @@ class Worker(Actor):
         return float(meshrt.get(refs[0]).sum())
 
     @endpoint
+    def in_shared_memory(self, refs):
+        """Is the fetched array a view of this host's store (not a private copy)?"""
+        value = meshrt.get(refs[0])
+        addr = value.__array_interface__["data"][0]
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                lo, hi = (int(h, 16) for h in parts[0].split("-"))
+                if lo <= addr < hi:
+                    return len(parts) > 5 and "meshrt-objects" in parts[5], float(value.sum())
+        return False, float(value.sum())
+
+    @endpoint
+    def host_store_used(self):
+        return meshrt._private.state.core().store_request_sync("store_summary")["usage"]["used"]
+
+    @endpoint
     def call_other(self, mesh):
         return [w[0] for w in mesh.where.call().get(timeout=30).values()]
 
@@ -262,3 +279,26 @@ def test_meshrt_status_lists_hosts_actors_and_objects(cluster):
     refused = subprocess.run(run, capture_output=True, text=True, timeout=60,
                              env=dict(os.environ, MESHRT_TOKEN="00" * 16))
     assert refused.returncode == 1 and "cannot ask" in refused.stderr
+
+
+def test_objects_are_pulled_once_per_host(cluster):
+    """Two processes of one host read the same driver object: its bytes cross to that
+    host once, and both read it from the host's shared memory."""
+    hosts, _, _, remember = cluster
+    procs = hosts.slice(hosts=0).spawn_procs(per_host={"gpus": 2})
+    workers = procs.spawn("w", Worker)
+    workers.where.call().get(timeout=60)
+    remember()
+    big = np.arange(1 << 20, dtype=np.float64)  # 8 MiB
+    ref = meshrt.put(big)
+    host = next(iter(meshrt._private.state.core().controller.hosts.values()))
+    start = host.conn.bytes_out
+    assert workers.slice(gpus=0).in_shared_memory.call_one([ref]).get(timeout=60) == (True, float(big.sum()))
+    first = host.conn.bytes_out - start
+    assert workers.slice(gpus=1).in_shared_memory.call_one([ref]).get(timeout=60) == (True, float(big.sum()))
+    second = host.conn.bytes_out - start - first
+    assert first > big.nbytes and second < 64 * 1024
+    one = workers.slice(gpus=0)
+    assert one.host_store_used.call_one().get(timeout=30) >= big.nbytes
+    del ref  # the owner frees it, and tells the host to drop its copy
+    assert wait_until(lambda: one.host_store_used.call_one().get(timeout=30) == 0, timeout=15)

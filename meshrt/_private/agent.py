@@ -21,6 +21,7 @@ import socket
 from ..objstore.store import SharedStore
 from . import messages as m
 from . import wire
+from .host_cache import HostCache
 from .spawn import Zygote
 
 log = logging.getLogger("meshrt")
@@ -56,6 +57,7 @@ class Agent:
         self.loop = loop
         self.done = asyncio.Event()
         self.store = SharedStore(self.store_bytes, self.spill_dir)
+        self.cache = HostCache(self.store)
         self.local_address = wire.new_unix_address("agent")
         server = await wire.listen(self.local_address, self.token,
                                    lambda: {"on_messages": self.on_local, "on_close": self.on_local_close})
@@ -118,9 +120,13 @@ class Agent:
             pid = self.pids.get(msg.worker_id)
             if pid:
                 _kill(pid)
+        elif kind is m.DropCopy:
+            self.cache.drop(msg.object_id)
         elif kind is m.Exit:
             self.done.set()
         elif kind is m.Relay:
+            if type(msg.msg) is m.ObjectValue:
+                msg = self.cache.arrived(msg)
             conn = self.local_conns.get(msg.dest)
             if conn is not None:
                 conn.send(msg)
@@ -170,6 +176,9 @@ class Agent:
         for msg in msgs:
             kind = type(msg)
             if kind is m.Relay:
+                inner = type(msg.msg)
+                if inner is m.FetchObject and self.cache.serve(conn, msg):
+                    continue  # this host already holds it
                 self._upward(msg)
             elif kind is m.Hello:
                 conn.peer_id = msg.worker_id

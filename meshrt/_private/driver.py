@@ -70,6 +70,7 @@ class DriverCore(Core):
         self.controller: Controller | None = None
         self.worker_conns: dict[int, Any] = {}
         self.relay_for: dict[int, Any] = {}  # worker on an agent's host -> that agent's connection
+        self.host_copies: dict[int, set] = {}  # object id -> agents' hosts that may keep a copy
 
     def attach(self, controller: Controller) -> None:
         self.controller = controller
@@ -112,6 +113,18 @@ class DriverCore(Core):
     def forget_peer(self, peer: int) -> None:
         self.worker_conns.pop(peer, None)
         self.relay_for.pop(peer, None)
+
+    def note_copy(self, entry, borrower: int) -> None:
+        w = self.controller.workers.get(borrower)
+        if w is not None and w.host:
+            self.host_copies.setdefault(entry.id, set()).add(w.host)
+
+    def forget_copies(self, oid: int) -> None:
+        hosts = self.host_copies.pop(oid, None) if self.host_copies else None
+        for host_id in hosts or ():
+            host = self.controller.hosts.get(host_id)
+            if host is not None and host.alive:
+                host.conn.send(m.DropCopy(oid))
 
     def remote_peer(self, peer: int) -> bool:
         w = self.controller.workers.get(peer) if peer else None

@@ -349,3 +349,9 @@ class Relay(NamedTuple):
     dest: int
     src: int
     msg: Any
+
+
+class DropCopy(NamedTuple):
+    """Driver -> agent: the object is freed; drop this host's copy of it."""
+
+    object_id: int

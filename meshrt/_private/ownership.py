@@ -50,6 +50,8 @@ class Ownership:
                 copy = await self.io.loop.run_in_executor(None, inline_copy, payload)
                 self.send_to(borrower, m.ObjectValue(entry.id, copy))
 
+            self.note_copy(entry, borrower)
+
             task = self.io.loop.create_task(send_inline())
             _SENDING.add(task)  # referenced until done
             task.add_done_callback(_SENDING.discard)
@@ -143,7 +145,14 @@ class Ownership:
             for owner, items in batch.items():
                 self.send_to(owner, m.ReleaseBorrows(tuple(items)))
 
+    def note_copy(self, entry: ObjectEntry, borrower: int) -> None:
+        """A large value went to another host (whose agent may keep a copy)."""
+
+    def forget_copies(self, oid: int) -> None:
+        """The value is freed: copies other hosts keep of it must go too."""
+
     def _release_owned(self, entry: ObjectEntry) -> None:
+        self.forget_copies(entry.id)
         self.release_payload(entry.payload)
         if entry.kind == KIND_ACTOR_HANDLE:
             self.actor_handle_released(entry.actor_id)

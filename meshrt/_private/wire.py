@@ -76,6 +76,7 @@ class Connection(asyncio.BufferedProtocol):
         self.peer_address: str | None = None
         self.frames_in = 0  # counted for tests and stats: fan-out shows here
         self.frames_out = 0
+        self.bytes_out = 0
         self.transport: asyncio.Transport | None = None
         self.open = False
         self.closed = False
@@ -304,6 +305,7 @@ class Connection(asyncio.BufferedProtocol):
             return False
 
         header = pickle.dumps(msgs, protocol=5, buffer_callback=oob)
+        self.bytes_out += len(header) + sum(b.nbytes for b in big)
         if big:
             prefix = _PREFIX.pack(len(header), len(big)) + struct.pack(
                 f"<{len(big)}Q", *(b.nbytes for b in big)
