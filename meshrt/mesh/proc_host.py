@@ -40,6 +40,7 @@ class ProcHost:
         self.point = Point(rank, Extent(labels, sizes))
         self.actors: dict[str, _Hosted] = {}
         self.classes: dict[bytes, type] = {}
+        self._extents: dict[tuple, Extent] = {}
         self._loop = asyncio.get_running_loop()  # constructed on the process's loop
         from .._private import state
 
@@ -79,7 +80,7 @@ class ProcHost:
         hosted = self._hosted(name)
         fn = getattr(hosted.instance, method)
         args, kwargs = packed
-        tokens = set_context(Context(hosted.info, Point(message_rank, Extent(labels, sizes))), hosted.owner)
+        tokens = set_context(Context(hosted.info, Point(message_rank, self._extent(labels, sizes))), hosted.owner)
         try:
             result = fn(*args, **kwargs)
             if inspect.isawaitable(result):
@@ -99,7 +100,7 @@ class ProcHost:
         hosted = self._hosted(name)
         fn = getattr(hosted.instance, method)
         args, kwargs = packed
-        tokens = set_context(Context(hosted.info, Point(message_rank, Extent(labels, sizes))), hosted.owner)
+        tokens = set_context(Context(hosted.info, Point(message_rank, self._extent(labels, sizes))), hosted.owner)
         try:
             return fn(*args, **kwargs)
         except BaseException as err:
@@ -107,6 +108,14 @@ class ProcHost:
             raise
         finally:
             reset_context(tokens)
+
+    def _extent(self, labels: tuple, sizes: tuple) -> Extent:
+        """The called mesh's extent, built once per shape rather than per message."""
+        key = (labels, sizes)
+        extent = self._extents.get(key)
+        if extent is None:
+            extent = self._extents[key] = Extent(labels, sizes)
+        return extent
 
     def _hosted(self, name: str) -> _Hosted:
         hosted = self.actors.get(name)
