@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import glob
 import os
+import threading
 
 import psutil
 import pytest
@@ -80,3 +81,17 @@ def rt4():
     meshrt.init(num_cpus=4)
     yield meshrt
     meshrt.shutdown()
+
+
+@pytest.fixture
+def failures(monkeypatch):
+    """Replace the unhandled-fault hook; the test waits on the event it sets."""
+    seen: list = []
+    event = threading.Event()
+
+    def hook(failure):
+        seen.append(failure)
+        event.set()
+
+    monkeypatch.setattr(meshrt, "unhandled_fault_hook", hook)
+    return seen, event

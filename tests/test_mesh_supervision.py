@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 
 import psutil
 import pytest
@@ -43,20 +42,6 @@ async def within(future, seconds=30):
         return await future
 
     return await asyncio.wait_for(wait(), seconds)
-
-
-@pytest.fixture
-def failures(monkeypatch):
-    """Replace the unhandled-fault hook; the test waits on the event it sets."""
-    seen: list = []
-    event = threading.Event()
-
-    def hook(failure):
-        seen.append(failure)
-        event.set()
-
-    monkeypatch.setattr(meshrt, "unhandled_fault_hook", hook)
-    return seen, event
 
 
 async def test_a_crash_during_a_call_names_mesh_point_and_exit(rt, failures):

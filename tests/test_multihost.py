@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import psutil
@@ -63,19 +62,6 @@ def cluster(monkeypatch):
         agent.stderr.close()
     assert wait_until(lambda: not [p for p in seen if psutil.pid_exists(p)
                                    and psutil.Process(p).status() != psutil.STATUS_ZOMBIE], 15)
-
-
-@pytest.fixture
-def failures(monkeypatch):
-    seen: list = []
-    event = threading.Event()
-
-    def hook(failure):
-        seen.append(failure)
-        event.set()
-
-    monkeypatch.setattr(meshrt, "unhandled_fault_hook", hook)
-    return seen, event
 
 
 class Worker(Actor):

@@ -187,28 +187,12 @@ class Agent:
                     conn.send(early)
             elif kind is m.Request:
                 try:
-                    value = self._store_rpc(conn.peer_id, msg.method, msg.args)
+                    value = store.serve(conn.peer_id, msg.method, msg.args)
                     conn.send(m.Response(msg.req_id, True, value))
                 except Exception as err:  # handed back to the worker
                     conn.send(m.Response(msg.req_id, False, err))
             elif kind is m.StoreUpdate:
-                for key in msg.sealed:
-                    store.seal(key)
-                for key in msg.unpinned:
-                    store.unpin(key, conn.peer_id)
-                for key in msg.freed:
-                    store.free(key)
-
-    def _store_rpc(self, caller: int, method: str, args: tuple):
-        if method == "store_allocate":
-            return self.store.allocate(*args)
-        if method == "store_pin":
-            self.store.drain_unpins()
-            return self.store.pin(args[0], caller)
-        if method == "store_summary":
-            self.store.drain_unpins()
-            return {"usage": self.store.usage(), "objects": self.store.records()}
-        raise ValueError(f"unknown agent request {method!r}")
+                store.apply(msg, conn.peer_id)
 
     # -- gathering replies: one frame back per call to many processes ------------------------
 

@@ -25,7 +25,8 @@ from ..scheduler.resources import Allocation, NodeResources
 from . import gpus, ids, wire
 from . import messages as m
 from .actor_directory import ActorDirectory
-from .host_directory import HostDirectory
+from .control_requests import ControlRequests
+from .host_directory import HostDirectory, host_ip
 from .spawn import Zygote, attach_pipes, new_tail, worker_output
 
 log = logging.getLogger("meshrt")
@@ -78,7 +79,7 @@ class TaskRecord:
     force_killed: bool = False
 
 
-class Controller(ActorDirectory, HostDirectory):
+class Controller(ActorDirectory, HostDirectory, ControlRequests):
     def __init__(self, core, io, config: dict) -> None:
         self.core = core
         self.io = io
@@ -133,7 +134,7 @@ class Controller(ActorDirectory, HostDirectory):
             bind = wire.parse_tcp(self.tcp_address)[0]
             env["MESHRT_LISTEN_HOST"] = bind or "0.0.0.0"
             if bind in ("", "0.0.0.0", "::"):
-                env["MESHRT_ADVERTISE_HOST"] = _host_ip()
+                env["MESHRT_ADVERTISE_HOST"] = host_ip()
         env.update({
             "MESHRT_CONTROLLER": self.address,
             "MESHRT_TOKEN": self.token.hex(),
@@ -545,91 +546,6 @@ class Controller(ActorDirectory, HostDirectory):
             if self.scheduler.remove_task(task_id):
                 del self.tasks[task_id]
         self.owner_died_actors(worker_id)
-
-    # -- control-plane requests -----------------------------------------------------------
-
-    def on_request(self, conn, msg: m.Request) -> None:
-        self.spawn_background(self._answer(conn, msg))
-
-    async def _answer(self, conn, msg: m.Request) -> None:
-        try:
-            value = await self.rpc(conn.peer_id, msg.method, msg.args)
-            reply = m.Response(msg.req_id, True, value)
-        except Exception as err:  # handed back to the caller
-            reply = m.Response(msg.req_id, False, err)
-        conn.send(reply)
-
-    async def rpc(self, caller: int, method: str, args: tuple) -> Any:
-        handler = getattr(self, "rpc_" + method, None)
-        if handler is None:
-            raise ValueError(f"unknown controller request {method!r}")
-        result = handler(caller, *args)
-        if asyncio.iscoroutine(result):
-            result = await result
-        return result
-
-    def rpc_worker_address(self, caller: int, worker_id: int) -> str | None:
-        if worker_id == 0:
-            return self.address
-        w = self.workers.get(worker_id)
-        return w.address if w is not None else None
-
-    def rpc_cluster_resources(self, caller: int) -> dict:
-        return self.node.as_floats("total")
-
-    def rpc_available_resources(self, caller: int) -> dict:
-        available = self.node.as_floats("available")
-        usage = self.store.usage()
-        available["object_store_memory"] = usage["capacity"] - usage["used"]
-        return available
-
-    # -- the host's object store ---------------------------------------------------------
-
-    def rpc_store_allocate(self, caller: int, key: int, size: int, owner: int) -> int:
-        return self.store.allocate(key, size, owner)
-
-    def rpc_store_pin(self, caller: int, key: int) -> tuple[int, int]:
-        self.store.drain_unpins()
-        return self.store.pin(key, caller)
-
-    def on_store_update(self, conn, msg: m.StoreUpdate) -> None:
-        store = self.store
-        for key in msg.sealed:
-            store.seal(key)
-        for key in msg.unpinned:
-            store.unpin(key, conn.peer_id)
-        for key in msg.freed:
-            store.free(key)
-
-    def rpc_store_summary(self, caller: int) -> dict:
-        self.store.drain_unpins()
-        return {"usage": self.store.usage(), "objects": self.store.records()}
-
-    def rpc_cluster_status(self, caller) -> dict:
-        from .status import collect
-
-        return collect(self)
-
-    def rpc_nodes(self, caller: int) -> list:
-        c = self.config
-        return [{
-            "NodeID": c["node_id"], "Alive": True, "NodeManagerAddress": "127.0.0.1",
-            "NodeManagerHostname": c["hostname"], "NodeName": c["hostname"],
-            "Resources": self.node.as_floats("total"), "MeshrtAddress": self.address,
-            "alive": True,
-        }]
-
-
-def _host_ip() -> str:
-    """This host's address as other hosts see it (the interface of the default route)."""
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect(("10.255.255.255", 1))  # no packet is sent: this only picks a route
-            return s.getsockname()[0]
-        except OSError:
-            return "127.0.0.1"
 
 
 def _kill(pid: int) -> None:

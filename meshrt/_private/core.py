@@ -17,7 +17,6 @@ import asyncio
 import concurrent.futures
 import logging
 import sys
-import threading
 import time
 import weakref
 from functools import partial
@@ -38,9 +37,10 @@ from . import ids
 from . import messages as m
 from .actor_calls import ActorCalls
 from .context import current_call
+from .mesh_support import MeshSupport
 from .ownership import Ownership
 from .pending import PendingTask
-from .portal import AsyncCountdown, AsyncWaiter, CountdownWaiter, LoopThread, Wakeup, bridge_for
+from .portal import AsyncWaiter, CountdownWaiter, LoopThread, Wakeup, bridge_for
 from .refs import ObjectRef, ObjectRefGenerator
 from .streams import Stream
 
@@ -50,7 +50,7 @@ DRAIN_INTERVAL_S = 0.05
 _NONE_PAYLOAD, _ = serialize(None)
 
 
-class Core(Ownership, ActorCalls):
+class Core(Ownership, ActorCalls, MeshSupport):
     is_driver = False
 
     def __init__(self, worker_id: int, io: LoopThread, token: bytes) -> None:
@@ -81,9 +81,7 @@ class Core(Ownership, ActorCalls):
             m.PortValue: self.on_port_value,
             m.Relay: self.on_relay,
         }
-        self.ports: dict[int, Any] = {}  # port id -> deliver(ref), for mesh Channels
-        self.calls_out: dict[int, int] = {}  # actor id -> calls not answered yet (mesh choose())
-        self._calls_lock = threading.Lock()
+        MeshSupport.__init__(self)
         self.closed = False
         self.closing = False  # shutdown has begun: deaths from here on are expected
 
@@ -260,29 +258,6 @@ class Core(Ownership, ActorCalls):
             yield from fut.__await__()
         return self.value_of(entry)
 
-    async def wait_all_async(self, refs: list) -> None:
-        """Await until every ref has a value or an error, with one wake-up at the end."""
-        entries = self.table.entries
-        missing = []
-        for ref in refs:
-            entry = entries.get(ref._id) or self._entry_for_unknown(ref)
-            if entry.payload is None:
-                missing.append(entry)
-        if not missing:
-            return
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        in_core = self.io.in_loop()
-        waiter = AsyncCountdown(len(missing), fut, None if in_core else bridge_for(loop))
-        for entry in missing:
-            if entry.owner != self.worker_id and not entry.fetching:
-                if in_core:
-                    self._fetch(entry)
-                else:
-                    self.io.post(self._fetch, entry)
-            entry.add_waiter(waiter)
-        await fut
-
     def concurrent_future(self, ref: ObjectRef) -> concurrent.futures.Future:
         cf: concurrent.futures.Future = concurrent.futures.Future()
         entry = self.table.entries.get(ref._id) or self._entry_for_unknown(ref)
@@ -356,29 +331,11 @@ class Core(Ownership, ActorCalls):
             )
         self.io.post(self._cancel, pt, force, recursive)
 
-    def outstanding_calls(self, actor_id: int) -> int:
-        """Calls this process made to an actor that have not been answered yet."""
-        return self.calls_out.get(actor_id, 0)
-
-    def count_call(self, actor_id: int, delta: int) -> None:
-        """Any thread: a call to ``actor_id`` was made (+1) or answered (-1)."""
-        with self._calls_lock:
-            n = self.calls_out.get(actor_id, 0) + delta
-            if n > 0:
-                self.calls_out[actor_id] = n
-            else:
-                self.calls_out.pop(actor_id, None)
-
     host_id = 0  # the host this process runs on (0 = the head)
 
     def remote_peer(self, peer: int) -> bool:
         """True when ``peer`` runs on another host (no shared store between us)."""
         return False
-
-    def is_ready(self, ref: ObjectRef) -> bool:
-        """True when the ref's value (or error) is here; never blocks."""
-        entry = self.table.entries.get(ref._id)
-        return entry is not None and entry.payload is not None
 
     def namespace(self) -> str:
         from . import context
@@ -572,31 +529,6 @@ class Core(Ownership, ActorCalls):
         self.table.resolve(entry, msg.payload, held)
         stream.push(ObjectRef(oid, self.worker_id, self.table.deltas), msg.index)
 
-    def on_relay(self, conn, msg: m.Relay) -> None:
-        """A message that came through a host agent: handle it as if from its sender."""
-        self.on_messages(Relayed(self, msg.src), [msg.msg])
-
-    def on_port_value(self, conn, msg: m.PortValue) -> None:
-        """A value sent through a Port: owned here like a put, then handed to its receiver."""
-        self._port_deliver(msg.port_id, msg.payload, self.adopt(msg.payload))
-
-    def _port_deliver(self, port_id: int, payload: Payload, held) -> None:
-        deliver = self.ports.get(port_id)
-        if deliver is None:
-            self.release_payload(payload)
-            return  # the receiver was closed
-        entry = self.table.owned(ids.new_put_id())
-        self.table.resolve(entry, payload, held)
-        deliver(ObjectRef(entry.id, self.worker_id, self.table.deltas))
-
-    def send_port(self, owner: int, port_id: int, payload: Payload, held) -> None:
-        """Loop: send one Port value to the process that holds its receiver."""
-        if owner == self.worker_id:
-            self._port_deliver(port_id, payload, self.adopt(payload, count=False))
-            return
-        self.account_outgoing(payload, owner)
-        self.send_to(owner, m.PortValue(port_id, payload))
-
     def on_stream_end(self, conn, msg: m.StreamEnd) -> None:
         stream = self.streams.get(msg.task_id)
         if stream is not None:
@@ -639,21 +571,6 @@ class Core(Ownership, ActorCalls):
         self.closed = True
         if self._drain_timer is not None:
             self._drain_timer.cancel()
-
-
-class Relayed:
-    """Stands for the connection of a relayed message's sender: replies go back to
-    that sender by id (and so through the agent again)."""
-
-    __slots__ = ("core", "peer_id", "peer_pid")
-
-    def __init__(self, core: Core, peer_id: int) -> None:
-        self.core = core
-        self.peer_id = peer_id
-        self.peer_pid = None
-
-    def send(self, msg) -> None:
-        self.core.send_to(self.peer_id, msg)
 
 
 class _DepWaiter:

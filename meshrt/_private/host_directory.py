@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import exceptions as exc
 from ..scheduler.resources import NodeResources
 from . import messages as m
 
@@ -153,5 +153,12 @@ class HostDirectory:
                 self._finalize(w)
         self._notify_hosts()
 
-    def host_gone_error(self, host_id: int, what: str) -> exc.ActorUnschedulableError:
-        return exc.ActorUnschedulableError(what, f"host {host_id}", 1, 0)
+
+def host_ip() -> str:
+    """This host's address as other hosts see it (the interface of the default route)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("10.255.255.255", 1))  # no packet is sent: this only picks a route
+            return s.getsockname()[0]
+        except OSError:
+            return "127.0.0.1"

@@ -136,15 +136,18 @@ class CountdownWaiter:
         self._remaining = count
         self._fired: set[int] = set()
 
-    def fire(self, entry) -> None:
+    def _last(self, entry) -> bool:
+        """Count ``entry`` once; True for the one that completes the count."""
         with self._lock:
             if entry.id in self._fired:
-                return
+                return False
             self._fired.add(entry.id)
             self._remaining -= 1
-            if self._remaining != 0:
-                return
-        self._done.release()
+            return self._remaining == 0
+
+    def fire(self, entry) -> None:
+        if self._last(entry):
+            self._done.release()
 
     def wait(self, timeout: float | None) -> bool:
         if timeout is None:
@@ -214,27 +217,20 @@ class AsyncWaiter:
             self.bridge.resolve(self.fut, entry)
 
 
-class AsyncCountdown:
+class AsyncCountdown(CountdownWaiter):
     """Resolves one asyncio future once ``count`` distinct entries have resolved: a
     coroutine gathering many refs wakes once, not once per ref."""
 
-    __slots__ = ("fut", "bridge", "_remaining", "_fired", "_lock")
+    __slots__ = ("fut", "bridge")
 
     def __init__(self, count: int, fut: asyncio.Future, bridge: AsyncBridge | None) -> None:
+        super().__init__(count)
         self.fut = fut
         self.bridge = bridge
-        self._remaining = count
-        self._fired: set[int] = set()
-        self._lock = threading.Lock()
 
     def fire(self, entry) -> None:
-        with self._lock:
-            if entry.id in self._fired:
-                return
-            self._fired.add(entry.id)
-            self._remaining -= 1
-            if self._remaining != 0:
-                return
+        if not self._last(entry):
+            return
         if self.bridge is None:
             if not self.fut.done():
                 self.fut.set_result(entry)

@@ -20,7 +20,7 @@ from .._private.args import CallChecker
 from ..objstore.serialization import SHM_THRESHOLD, big_bytes_out_of_band
 from . import supervision
 from .future import Future
-from .shape import Point, Shape
+from .shape import Point, Shape, Shaped
 from .values import ValueMesh
 
 
@@ -35,7 +35,7 @@ class MeshState:
         self.stopping = False
 
 
-class ActorMesh:
+class ActorMesh(Shaped):
     """Actors of one class, one per process of a ProcMesh, addressed as one array."""
 
     def __init__(self, name: str, class_name: str, endpoints: dict, procs: tuple, shape: Shape,
@@ -53,19 +53,8 @@ class ActorMesh:
 
     # -- shape ----------------------------------------------------------------------------
 
-    @property
-    def extent(self):
-        return self._shape.extent
-
-    @property
-    def sizes(self) -> dict:
-        return dict(self._shape.extent)
-
     def size(self, dim: str | None = None) -> int:
         return len(self._shape) if dim is None else self._shape.extent[dim]
-
-    def __len__(self) -> int:
-        return len(self._shape)
 
     def slice(self, **dims) -> ActorMesh:
         """A view of some of the actors (int drops the dimension, a slice keeps it)."""
@@ -76,10 +65,17 @@ class ActorMesh:
         """Each addressed actor's own Point in the mesh as spawned (for errors)."""
         points = self.__dict__.get("_point_cache")
         if points is None:
-            where = {r: i for i, r in enumerate(self._origin.ranks())}
+            where = self._origin_index()
             extent = self._origin.extent
             points = self._point_cache = [Point(where[r], extent) for r in self._shape.ranks()]
         return points
+
+    def _origin_index(self) -> dict[int, int]:
+        """Process rank -> the actor's index in the mesh as spawned (computed once)."""
+        where = self.__dict__.get("_origin_cache")
+        if where is None:
+            where = self._origin_cache = {r: i for i, r in enumerate(self._origin.ranks())}
+        return where
 
     @property
     def initialized(self) -> Future:
@@ -155,7 +151,7 @@ class Endpoint:
         # sender, FIFO); anyone else's call waits until the constructor has run, by
         # depending on its result.
         spawned = mesh._spawned if mesh._state is None else None
-        where = {r: i for i, r in enumerate(mesh._origin.ranks())} if spawned else None
+        where = mesh._origin_index() if spawned else None
         refs = []
         for i, rank in enumerate(ranks):
             message_rank = i if local is None else local.index(rank)

@@ -26,29 +26,18 @@ from .actor import OwnerCell, current_owner, endpoint_names
 from .actor_mesh import ActorMesh, MeshState, _gather
 from .future import Future
 from .proc_host import ProcHost
-from .shape import Point, Shape, check_dims
+from .shape import Point, Shape, Shaped, check_dims
 
 _names = itertools.count()
 _host_classes: dict = {}
 
 
-class HostMesh:
+class HostMesh(Shaped):
     """Hosts, as a mesh: ``this_host()`` (no dims) or ``meshrt.hosts(...)`` {"hosts": N}."""
 
     def __init__(self, shape: Shape, host_ids: tuple) -> None:
         self._shape = shape
         self._host_ids = host_ids  # per underlying rank
-
-    @property
-    def extent(self):
-        return self._shape.extent
-
-    @property
-    def sizes(self) -> dict:
-        return dict(self._shape.extent)
-
-    def __len__(self) -> int:
-        return len(self._shape)
 
     def slice(self, **dims) -> HostMesh:
         return HostMesh(self._shape.slice(**dims), self._host_ids)
@@ -110,7 +99,7 @@ def this_proc() -> ProcMesh:
     return ProcMesh(f"proc-{actor_id:x}", (handle,), Shape((), 0, (), ()), None, None, (core.host_id,))
 
 
-class ProcMesh:
+class ProcMesh(Shaped):
     """Processes with named dims. ``spawn`` starts actors in them; ``stop`` ends them."""
 
     def __init__(self, name: str, procs: tuple, shape: Shape, mesh_state: MeshState | None,
@@ -121,17 +110,6 @@ class ProcMesh:
         self._state = mesh_state
         self._local = env_ranks  # (local_rank, local_world) per process, in rank order
         self._hosts = hosts or (0,) * len(procs)  # host id per process
-
-    @property
-    def extent(self):
-        return self._shape.extent
-
-    @property
-    def sizes(self) -> dict:
-        return dict(self._shape.extent)
-
-    def __len__(self) -> int:
-        return len(self._shape)
 
     def slice(self, **dims) -> ProcMesh:
         return ProcMesh(self._name, self._procs, self._shape.slice(**dims), self._state, self._local, self._hosts)

@@ -188,6 +188,23 @@ class Shape:
         return (Shape, (self.labels, self.offset, self.sizes, self.strides))
 
 
+class Shaped:
+    """``extent``, ``sizes`` and ``len`` of anything laid out on a Shape (``self._shape``)."""
+
+    _shape: Shape
+
+    @property
+    def extent(self) -> Extent:
+        return self._shape.extent
+
+    @property
+    def sizes(self) -> dict:
+        return dict(self._shape.extent)
+
+    def __len__(self) -> int:
+        return len(self._shape)
+
+
 def check_dims(per_host: Mapping, what: str) -> tuple[tuple, tuple]:
     """Validate a ``{"name": size}`` mapping given by a user; returns (labels, sizes)."""
     if not isinstance(per_host, Mapping) or not per_host:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .shape import Point, Shape
+from .shape import Point, Shape, Shaped
 
 
-class ValueMesh:
+class ValueMesh(Shaped):
     """One value per point. ``items()`` gives (Point, value); ``item(gpus=1)`` one value;
     ``slice(...)`` a smaller ValueMesh over the same values."""
 
@@ -18,16 +18,6 @@ class ValueMesh:
         self._shape = shape
         self._values = list(values)
 
-    @property
-    def extent(self):
-        return self._shape.extent
-
-    @property
-    def sizes(self) -> dict:
-        return dict(self._shape.extent)
-
-    def __len__(self) -> int:
-        return len(self._values)
 
     def values(self) -> Iterator[Any]:
         return iter(self._values)

@@ -116,6 +116,26 @@ class SharedStore:
                 key, worker = self._unpins.popleft()
                 self.unpin(key, worker)
 
+    def apply(self, update, worker: int) -> None:
+        """A process's StoreUpdate: blocks it sealed, mappings it dropped, blocks it freed."""
+        for key in update.sealed:
+            self.seal(key)
+        for key in update.unpinned:
+            self.unpin(key, worker)
+        for key in update.freed:
+            self.free(key)
+
+    def serve(self, caller: int, method: str, args: tuple):
+        """A store request from a process of this host (whoever owns the store answers)."""
+        if method == "store_allocate":
+            return self.allocate(*args)
+        self.drain_unpins()
+        if method == "store_pin":
+            return self.pin(args[0], caller)
+        if method == "store_summary":
+            return {"usage": self.usage(), "objects": self.records()}
+        raise ValueError(f"unknown store request {method!r}")
+
     def unpin(self, key: int, worker: int, count: int = 1) -> None:
         with self.lock:
             obj = self.objects.get(key)

@@ -1,0 +1,98 @@
+"""What actor meshes need from every process's core: ports, relayed messages, and
+counts of unanswered calls, one wake-up for many replies. Mixed into Core (which
+provides table, adopt, release_payload, send_to, account_outgoing, on_messages, _fetch)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from ..objstore.serialization import Payload
+from . import ids
+from . import messages as m
+from .portal import AsyncCountdown, bridge_for
+from .refs import ObjectRef
+
+
+class MeshSupport:
+    def __init__(self) -> None:
+        self.ports: dict[int, Any] = {}  # port id -> deliver(ref), for mesh Channels
+        self.calls_out: dict[int, int] = {}  # actor id -> calls not answered yet (mesh choose())
+        self._calls_lock = threading.Lock()
+
+    def outstanding_calls(self, actor_id: int) -> int:
+        """Calls this process made to an actor that have not been answered yet."""
+        return self.calls_out.get(actor_id, 0)
+
+    def count_call(self, actor_id: int, delta: int) -> None:
+        """Any thread: a call to ``actor_id`` was made (+1) or answered (-1)."""
+        with self._calls_lock:
+            n = self.calls_out.get(actor_id, 0) + delta
+            if n > 0:
+                self.calls_out[actor_id] = n
+            else:
+                self.calls_out.pop(actor_id, None)
+
+    async def wait_all_async(self, refs: list) -> None:
+        """Await until every ref has a value or an error, with one wake-up at the end."""
+        entries = self.table.entries
+        missing = []
+        for ref in refs:
+            entry = entries.get(ref._id) or self._entry_for_unknown(ref)
+            if entry.payload is None:
+                missing.append(entry)
+        if not missing:
+            return
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        in_core = self.io.in_loop()
+        waiter = AsyncCountdown(len(missing), fut, None if in_core else bridge_for(loop))
+        for entry in missing:
+            if entry.owner != self.worker_id and not entry.fetching:
+                if in_core:
+                    self._fetch(entry)
+                else:
+                    self.io.post(self._fetch, entry)
+            entry.add_waiter(waiter)
+        await fut
+
+    def on_relay(self, conn, msg: m.Relay) -> None:
+        """A message that came through a host agent: handle it as if from its sender."""
+        self.on_messages(Relayed(self, msg.src), [msg.msg])
+
+    def on_port_value(self, conn, msg: m.PortValue) -> None:
+        """A value sent through a Port: owned here like a put, then handed to its receiver."""
+        self._port_deliver(msg.port_id, msg.payload, self.adopt(msg.payload))
+
+    def _port_deliver(self, port_id: int, payload: Payload, held) -> None:
+        deliver = self.ports.get(port_id)
+        if deliver is None:
+            self.release_payload(payload)
+            return  # the receiver was closed
+        entry = self.table.owned(ids.new_put_id())
+        self.table.resolve(entry, payload, held)
+        deliver(ObjectRef(entry.id, self.worker_id, self.table.deltas))
+
+    def send_port(self, owner: int, port_id: int, payload: Payload, held) -> None:
+        """Loop: send one Port value to the process that holds its receiver."""
+        if owner == self.worker_id:
+            self._port_deliver(port_id, payload, self.adopt(payload, count=False))
+            return
+        self.account_outgoing(payload, owner)
+        self.send_to(owner, m.PortValue(port_id, payload))
+
+
+class Relayed:
+    """Stands for the connection of a relayed message's sender: replies go back to
+    that sender by id (and so through the agent again)."""
+
+    __slots__ = ("core", "peer_id", "peer_pid")
+
+    def __init__(self, core, peer_id: int) -> None:
+        self.core = core
+        self.peer_id = peer_id
+        self.peer_pid = None
+
+    def send(self, msg) -> None:
+        self.core.send_to(self.peer_id, msg)
