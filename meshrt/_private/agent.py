@@ -20,7 +20,7 @@ import socket
 
 from ..objstore.store import SharedStore
 from . import messages as m
-from . import wire
+from . import procutil, wire
 from .host_cache import HostCache
 from .spawn import Zygote
 
@@ -53,6 +53,7 @@ class Agent:
 
     async def run(self) -> int:
         """Serve until the head goes away; returns the process exit code."""
+        procutil.freeze_imports_out_of_gc()
         loop = asyncio.get_running_loop()
         self.loop = loop
         self.done = asyncio.Event()

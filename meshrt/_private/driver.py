@@ -248,8 +248,10 @@ def init(
 
             core = LocalCore(config)
         else:
+            from .procutil import freeze_imports_out_of_gc
             from .spawn import fork_zygote_if_safe
 
+            freeze_imports_out_of_gc()
             config["preforked_zygote"] = fork_zygote_if_safe()  # before our first thread
             io = LoopThread("meshrt-controller")
             core = DriverCore(io, token)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from . import state
+from . import procutil, state
 from .portal import LoopThread
 from .worker_core import WorkerCore
 
@@ -17,6 +17,7 @@ CONNECT_TIMEOUT_S = 60.0
 
 
 def main(worker_id: int, kind: str) -> None:
+    procutil.freeze_imports_out_of_gc()
     token = bytes.fromhex(os.environ.pop("MESHRT_TOKEN"))
     address = os.environ["MESHRT_CONTROLLER"]
     io = LoopThread("meshrt-core")

@@ -91,6 +91,7 @@ def serve(channel_fd: int, parent: int) -> None:
             request = pickle.loads(data)
             if request[0] == "spawn":
                 _, worker_id, env, kind = request
+                procutil.freeze_imports_out_of_gc()
                 pid = os.fork()
                 if pid == 0:
                     channel.close()
