@@ -19,6 +19,25 @@ from tests.helpers import wait_until
 LEAK_DEADLINE_S = 5.0
 
 
+def _gpus() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except ImportError:
+        return 0
+
+
+def pytest_collection_modifyitems(config, items):
+    """``gpu`` tests run where a CUDA GPU is (``pytest -m gpu`` selects only them)."""
+    if _gpus():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 def _fds() -> dict[str, int]:
     counts = {"socket": 0, "pipe": 0}
     for fd in os.listdir("/proc/self/fd"):

@@ -65,6 +65,8 @@ def from_concurrent(cf: concurrent.futures.Future) -> Future:
     """A Future over a concurrent.futures.Future filled by some other thread."""
 
     async def aget():
+        if cf.done():  # settled already (a small copy done in the caller): no loop round trip
+            return cf.result()
         return await asyncio.wrap_future(cf)
 
     def get(timeout):
