@@ -158,12 +158,14 @@ class DriverCore(Core):
         try:
             io.run_sync(stop(), timeout=15)
         finally:
+            from ..objstore.arena import stop_copy_helper
             from ..objstore.serialization import set_store_client
 
             set_store_client(None)
             self.store = None
             self.close()
             io.stop()
+            stop_copy_helper()
 
     def fail_everything_pending(self) -> None:
         from .. import exceptions as exc

@@ -33,6 +33,8 @@ _DEFAULT_ENV = {
     # require; same-machine CPU copies go through cross-memory attach instead (cma.py).
     # Not opening them also leaves no /dev/shm segments behind.
     "UCX_TLS": "^sm",
+    # 64 KiB tcp segments (UCX: 8 KiB) move software-emulated RMA ~2.5x faster here.
+    "UCX_TCP_TX_SEG_SIZE": "64k",
     # Memory-event hooks cost ~0.4 s at load (they patch every loaded library) and only
     # serve UCX's registration cache; RDMA clusters may set UCX_MEM_EVENTS=yes.
     "UCX_MEM_EVENTS": "no",
