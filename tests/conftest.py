@@ -63,6 +63,23 @@ def _live_children() -> list[psutil.Process]:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def serial_torch_in_this_process():
+    """The test process runs torch ops between hundreds of inits. Kept serial, they
+    start no OpenMP pool here, so every init may fork its zygote from this process
+    (a pool would make each init start a fresh interpreter instead, see
+    spawn._inherited_thread_pool_broken, which has a test of its own)."""
+    try:
+        import torch
+    except ImportError:
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session", autouse=True)
 def warm_process():
     """Start and stop one runtime first: uvloop creates a pipe pair once per process,
     which must not count as a leak of whichever test happens to run first."""

@@ -78,6 +78,10 @@ class Worker(Actor):
         return float(meshrt.get(refs[0]).sum())
 
     @endpoint
+    def sum_of(self, value):
+        return float(value.sum())
+
+    @endpoint
     def in_shared_memory(self, refs):
         """Is the fetched array a view of this host's store (not a private copy)?"""
         value = meshrt.get(refs[0])
@@ -126,7 +130,7 @@ def test_spawn_across_hosts_and_slice_by_host(cluster):
     assert [w[0] for w in again.where.call().get(timeout=60).values()] == host_ids[1:3]
 
 
-def test_large_values_cross_hosts_bit_exact(cluster):
+def test_large_values_cross_hosts_bit_exact(pull_path, cluster):
     hosts, _, _, remember = cluster
     workers = hosts.spawn_procs(per_host={"gpus": 1}).spawn("w", Worker)
     remember()
@@ -140,6 +144,25 @@ def test_large_values_cross_hosts_bit_exact(cluster):
     big = np.ones(1 << 20)
     ref = meshrt.put(big)
     assert list(workers.total.call([ref]).get(timeout=60).values()) == [float(1 << 20)] * 2
+
+
+def test_large_call_arguments_are_pulled_by_each_host_not_sent(pull_path, cluster):
+    """A mesh call with an 8 MiB tensor to 2 processes on each of 2 hosts: each
+    agent pulls it once through the tensor engine; no frame carries the bytes."""
+    torch = pytest.importorskip("torch")
+    hosts, _, _, remember = cluster
+    workers = hosts.spawn_procs(per_host={"gpus": 2}).spawn("w", Worker)
+    workers.where.call().get(timeout=60)
+    remember()
+    conns = [h.conn for h in meshrt._private.state.core().controller.hosts.values()]
+    before = [c.bytes_out for c in conns]
+    t = torch.arange(1 << 21, dtype=torch.float32)  # 8 MiB
+    assert list(workers.sum_of.call(t).get(timeout=60).values()) == [float(t.sum())] * 4
+    sent = [c.bytes_out - b for c, b in zip(conns, before, strict=True)]
+    if pull_path == "inline":
+        assert all(n > t.nbytes for n in sent)
+    else:
+        assert all(n < 256 * 1024 for n in sent), sent
 
 
 def test_killing_an_agent_fails_its_actors_and_the_rest_serves(cluster, failures):
@@ -267,9 +290,21 @@ def test_meshrt_status_lists_hosts_actors_and_objects(cluster):
     assert refused.returncode == 1 and "cannot ask" in refused.stderr
 
 
-def test_objects_are_pulled_once_per_host(cluster):
+@pytest.fixture(params=["engine", "engine-ucx", "inline"])
+def pull_path(request, monkeypatch):
+    """How a driver object crosses to an agent's host: pulled through the tensor engine
+    (cross-memory attach on this one machine, or UCX over tcp), or inside the message."""
+    if request.param == "engine-ucx":
+        monkeypatch.setenv("MESHRT_TENSOR_TRANSPORT", "ucx")
+    elif request.param == "inline":
+        monkeypatch.setenv("MESHRT_PULL_ENGINE", "0")
+    return request.param
+
+
+def test_objects_are_pulled_once_per_host(pull_path, cluster):
     """Two processes of one host read the same driver object: its bytes cross to that
-    host once, and both read it from the host's shared memory."""
+    host once (pulled by the agent, not on the control connection, unless inline),
+    and both read it from the host's shared memory."""
     hosts, _, _, remember = cluster
     procs = hosts.slice(hosts=0).spawn_procs(per_host={"gpus": 2})
     workers = procs.spawn("w", Worker)
@@ -283,7 +318,11 @@ def test_objects_are_pulled_once_per_host(cluster):
     first = host.conn.bytes_out - start
     assert workers.slice(gpus=1).in_shared_memory.call_one([ref]).get(timeout=60) == (True, float(big.sum()))
     second = host.conn.bytes_out - start - first
-    assert first > big.nbytes and second < 64 * 1024
+    if pull_path == "inline":
+        assert first > big.nbytes
+    else:
+        assert first < 64 * 1024
+    assert second < 64 * 1024
     one = workers.slice(gpus=0)
     assert one.host_store_used.call_one().get(timeout=30) >= big.nbytes
     del ref  # the owner frees it, and tells the host to drop its copy

@@ -93,7 +93,12 @@ def test_options_can_ask_for_cpus():
     assert meshrt.get(big, timeout=30) is True
 
 
-def test_workers_import_only_what_payloads_need(rt):
+def test_workers_import_only_what_payloads_need(monkeypatch):
+    # A zygote forked from this driver would carry the test run's imports (torch
+    # included): check the fresh interpreter a worker gets otherwise.
+    monkeypatch.setenv("MESHRT_FORK_ZYGOTE", "0")
+    meshrt.init(num_cpus=2)
+
     @meshrt.remote
     def modules():
         return "torch" in sys.modules, "numpy" in sys.modules
@@ -106,3 +111,30 @@ def test_workers_import_only_what_payloads_need(rt):
 
     torch = pytest.importorskip("torch")
     assert meshrt.get(uses_torch.remote(torch.ones(4))) == (4.0, True)
+
+
+_PARALLEL_AFTER_DRIVER = """
+import torch, meshrt
+torch.set_num_threads(2)
+float(torch.ones(1 << 22).sum())  # starts this driver's OpenMP pool
+meshrt.init(num_cpus=2)
+
+@meshrt.remote
+def parallel_sum(n):
+    return float(torch.ones(n).sum())
+
+print(meshrt.get(parallel_sum.remote(1 << 22), timeout=60))
+"""
+
+
+def test_workers_run_torch_in_parallel_after_the_driver_did():
+    """A driver that ran a parallel torch op before init holds an OpenMP thread pool a
+    forked child cannot use: its workers must still run parallel ops (no hang). In a
+    driver of its own, so this test process keeps no pool (see conftest)."""
+    pytest.importorskip("torch")
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", _PARALLEL_AFTER_DRIVER], capture_output=True, text=True,
+                          timeout=90)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(float(1 << 22))

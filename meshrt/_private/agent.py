@@ -126,13 +126,21 @@ class Agent:
         elif kind is m.Exit:
             self.done.set()
         elif kind is m.Relay:
-            if type(msg.msg) is m.ObjectValue:
+            inner = type(msg.msg)
+            if inner is m.PullValue:
+                self.cache.pull(msg, self._deliver, self.head.send)
+                return
+            if inner is m.ObjectValue:
                 msg = self.cache.arrived(msg)
-            conn = self.local_conns.get(msg.dest)
-            if conn is not None:
-                conn.send(msg)
-            elif msg.dest in self.pids or msg.dest not in self.gone:
-                self.early_relays.setdefault(msg.dest, []).append(msg)  # not connected yet
+            self._deliver(msg)
+
+    def _deliver(self, msg: m.Relay) -> None:
+        """A relayed message to one of this host's processes."""
+        conn = self.local_conns.get(msg.dest)
+        if conn is not None:
+            conn.send(msg)
+        elif msg.dest in self.pids or msg.dest not in self.gone:
+            self.early_relays.setdefault(msg.dest, []).append(msg)  # not connected yet
 
     def on_head_lost(self, conn, _exc) -> None:
         log.warning("meshrt agent %s: the head at %s went away; stopping", self.name, self.head_address)

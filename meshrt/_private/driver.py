@@ -21,6 +21,7 @@ from . import context, gpus, state
 from . import messages as m
 from .controller import Controller
 from .core import Core
+from .lending import Lending
 from .portal import LoopThread
 
 log = logging.getLogger("meshrt")
@@ -61,16 +62,18 @@ class LocalPipe:
         self.deliver(self, box)
 
 
-class DriverCore(Core):
+class DriverCore(Lending, Core):
     is_driver = True
 
     def __init__(self, io: LoopThread, token: bytes) -> None:
-        super().__init__(0, io, token)
+        Core.__init__(self, 0, io, token)
         self.local = LocalPipe(io.loop, self.on_messages)
         self.controller: Controller | None = None
         self.worker_conns: dict[int, Any] = {}
         self.relay_for: dict[int, Any] = {}  # worker on an agent's host -> that agent's connection
         self.host_copies: dict[int, set] = {}  # object id -> agents' hosts that may keep a copy
+        Lending.__init__(self)
+        self.handlers[m.PullDone] = self.on_pull_done
 
     def attach(self, controller: Controller) -> None:
         self.controller = controller
@@ -120,6 +123,8 @@ class DriverCore(Core):
             self.host_copies.setdefault(entry.id, set()).add(w.host)
 
     def forget_copies(self, oid: int) -> None:
+        if self.lent:
+            self.stop_lending(oid)
         hosts = self.host_copies.pop(oid, None) if self.host_copies else None
         for host_id in hosts or ():
             host = self.controller.hosts.get(host_id)
@@ -159,6 +164,10 @@ class DriverCore(Core):
             io.run_sync(stop(), timeout=15)
         finally:
             from ..objstore.arena import stop_copy_helper
+            from .lending import close_engine_if_open
+
+            self.stop_lending()
+            close_engine_if_open()
             from ..objstore.serialization import set_store_client
 
             set_store_client(None)

@@ -13,9 +13,14 @@ owner, one by one.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 from ..objstore.client import LocalBackend, StoreClient
-from ..objstore.serialization import SHM_THRESHOLD, Payload
+from ..objstore.serialization import SHM_THRESHOLD, Payload, system_error_payload
 from . import messages as m
+
+log = logging.getLogger("meshrt")
 
 AGENT_OWNER = -1  # the owner id of the agent's own blocks (no worker has it)
 
@@ -25,6 +30,8 @@ class HostCache:
         self.store = store
         self.client = StoreClient(store.arena, LocalBackend(store, AGENT_OWNER))
         self.copies: dict[int, Payload] = {}  # object id -> its shared-memory payload here
+        self.pulling: dict[int, list] = {}  # object id -> relays waiting for the pull under way
+        self._tasks: set = set()
 
     def arrived(self, relay: m.Relay) -> m.Relay:
         """A value on its way from the driver to one of our processes."""
@@ -43,6 +50,54 @@ class HostCache:
             cached = self.copies[value.object_id] = Payload(payload.data, (), (), False, desc + (False,))
         return m.Relay(relay.dest, relay.src, m.ObjectValue(value.object_id, cached))
 
+    def pull(self, relay: m.Relay, deliver, tell_owner) -> None:
+        """A large value lent by the driver (``PullValue``): read it straight into this
+        host's store once, then hand our processes the copy (see lending.py)."""
+        value: m.PullValue = relay.msg
+        oid = value.object_id
+        done = m.Relay(relay.src, relay.dest, m.PullDone(oid, value.token))
+        cached = self.copies.get(oid)
+        if cached is not None or oid in self.pulling:
+            tell_owner(done)  # a second lend of what we hold or are already pulling
+            if cached is not None:
+                deliver(m.Relay(relay.dest, relay.src, m.ObjectValue(oid, cached)))
+            else:
+                self.pulling[oid].append(relay)
+            return
+        self.pulling[oid] = [relay]
+        task = asyncio.get_running_loop().create_task(self._pull(value, deliver, tell_owner, done))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _pull(self, value: m.PullValue, deliver, tell_owner, done: m.Relay) -> None:
+        oid = value.object_id
+        _none, total, layout, stream = value.payload.shm
+        timeout = max(60.0, total / 50e6)  # a slow link still finishes; a dead owner fails sooner
+        try:
+            try:
+                target = self.client.reserve(oid, AGENT_OWNER, total)
+                in_store = True
+            except Exception:  # noqa: BLE001 - the store is full: pull into memory instead
+                target, in_store = bytearray(total), False
+            try:
+                await value.buffer.read_into(target, timeout=timeout)
+            except Exception as err:  # noqa: BLE001 - the readers get the error
+                if in_store:
+                    self.client.free((oid, total, layout))
+                result = system_error_payload(_lost(oid, err))
+            else:
+                if in_store:
+                    self.client.seal(oid)
+                    result = self.copies[oid] = Payload(value.payload.data, (), (), False,
+                                                        (oid, total, layout, stream))
+                else:
+                    result = _inline(value.payload.data, memoryview(target), layout, stream)
+        finally:
+            tell_owner(done)
+            waiting = self.pulling.pop(oid, [])
+        for relay in waiting:
+            deliver(m.Relay(relay.dest, relay.src, m.ObjectValue(oid, result)))
+
     def serve(self, conn, relay: m.Relay) -> bool:
         """A process here asks the driver for an object: answer from our copy if we have one."""
         cached = self.copies.get(relay.msg.object_id)
@@ -56,3 +111,17 @@ class HostCache:
         cached = self.copies.pop(oid, None)
         if cached is not None:
             self.client.free(cached.shm)
+
+
+def _inline(data: bytes, block: memoryview, layout: tuple, stream: bool) -> Payload:
+    views = [block[rel:rel + n] for rel, n in layout]
+    if stream:
+        data, views = bytes(views[0]), views[1:]
+    return Payload(data, tuple(views))
+
+
+def _lost(oid: int, err: BaseException):
+    from .. import exceptions as exc
+    from . import ids
+
+    return exc.ObjectLostError(ids.to_hex(oid, 36), f"pulling the value from the driver's host failed: {err}")

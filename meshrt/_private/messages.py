@@ -351,6 +351,27 @@ class Relay(NamedTuple):
     msg: Any
 
 
+class PullValue(NamedTuple):
+    """Owner -> a process on an agent's host: a large value to pull, not its bytes.
+
+    ``payload`` is the value without its buffers (``shm`` = (None, size, layout,
+    stream_in_block)); ``buffer`` a meshrt.tensor.TensorBuffer over the owner's
+    block, which the agent reads straight into its host's store, then says
+    ``PullDone`` so the owner lets the block go."""
+
+    object_id: int
+    payload: Payload
+    buffer: Any
+    token: int
+
+
+class PullDone(NamedTuple):
+    """Agent -> owner: the block lent as ``token`` has been read (or failed to be)."""
+
+    object_id: int
+    token: int
+
+
 class DropCopy(NamedTuple):
     """Driver -> agent: the object is freed; drop this host's copy of it."""
 

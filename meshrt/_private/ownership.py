@@ -44,19 +44,28 @@ class Ownership:
         payload = entry.payload
         self.account_outgoing(payload, borrower)
         if payload.shm is not None and self.remote_peer(borrower):
-            # Another host: the bytes travel inline (copied off the loop, which must
-            # not wait on a store pin).
-            async def send_inline():
-                copy = await self.io.loop.run_in_executor(None, inline_copy, payload)
-                self.send_to(borrower, m.ObjectValue(entry.id, copy))
-
-            self.note_copy(entry, borrower)
-
-            task = self.io.loop.create_task(send_inline())
-            _SENDING.add(task)  # referenced until done
-            task.add_done_callback(_SENDING.discard)
+            # Another host: its agent pulls the block through the tensor engine, or the
+            # bytes travel inline.
+            if not self.lend(entry, borrower, payload):
+                self.note_copy(entry, borrower)
+                self.send_inline(entry, borrower, payload)
             return
         self.send_to(borrower, m.ObjectValue(entry.id, payload))
+
+    def lend(self, entry: ObjectEntry, borrower: int, payload: Payload) -> bool:
+        return False  # only the driver lends blocks to other hosts (lending.py)
+
+    def send_inline(self, entry: ObjectEntry, borrower: int, payload: Payload) -> None:
+        """The value with its bytes copied in (off the loop, which must not wait on a
+        store pin)."""
+
+        async def send_inline():
+            copy = await self.io.loop.run_in_executor(None, inline_copy, payload)
+            self.send_to(borrower, m.ObjectValue(entry.id, copy))
+
+        task = self.io.loop.create_task(send_inline())
+        _SENDING.add(task)  # referenced until done
+        task.add_done_callback(_SENDING.discard)
 
     def on_object_value(self, conn, msg: m.ObjectValue) -> None:
         held = self.adopt(msg.payload)

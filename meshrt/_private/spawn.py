@@ -214,9 +214,48 @@ def _become_zygote(channel_fd: int, parent: int, keep: int) -> None:
     for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
         if isinstance(logger, logging.Logger):
             logger.handlers.clear()
+    if _inherited_thread_pool_broken():
+        # Start over as a fresh interpreter (same pid, same channel): slower workers'
+        # first start, but workers that can run torch in parallel.
+        os.set_inheritable(channel_fd, True)
+        os.execv(sys.executable, [sys.executable, "-m", "meshrt._private.zygote", str(channel_fd), str(parent)])
     from . import zygote
 
     zygote.serve(channel_fd, parent)
+
+
+def _inherited_thread_pool_broken() -> bool:
+    """Can a child of this fork still run torch ops in parallel?
+
+    A driver that already ran a parallel torch op owns a GNU OpenMP thread pool, which
+    a forked child inherits as a list of threads that were never copied: the child's
+    first parallel op waits for them forever. There is no way to ask libgomp, so a
+    throw-away child tries one op, with a deadline.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    import select
+
+    pid = os.fork()
+    if pid == 0:
+        try:
+            torch.set_num_threads(max(2, torch.get_num_threads()))  # as a worker may
+            torch.ones(1 << 20).sum()
+        finally:
+            os._exit(0)
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        fd = None  # no pidfd (not Linux >= 5.3): cannot wait with a deadline; assume fine
+    ready = [True]
+    if fd is not None:
+        ready, _, _ = select.select([fd], [], [], 1.0)  # it takes ~10 ms when it works
+        os.close(fd)
+    if not ready:
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return not ready
 
 
 def _max_fd() -> int:

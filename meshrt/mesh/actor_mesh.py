@@ -141,9 +141,12 @@ class Endpoint:
         args = tuple(big_bytes_out_of_band(a) for a in args)  # large bytes: one copy, out of band
         here = core.host_id
         remote = [mesh._hosts[r] != here for r in ranks]
-        # Large arguments to many targets on this host: stored once, each call refers to
-        # them. Small ones are cheaper pickled into each message.
-        shared = len(ranks) > 1 and not any(remote) and _nbytes(args, kwargs) >= SHM_THRESHOLD
+        # Large arguments: stored once, each call refers to them (small ones are cheaper
+        # pickled into each message). Many targets on this host map the one copy; from
+        # the driver, each other host's agent pulls it once through the tensor engine
+        # (lending.py) instead of receiving the bytes inside every message.
+        big = _nbytes(args, kwargs) >= SHM_THRESHOLD
+        shared = big and ((len(ranks) > 1 and not any(remote)) or (any(remote) and core.is_driver))
         packed = core.put((args, kwargs)) if shared else (args, kwargs)
         procs = mesh._procs
         local = mesh._shape.ranks() if len(ranks) != len(mesh._shape) else None
@@ -156,8 +159,11 @@ class Endpoint:
         for i, rank in enumerate(ranks):
             message_rank = i if local is None else local.index(rank)
             ready = spawned[where[rank]] if spawned else None
+            # To another host a stored value goes as [ref], fetched on arrival: a bare
+            # (top-level) ref would be resolved here and its bytes sent in the message.
+            sent = [packed] if shared and remote[i] else packed
             refs.append(core.call_actor(procs[rank], self._target, (mesh._name, self._name, message_rank, labels,
-                                                                    sizes, packed, ready), {}, 1, inline=remote[i]))
+                                                                    sizes, sent, ready), {}, 1, inline=remote[i]))
         return refs
 
     def call(self, *args, **kwargs) -> Future:

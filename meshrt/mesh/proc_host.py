@@ -79,7 +79,7 @@ class ProcHost:
             await asyncio.get_running_loop().run_in_executor(self._helper, _nothing)
         hosted = self._hosted(name)
         fn = getattr(hosted.instance, method)
-        args, kwargs = packed
+        args, kwargs = (await packed[0]) if type(packed) is list else packed
         tokens = set_context(Context(hosted.info, Point(message_rank, self._extent(labels, sizes))), hosted.owner)
         try:
             result = fn(*args, **kwargs)
@@ -99,7 +99,9 @@ class ProcHost:
         the async endpoints."""
         hosted = self._hosted(name)
         fn = getattr(hosted.instance, method)
-        args, kwargs = packed
+        # [ref]: arguments stored by a caller on another host, fetched here (its agent
+        # pulls them once per host); a bare ref would have travelled inside the message.
+        args, kwargs = _fetch(packed[0]) if type(packed) is list else packed
         tokens = set_context(Context(hosted.info, Point(message_rank, self._extent(labels, sizes))), hosted.owner)
         try:
             return fn(*args, **kwargs)
@@ -177,3 +179,9 @@ def _label(err: BaseException, where: str) -> None:
         err.__meshrt_where__ = where
     except (AttributeError, TypeError):  # an exception type that refuses attributes
         pass
+
+
+def _fetch(ref) -> Any:
+    from .._private import state
+
+    return state.core().get([ref], None)[0]

@@ -163,6 +163,13 @@ class Arena:
             mapped[i:j] = b"\x01" * (j - i)
             i = j
 
+    def block_view(self, offset: int, size: int) -> memoryview:
+        """The block itself, writable and shared: for a transport that fills it in place."""
+        shared, _base = self._mapping()
+        if size:
+            self._ensure_mapped(shared, offset, size)
+        return memoryview(shared)[offset:offset + size]
+
     def view_private(self, offset: int, size: int) -> mmap.mmap:
         """A private, copy-on-write mapping of one block (offset is page-aligned)."""
         length = max(size, 1)

@@ -63,6 +63,27 @@ class StoreClient:
         writable = [whole[rel : rel + n] for rel, n in layout]
         return [v.toreadonly() for v in writable], writable
 
+    def open_block(self, desc: tuple) -> memoryview:
+        """The whole block, mapped privately; pinned while the view lives."""
+        key, total, _layout = desc
+        offset, size = self.backend.pin(key)
+        try:
+            mapping = self.arena.view_private(offset, size)
+        except BaseException:
+            self.backend.unpin_later(key)
+            raise
+        weakref.finalize(mapping, self.backend.unpin_later, key)
+        return memoryview(mapping)[:total]
+
+    def reserve(self, key: int, owner: int, total: int) -> memoryview:
+        """A new block to fill in place; ``seal(key)`` once it is written, ``free``
+        the descriptor if the write failed."""
+        offset = self.backend.allocate(key, total, owner)
+        return self.arena.block_view(offset, total)
+
+    def seal(self, key: int) -> None:
+        self.backend.seal(key)
+
     def free(self, desc: tuple) -> None:
         self.backend.free(desc[0])
 

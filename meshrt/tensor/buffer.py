@@ -101,6 +101,13 @@ _slots: tuple[int, _Slots] | None = None  # (pid, table): a forked child makes i
 _slots_lock = threading.Lock()
 
 
+def forget_slots() -> None:
+    """The UCX worker closed: the next buffer registers a fresh slot table."""
+    global _slots
+    with _slots_lock:
+        _slots = None
+
+
 def _owner_slots() -> _Slots:
     global _slots
     with _slots_lock:
@@ -118,7 +125,7 @@ class TensorBuffer:
     numpy array or a writable buffer (bytearray, memoryview) may be registered.
     """
 
-    __slots__ = ("_h", "_local", "_memh", "_slot", "_dropped", "__weakref__")
+    __slots__ = ("_h", "_local", "_memh", "_slot", "_slots", "_dropped", "__weakref__")
 
     def __init__(self, tensor: Any) -> None:
         region = region_of(tensor, "TensorBuffer()")
@@ -132,6 +139,7 @@ class TensorBuffer:
         self._local: Region | None = region
         self._memh = memh
         self._slot = slot
+        self._slots = slots
         self._dropped = False
         self._h = _Handle(os.getpid(), _machine_id(), engine.address if engine else b"", rkey, region.ptr, region.nbytes,
                           region.dtype, region.itemsize, tuple(region.shape), region.device,
@@ -144,6 +152,7 @@ class TensorBuffer:
         buf._local = None
         buf._memh = 0
         buf._slot = -1
+        buf._slots = None
         buf._dropped = False
         return buf
 
@@ -215,7 +224,7 @@ class TensorBuffer:
             return
         self._dropped = True
         if self._local is not None:
-            _owner_slots().release(self._slot)
+            self._slots.release(self._slot)
             if self._memh:
                 _C.ucx_mem_unmap(self._memh)
             self._local = None

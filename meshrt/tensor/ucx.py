@@ -94,6 +94,18 @@ def engine_or_none() -> Engine | None:
         return None
 
 
+def close_engine() -> None:
+    """Close this process's UCX worker, if open; the next transfer opens a new one.
+    Buffers registered before stay readable only by the same-machine paths."""
+    with Engine._create_lock:
+        engine, Engine._instance = Engine._instance, None
+    if engine is not None and engine.pid == os.getpid():
+        from . import buffer
+
+        buffer.forget_slots()
+        engine.close()
+
+
 def why_unavailable() -> str:
     return _unavailable[1] if _unavailable else ""
 
@@ -129,6 +141,28 @@ class Engine:
         self.rkeys: dict[tuple[int, bytes], int] = {}  # (endpoint, packed key) -> unpacked
         self.failed: dict[int, int] = {}  # endpoint -> status that ended it
         self.io.run_sync(self._watch(), timeout=30)
+
+    def close(self) -> None:
+        """Destroy the worker (its pending transfers fail) and stop the loop thread."""
+
+        async def unwatch():
+            import asyncio
+
+            asyncio.get_running_loop().remove_reader(_C.ucx_efd())
+            for ep in list(self.endpoints.values()):
+                self._close_endpoint(ep)
+
+        try:
+            self.io.run_sync(unwatch(), timeout=10)
+        finally:
+            _C.ucx_close()
+            self.io.stop()
+            for done, _ep, timer in self.pending.values():
+                if timer is not None:
+                    timer.cancel()
+                if not done.done():
+                    done.set_exception(TransferError("the UCX worker was closed", -16, True))
+            self.pending.clear()
 
     async def _watch(self) -> None:
         import asyncio
