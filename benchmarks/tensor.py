@@ -24,7 +24,8 @@ Suites:
     (``monarch.configure(rdma_allow_tcp_fallback=True)``: no RDMA NIC here).
   * gloo: ``torch.distributed`` send/recv between two processes, gloo over loopback.
 Latency rows are medians of single transfers; GB/s = bytes / median time.
-On a GPU machine (not this one) the CUDA rows would come from ``--suite meshrt-gpu``.
+Not measured yet: the GPU rows (device-to-device, device-to-host, NCCL send/recv),
+which need a GPU machine.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ fails with BufferDroppedError instead of handing back stale memory.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import sys
@@ -36,8 +37,10 @@ class BufferDroppedError(ObjectLostError):
     """The TensorBuffer was dropped (by its owner, or this handle by its holder)."""
 
 
+@functools.cache
 def _machine_id() -> str:
-    """Same value in every process of one booted machine: CUDA IPC needs that."""
+    """Same value in every process of one booted machine: CUDA IPC and cross-memory
+    attach need that. (Read once: it is asked on every transfer.)"""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot = f.read().strip()
