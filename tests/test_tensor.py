@@ -9,6 +9,7 @@ import asyncio
 import hashlib
 import os
 import pickle
+import shutil
 import signal
 
 import numpy as np
@@ -274,6 +275,8 @@ def test_extension_reports_how_it_was_built_and_whether_there_is_a_gpu():
 
     info = _C.build_info()
     assert set(info) == {"cuda", "ucx_api"} and info["ucx_api"].startswith("1.")
+    if shutil.which("nvcc") and os.environ.get("MESHRT_CUDA") != "0":
+        assert info["cuda"], "a CUDA toolkit is here, so pip install should have built the CUDA variant"
     count, why = _C.cuda_available()
     if count == 0:
         assert why.startswith("no GPU") or "built without CUDA" in why
