@@ -51,21 +51,17 @@ class StoreClient:
 
     def open(self, desc: tuple) -> tuple[list, list]:
         """Read-only and writable (copy-on-write) views of each buffer of a stored value."""
-        key, total, layout = desc
-        offset, size = self.backend.pin(key)
-        try:
-            mapping = self.arena.view_private(offset, size)
-        except BaseException:
-            self.backend.unpin_later(key)
-            raise
-        weakref.finalize(mapping, self.backend.unpin_later, key)
-        whole = memoryview(mapping)
+        _key, _total, layout = desc
+        whole = memoryview(self._map_pinned(desc[0]))
         writable = [whole[rel : rel + n] for rel, n in layout]
         return [v.toreadonly() for v in writable], writable
 
     def open_block(self, desc: tuple) -> memoryview:
         """The whole block, mapped privately; pinned while the view lives."""
-        key, total, _layout = desc
+        return memoryview(self._map_pinned(desc[0]))[:desc[1]]
+
+    def _map_pinned(self, key: int):
+        """A private mapping of the block, pinned until it is garbage-collected."""
         offset, size = self.backend.pin(key)
         try:
             mapping = self.arena.view_private(offset, size)
@@ -73,7 +69,7 @@ class StoreClient:
             self.backend.unpin_later(key)
             raise
         weakref.finalize(mapping, self.backend.unpin_later, key)
-        return memoryview(mapping)[:total]
+        return mapping
 
     def reserve(self, key: int, owner: int, total: int) -> memoryview:
         """A new block to fill in place; ``seal(key)`` once it is written, ``free``
