@@ -165,6 +165,56 @@ def test_large_call_arguments_are_pulled_by_each_host_not_sent(pull_path, cluste
         assert all(n < 256 * 1024 for n in sent), sent
 
 
+class BufferOwner(Actor):
+    def __init__(self, n):
+        import torch
+
+        self.t = torch.arange(n, dtype=torch.float32)
+        from meshrt.tensor import TensorBuffer
+
+        self.buf = TensorBuffer(self.t)
+
+    @endpoint
+    def handle(self):
+        return self.buf
+
+    @endpoint
+    def head(self, k):
+        return self.t[:k].tolist()
+
+
+class BufferPeer(Actor):
+    @endpoint
+    async def halve(self, buf):
+        import torch
+
+        dst = torch.empty(buf.numel, dtype=buf.dtype)
+        await buf.read_into(dst)
+        await buf.write_from(dst * 0.5)
+        return float(dst.double().sum())  # exact: every value and the total are integers < 2**53
+
+
+@pytest.fixture(params=["auto", "ucx"])
+def buffer_path(request, monkeypatch):
+    if request.param == "ucx":
+        monkeypatch.setenv("MESHRT_TENSOR_TRANSPORT", "ucx")
+    return request.param
+
+
+def test_tensor_buffers_between_hosts(buffer_path, cluster):
+    """An actor on one host reads and writes a tensor owned on the other, one-sided
+    (same-machine path, or UCX over tcp with MESHRT_TENSOR_TRANSPORT=ucx)."""
+    torch = pytest.importorskip("torch")
+    hosts, _, _, remember = cluster
+    procs = hosts.spawn_procs(per_host={"gpus": 1})
+    owner = procs.slice(hosts=0).spawn("owner", BufferOwner, 1 << 22)
+    peer = procs.slice(hosts=1).spawn("peer", BufferPeer)
+    remember()
+    buf = owner.handle.call_one().get(timeout=60)
+    assert peer.halve.call_one(buf).get(timeout=60) == float(torch.arange(1 << 22, dtype=torch.float64).sum())
+    assert owner.head.call_one(4).get(timeout=30) == [0.0, 0.5, 1.0, 1.5]
+
+
 def test_killing_an_agent_fails_its_actors_and_the_rest_serves(cluster, failures):
     hosts, agents, _, remember = cluster
     workers = hosts.spawn_procs(per_host={"gpus": 1}).spawn("w", Worker)
