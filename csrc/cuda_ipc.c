@@ -11,7 +11,8 @@ static struct {
     CUresult (*device_count)(int *);
     CUresult (*device_get)(CUdevice *, int);
     CUresult (*primary_ctx_retain)(CUcontext *, CUdevice);
-    CUresult (*ctx_set_current)(CUcontext);
+    CUresult (*ctx_push)(CUcontext);
+    CUresult (*ctx_pop)(CUcontext *);
     CUresult (*pointer_attribute)(void *, CUpointer_attribute, CUdeviceptr);
     CUresult (*address_range)(CUdeviceptr *, size_t *, CUdeviceptr);
     CUresult (*ipc_get)(CUipcMemHandle *, CUdeviceptr);
@@ -41,7 +42,8 @@ static void load(void) {
     SYM(device_count, "cuDeviceGetCount");
     SYM(device_get, "cuDeviceGet");
     SYM(primary_ctx_retain, "cuDevicePrimaryCtxRetain");
-    SYM(ctx_set_current, "cuCtxSetCurrent");
+    SYM(ctx_push, "cuCtxPushCurrent_v2");
+    SYM(ctx_pop, "cuCtxPopCurrent_v2");
     SYM(pointer_attribute, "cuPointerGetAttribute");
     SYM(address_range, "cuMemGetAddressRange_v2");
     SYM(ipc_get, "cuIpcGetMemHandle");
@@ -68,14 +70,33 @@ static int fail(CUresult r, const char *what, char *err, size_t errlen) {
     return -1;
 }
 
-/* Make the device's primary context (the one PyTorch uses) current on this thread. */
+/* Make the device's primary context (the one PyTorch uses) current on this thread,
+ * on top of whatever was current: done() pops it, so the caller's CUDA device (torch's
+ * current device) is left as it was. Each primary context is retained once. */
+#define MAX_DEVICES 64
+static CUcontext primary[MAX_DEVICES];
+static pthread_mutex_t primary_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static int use_device(int device, char *err, size_t errlen) {
-    CUdevice dev;
-    CUcontext ctx;
-    CUresult r = cu.device_get(&dev, device);
-    if (r == CUDA_SUCCESS) r = cu.primary_ctx_retain(&ctx, dev);
-    if (r == CUDA_SUCCESS) r = cu.ctx_set_current(ctx);
+    if (device < 0 || device >= MAX_DEVICES) {
+        snprintf(err, errlen, "GPU %d is out of range", device);
+        return -1;
+    }
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&primary_lock);
+    if (primary[device] == NULL) {
+        CUdevice dev;
+        r = cu.device_get(&dev, device);
+        if (r == CUDA_SUCCESS) r = cu.primary_ctx_retain(&primary[device], dev);
+    }
+    pthread_mutex_unlock(&primary_lock);
+    if (r == CUDA_SUCCESS) r = cu.ctx_push(primary[device]);
     return r == CUDA_SUCCESS ? 0 : fail(r, "selecting the GPU", err, errlen);
+}
+
+static void done(void) {
+    CUcontext popped;
+    cu.ctx_pop(&popped);
 }
 
 int mc_cuda_init(char *err, size_t errlen) {
@@ -92,11 +113,11 @@ int mc_ipc_export(uint64_t ptr, unsigned char *handle, uint64_t *offset, int *de
     if (use_device(ordinal, err, errlen) != 0) return -1;
     CUdeviceptr base;
     size_t size;
-    r = cu.address_range(&base, &size, (CUdeviceptr)ptr);
-    if (r != CUDA_SUCCESS) return fail(r, "cuMemGetAddressRange", err, errlen);
     CUipcMemHandle h;
-    r = cu.ipc_get(&h, base);
-    if (r != CUDA_SUCCESS) return fail(r, "cuIpcGetMemHandle", err, errlen);
+    r = cu.address_range(&base, &size, (CUdeviceptr)ptr);
+    if (r == CUDA_SUCCESS) r = cu.ipc_get(&h, base);
+    done();
+    if (r != CUDA_SUCCESS) return fail(r, "exporting the allocation for CUDA IPC", err, errlen);
     memcpy(handle, h.reserved, MESHRT_IPC_HANDLE_BYTES);
     *offset = (uint64_t)(ptr - base);
     *device = ordinal;
@@ -110,6 +131,7 @@ int mc_ipc_open(const unsigned char *handle, int device, uint64_t *base, char *e
     memcpy(h.reserved, handle, MESHRT_IPC_HANDLE_BYTES);
     CUdeviceptr p;
     CUresult r = cu.ipc_open(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    done();
     if (r != CUDA_SUCCESS) return fail(r, "cuIpcOpenMemHandle", err, errlen);
     *base = (uint64_t)p;
     return 0;
@@ -119,6 +141,7 @@ int mc_ipc_close(uint64_t base, int device, char *err, size_t errlen) {
     if (mc_cuda_init(err, errlen) == 0) return -1;
     if (use_device(device, err, errlen) != 0) return -1;
     CUresult r = cu.ipc_close((CUdeviceptr)base);
+    done();
     return r == CUDA_SUCCESS ? 0 : fail(r, "cuIpcCloseMemHandle", err, errlen);
 }
 
@@ -126,5 +149,6 @@ int mc_memcpy(uint64_t dst, uint64_t src, size_t n, int device, char *err, size_
     if (mc_cuda_init(err, errlen) == 0) return -1;
     if (use_device(device, err, errlen) != 0) return -1;
     CUresult r = cu.memcpy((CUdeviceptr)dst, (CUdeviceptr)src, n);
+    done();
     return r == CUDA_SUCCESS ? 0 : fail(r, "cuMemcpy", err, errlen);
 }

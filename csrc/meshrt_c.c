@@ -4,6 +4,7 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <pthread.h>
 
 #include "cma_copy.h"
 #include "ucx_transport.h"
@@ -12,6 +13,9 @@
 #endif
 
 static meshrt_ucx ucx;  /* one per process */
+/* Set in a child forked while the parent had UCX open: UCX's global state (its async
+ * thread among it) does not survive fork, so a worker opened here would hang. */
+static int ucx_inherited = 0;
 
 /* RuntimeError(message, status): Python tells a lost peer from a bug by the status. */
 static PyObject *ucx_error(const char *what, ucs_status_t st) {
@@ -39,6 +43,12 @@ static PyObject *py_ucx_open(PyObject *self, PyObject *args) {
     const char *path;
     if (!PyArg_ParseTuple(args, "s", &path)) return NULL;
     if (ucx.open) Py_RETURN_NONE;
+    if (ucx_inherited) {
+        PyErr_SetString(PyExc_OSError,
+                        "UCX was open in this process's parent when it forked, and UCX cannot be used in "
+                        "such a child; create TensorBuffers after forking, or start the process fresh");
+        return NULL;
+    }
     char err[512];
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -102,7 +112,10 @@ static PyObject *py_ucx_mem_map(PyObject *self, PyObject *args) {
     if (st != UCS_OK) return ucx_error("memory registration", st);
     PyObject *packed = PyBytes_FromStringAndSize(rkey, (Py_ssize_t)rkey_len);
     mx_rkey_buffer_release(&ucx, rkey);
-    if (packed == NULL) return NULL;
+    if (packed == NULL) {
+        mx_mem_unmap(&ucx, memh);
+        return NULL;
+    }
     return Py_BuildValue("(KN)", (unsigned long long)(uintptr_t)memh, packed);
 }
 
@@ -152,7 +165,10 @@ static PyObject *py_ucx_rkey_unpack(PyObject *self, PyObject *args) {
         return NULL;
     }
     ucp_rkey_h out;
-    ucs_status_t st = mx_rkey_unpack(&ucx, (ucp_ep_h)(uintptr_t)ep, rkey.buf, &out);
+    ucs_status_t st;
+    Py_BEGIN_ALLOW_THREADS
+    st = mx_rkey_unpack(&ucx, (ucp_ep_h)(uintptr_t)ep, rkey.buf, &out);
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&rkey);
     if (st != UCS_OK) return ucx_error("remote key unpack", st);
     return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)out);
@@ -161,7 +177,9 @@ static PyObject *py_ucx_rkey_unpack(PyObject *self, PyObject *args) {
 static PyObject *py_ucx_rkey_destroy(PyObject *self, PyObject *args) {
     unsigned long long rkey;
     if (!PyArg_ParseTuple(args, "K", &rkey)) return NULL;
+    Py_BEGIN_ALLOW_THREADS
     mx_rkey_destroy(&ucx, (ucp_rkey_h)(uintptr_t)rkey);
+    Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
 
@@ -186,7 +204,10 @@ static PyObject *py_ucx_put(PyObject *self, PyObject *args) { return rma(args, 1
 
 static PyObject *events_list(meshrt_events *queue) {
     meshrt_event *items;
-    size_t n = mx_take(&ucx, queue, &items);
+    size_t n;
+    Py_BEGIN_ALLOW_THREADS
+    n = mx_take(&ucx, queue, &items);
+    Py_END_ALLOW_THREADS
     PyObject *out = PyList_New((Py_ssize_t)n);
     for (size_t i = 0; out != NULL && i < n; i++) {
         PyObject *t = Py_BuildValue("(Ki)", (unsigned long long)items[i].token, items[i].status);
@@ -338,4 +359,12 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "meshrt._C", "meshrt's C transports.", -1, methods};
 
-PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&module); }
+static void forget_ucx_in_child(void) {
+    if (ucx.open) ucx_inherited = 1;
+    mx_forget_after_fork(&ucx);
+}
+
+PyMODINIT_FUNC PyInit__C(void) {
+    pthread_atfork(NULL, NULL, forget_ucx_in_child);
+    return PyModule_Create(&module);
+}

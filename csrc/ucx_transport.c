@@ -36,6 +36,12 @@ static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
     push(&mx->failed, (uint64_t)(uintptr_t)ep, (int)status);
 }
 
+void mx_forget_after_fork(meshrt_ucx *mx) {
+    /* The parent's worker, sockets and lock state are not ours: start from nothing
+     * (what the parent allocated stays allocated, unreachable, in this child). */
+    memset(mx, 0, sizeof(*mx));
+}
+
 int mx_open(meshrt_ucx *mx, const char *libpath, char *err, size_t errlen) {
     memset(mx, 0, sizeof(*mx));
     if (meshrt_ucx_load(libpath, &mx->api, err, errlen) != 0) return -1;
@@ -64,6 +70,7 @@ int mx_open(meshrt_ucx *mx, const char *libpath, char *err, size_t errlen) {
     if (st == UCS_OK) st = mx->api.worker_get_efd(mx->worker, &mx->efd);
     if (st != UCS_OK) {
         snprintf(err, errlen, "ucp worker: %s", mx->api.status_string(st));
+        if (mx->address) mx->api.worker_release_address(mx->worker, mx->address);
         if (mx->worker) mx->api.worker_destroy(mx->worker);
         mx->api.cleanup(mx->context);
         return -1;
@@ -117,7 +124,7 @@ ucs_status_t mx_mem_map(meshrt_ucx *mx, void *addr, size_t len, int cuda, ucp_me
     p.length = len;
     p.memory_type = cuda ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
     pthread_mutex_lock(&mx->lock);
-    ucs_status_t st = mx->api.mem_map(mx->context, &p, memh);
+    ucs_status_t st = mx->open ? mx->api.mem_map(mx->context, &p, memh) : UCS_ERR_NOT_CONNECTED;
     if (st == UCS_OK) {
         st = mx->api.rkey_pack(mx->context, *memh, rkey, rkey_len);
         if (st != UCS_OK) mx->api.mem_unmap(mx->context, *memh);
@@ -135,7 +142,7 @@ ucs_status_t mx_mem_unmap(meshrt_ucx *mx, ucp_mem_h memh) {
 
 void mx_rkey_buffer_release(meshrt_ucx *mx, void *rkey) {
     pthread_mutex_lock(&mx->lock);
-    mx->api.rkey_buffer_release(rkey);
+    if (mx->open) mx->api.rkey_buffer_release(rkey);
     pthread_mutex_unlock(&mx->lock);
 }
 
@@ -150,7 +157,7 @@ ucs_status_t mx_ep_create(meshrt_ucx *mx, const void *address, ucp_ep_h *ep) {
     p.err_handler.cb = on_ep_error;
     p.err_handler.arg = mx;
     pthread_mutex_lock(&mx->lock);
-    ucs_status_t st = mx->api.ep_create(mx->worker, &p, ep);
+    ucs_status_t st = mx->open ? mx->api.ep_create(mx->worker, &p, ep) : UCS_ERR_NOT_CONNECTED;
     pthread_mutex_unlock(&mx->lock);
     return st;
 }
@@ -170,7 +177,7 @@ void mx_ep_close(meshrt_ucx *mx, ucp_ep_h ep) {
 
 ucs_status_t mx_rkey_unpack(meshrt_ucx *mx, ucp_ep_h ep, const void *rkey, ucp_rkey_h *out) {
     pthread_mutex_lock(&mx->lock);
-    ucs_status_t st = mx->api.ep_rkey_unpack(ep, rkey, out);
+    ucs_status_t st = mx->open ? mx->api.ep_rkey_unpack(ep, rkey, out) : UCS_ERR_NOT_CONNECTED;
     pthread_mutex_unlock(&mx->lock);
     return st;
 }

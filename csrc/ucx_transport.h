@@ -38,6 +38,7 @@ typedef struct {
 
 int mx_open(meshrt_ucx *mx, const char *libpath, char *err, size_t errlen);
 void mx_close(meshrt_ucx *mx);
+void mx_forget_after_fork(meshrt_ucx *mx);
 unsigned mx_progress(meshrt_ucx *mx);
 /* 1: armed (sleep on the fd); 0: events pending, progress again; <0: error status */
 int mx_arm(meshrt_ucx *mx);

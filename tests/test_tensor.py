@@ -340,3 +340,32 @@ async def test_gpu_tensor_through_an_actor_call():
     peer = procs.spawn("peer", CudaPeer)
     t = pattern(1 << 20, torch.float32).cuda()
     assert torch.equal((await peer.echo.call_one(t)).cpu(), (t * 3).cpu())
+
+
+_FORK_AFTER_OPEN = """
+import os, sys, torch
+from meshrt.tensor import TensorBuffer
+t = torch.arange(1 << 16, dtype=torch.float32)
+buf = TensorBuffer(t)  # opens this process's UCX worker
+pid = os.fork()
+if pid == 0:  # UCX cannot work here: a clear error, not the parent's worker, not a hang
+    mine = TensorBuffer(torch.zeros(4))  # registers nothing with UCX, still a buffer
+    try:
+        buf.read_into(torch.empty(1 << 16), timeout=20).get(timeout=30)
+    except RuntimeError as err:
+        os._exit(0 if "forked" in str(err) and mine.nbytes == 16 else 1)
+    os._exit(2)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_child_forked_with_ucx_open_gets_a_clear_error():
+    import subprocess
+    import sys
+
+    env = dict(os.environ, MESHRT_TENSOR_TRANSPORT="ucx")
+    done = subprocess.run([sys.executable, "-c", _FORK_AFTER_OPEN], capture_output=True, text=True, timeout=90,
+                          env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0", done.stderr

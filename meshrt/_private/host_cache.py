@@ -31,6 +31,7 @@ class HostCache:
         self.client = StoreClient(store.arena, LocalBackend(store, AGENT_OWNER))
         self.copies: dict[int, Payload] = {}  # object id -> its shared-memory payload here
         self.pulling: dict[int, list] = {}  # object id -> relays waiting for the pull under way
+        self.dropped_while_pulling: set = set()
         self._tasks: set = set()
 
     def arrived(self, relay: m.Relay) -> m.Relay:
@@ -73,28 +74,31 @@ class HostCache:
         oid = value.object_id
         _none, total, layout, stream = value.payload.shm
         timeout = max(60.0, total / 50e6)  # a slow link still finishes; a dead owner fails sooner
+        in_store = False
         try:
             try:
                 target = self.client.reserve(oid, AGENT_OWNER, total)
                 in_store = True
             except Exception:  # noqa: BLE001 - the store is full: pull into memory instead
-                target, in_store = bytearray(total), False
-            try:
-                await value.buffer.read_into(target, timeout=timeout)
-            except Exception as err:  # noqa: BLE001 - the readers get the error
-                if in_store:
-                    self.client.free((oid, total, layout))
-                result = system_error_payload(_lost(oid, err))
+                target = bytearray(total)
+            await value.buffer.read_into(target, timeout=timeout)
+            if not in_store:
+                result = _inline(value.payload.data, memoryview(target), layout, stream)
+            elif oid in self.dropped_while_pulling:  # freed by the owner meanwhile
+                self.client.free((oid, total, layout))
+                result = system_error_payload(_lost(oid, "the owner freed it while it was being pulled"))
             else:
-                if in_store:
-                    self.client.seal(oid)
-                    result = self.copies[oid] = Payload(value.payload.data, (), (), False,
-                                                        (oid, total, layout, stream))
-                else:
-                    result = _inline(value.payload.data, memoryview(target), layout, stream)
+                self.client.seal(oid)
+                result = self.copies[oid] = Payload(value.payload.data, (), (), False, (oid, total, layout, stream))
+        except Exception as err:  # noqa: BLE001 - the readers get the error
+            if in_store and oid not in self.copies:
+                self.client.free((oid, total, layout))
+            result = system_error_payload(_lost(oid, err))
         finally:
+            value.buffer.drop()  # our handle: its unpacked key goes
             tell_owner(done)
             waiting = self.pulling.pop(oid, [])
+            self.dropped_while_pulling.discard(oid)
         for relay in waiting:
             deliver(m.Relay(relay.dest, relay.src, m.ObjectValue(oid, result)))
 
@@ -108,6 +112,8 @@ class HostCache:
 
     def drop(self, oid: int) -> None:
         """The owner freed the object."""
+        if oid in self.pulling:
+            self.dropped_while_pulling.add(oid)
         cached = self.copies.pop(oid, None)
         if cached is not None:
             self.client.free(cached.shm)

@@ -65,10 +65,11 @@ class Lending:
 
     def stop_lending(self, object_id: int | None = None) -> None:
         """The object was freed (or the runtime stops): its lent blocks go."""
-        for token, (oid, buf, _block) in list(self.lent.items()):
+        for token, (oid, _buf, _block) in list(self.lent.items()):
             if object_id is None or oid == object_id:
-                del self.lent[token]
-                buf.drop()
+                lent = self.lent.pop(token, None)  # PullDone may take it first, on the loop
+                if lent is not None:
+                    lent[1].drop()
 
 
 def _open_for_lending(shm: tuple):

@@ -46,7 +46,11 @@ def _machine_id() -> str:
             boot = f.read().strip()
     except OSError:
         boot = ""
-    return f"{os.uname().nodename}/{boot}"
+    try:  # containers sharing a kernel and a name still cannot attach to each other
+        pid_ns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        pid_ns = 0
+    return f"{os.uname().nodename}/{boot}/{pid_ns}"
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,7 @@ class _Slots:
         return self.table.ctypes.data + 8 * slot
 
 
+_drop_lock = threading.Lock()
 _slots: tuple[int, _Slots] | None = None  # (pid, table): a forked child makes its own
 _slots_lock = threading.Lock()
 
@@ -128,7 +133,7 @@ class TensorBuffer:
     numpy array or a writable buffer (bytearray, memoryview) may be registered.
     """
 
-    __slots__ = ("_h", "_local", "_memh", "_slot", "_slots", "_dropped", "__weakref__")
+    __slots__ = ("_h", "_local", "_memh", "_engine", "_slot", "_slots", "_dropped", "__weakref__")
 
     def __init__(self, tensor: Any) -> None:
         region = region_of(tensor, "TensorBuffer()")
@@ -137,15 +142,21 @@ class TensorBuffer:
         memh, rkey = (0, b"")
         if region.nbytes and engine is not None:
             memh, rkey = _C.ucx_mem_map(region.ptr, region.nbytes, region.is_cuda)
-        ipc = cuda_ipc.export(region.ptr) if region.is_cuda and region.nbytes else None
-        slot, generation = slots.claim()
+        try:
+            ipc = cuda_ipc.export(region.ptr) if region.is_cuda and region.nbytes else None
+            slot, generation = slots.claim()
+        except BaseException:
+            if memh:
+                _C.ucx_mem_unmap(memh)
+            raise
         self._local: Region | None = region
         self._memh = memh
+        self._engine = engine  # the registration belongs to this engine's context
         self._slot = slot
         self._slots = slots
         self._dropped = False
-        self._h = _Handle(os.getpid(), _machine_id(), engine.address if engine else b"", rkey, region.ptr, region.nbytes,
-                          region.dtype, region.itemsize, tuple(region.shape), region.device,
+        self._h = _Handle(os.getpid(), _machine_id(), engine.address if engine else b"", rkey, region.ptr,
+                          region.nbytes, region.dtype, region.itemsize, tuple(region.shape), region.device,
                           slots.address(slot), slots.rkey, generation, ipc)
 
     @classmethod
@@ -154,6 +165,7 @@ class TensorBuffer:
         buf._h = handle
         buf._local = None
         buf._memh = 0
+        buf._engine = None
         buf._slot = -1
         buf._slots = None
         buf._dropped = False
@@ -222,18 +234,26 @@ class TensorBuffer:
 
     def drop(self) -> None:
         """Owner: unregister the memory and let the tensor go; holders' transfers fail
-        with BufferDroppedError. Holder: forget this handle."""
-        if self._dropped:
-            return
-        self._dropped = True
+        with BufferDroppedError. Holder: forget this handle. Safe from any thread, twice.
+
+        A holder's write that passed its check just before the owner dropped may still
+        land in the old memory: drop a buffer once its holders are done with it."""
+        with _drop_lock:
+            if self._dropped:
+                return
+            self._dropped = True
         if self._local is not None:
             self._slots.release(self._slot)
-            if self._memh:
-                _C.ucx_mem_unmap(self._memh)
+            if self._memh and self._engine is not None and self._engine is Engine._instance:
+                _C.ucx_mem_unmap(self._memh)  # (a closed engine took its registrations along)
             self._local = None
-        elif self._h.ipc is not None and self._h.machine == _machine_id():
-            handle, _offset, device = self._h.ipc
-            cuda_ipc.forget(handle, device)
+            return
+        h = self._h
+        if h.ipc is not None and h.machine == _machine_id():
+            handle, _offset, _device = h.ipc
+            cuda_ipc.forget(handle)
+        if h.rkey and Engine._instance is not None:
+            Engine._instance.forget_rkey(h.address, h.rkey)
 
     def _check(self, region: Region, offset: int, size: int | None, op: str) -> int:
         h = self._h
@@ -303,7 +323,8 @@ class _Transfer:
 
     def _local_copy(self, cuda: bool) -> None:
         slots = _owner_slots()  # the handle may have come back here: find its slot by address
-        if slots.table[(self.h.slot_ptr - slots.address(0)) // 8] != self.h.generation:
+        index = (self.h.slot_ptr - slots.address(0)) // 8
+        if not 0 <= index < _SLOTS or slots.table[index] != self.h.generation:
             self._fail(self._dropped_error())
             return
         src, dst = (self.region.ptr, self.remote) if self.is_put else (self.remote, self.region.ptr)
@@ -317,14 +338,17 @@ class _Transfer:
             self._finish()
 
     def _ipc_copy(self, then) -> None:
-        handle, offset, device = self.h.ipc
+        handle, offset, _owner_device = self.h.ipc
+        # Opened and copied on one of this process's GPUs (the owner's numbering may
+        # not be ours); CUDA reaches the owner's GPU by peer access.
+        device = self.region.device_index if self.region.is_cuda else 0
         try:
             peer = cuda_ipc.peer_pointer(handle, offset + (self.remote - self.h.ptr), device)
         except RuntimeError as err:
             self._fail(self._lost_error(str(err)))
             return
         src, dst = (self.region.ptr, peer) if self.is_put else (peer, self.region.ptr)
-        self._chain(cuda_ipc.copy(dst, src, self.nbytes, device), then)
+        self._chain(cuda_ipc.copy(dst, src, self.nbytes, device, handle), then)
 
     def _ucx_copy(self, then) -> None:
         if not self._ucx_ready():

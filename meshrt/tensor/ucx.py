@@ -97,13 +97,13 @@ def engine_or_none() -> Engine | None:
 def close_engine() -> None:
     """Close this process's UCX worker, if open; the next transfer opens a new one.
     Buffers registered before stay readable only by the same-machine paths."""
-    with Engine._create_lock:
+    with Engine._create_lock:  # held throughout: a new engine must not open under a closing one
         engine, Engine._instance = Engine._instance, None
-    if engine is not None and engine.pid == os.getpid():
-        from . import buffer
+        if engine is not None and engine.pid == os.getpid():
+            from . import buffer
 
-        buffer.forget_slots()
-        engine.close()
+            buffer.forget_slots()
+            engine.close()
 
 
 def why_unavailable() -> str:
@@ -119,7 +119,7 @@ class Engine:
     @classmethod
     def get(cls) -> Engine:
         engine = cls._instance
-        if engine is None:
+        if engine is None or engine.pid != os.getpid():  # a forked child opens its own
             with cls._create_lock:
                 engine = cls._instance
                 if engine is None or engine.pid != os.getpid():
@@ -140,23 +140,28 @@ class Engine:
         self.endpoints: dict[bytes, int] = {}  # peer address -> endpoint
         self.rkeys: dict[tuple[int, bytes], int] = {}  # (endpoint, packed key) -> unpacked
         self.failed: dict[int, int] = {}  # endpoint -> status that ended it
+        self.closed = False
+        self._post_lock = threading.Lock()  # no transfer is posted to a loop that stopped
         self.io.run_sync(self._watch(), timeout=30)
 
     def close(self) -> None:
-        """Destroy the worker (its pending transfers fail) and stop the loop thread."""
+        """Fail what is queued or in flight, destroy the worker, stop the loop thread."""
+        with self._post_lock:
+            self.closed = True
 
         async def unwatch():
             import asyncio
 
             asyncio.get_running_loop().remove_reader(_C.ucx_efd())
             for ep in list(self.endpoints.values()):
-                self._close_endpoint(ep)
+                self._close_endpoint(ep)  # cancels requests: their callbacks come in progress
+            self._progress_once()
 
         try:
             self.io.run_sync(unwatch(), timeout=10)
         finally:
-            _C.ucx_close()
             self.io.stop()
+            _C.ucx_close()  # after the loop: nothing of ours calls into UCX any more
             for done, _ep, timer in self.pending.values():
                 if timer is not None:
                     timer.cancel()
@@ -177,12 +182,31 @@ class Engine:
         """Start a one-sided get (into ``local``) or put (from it); the future settles
         once UCX is done with ``local``: never before, even on errors and timeouts."""
         done: concurrent.futures.Future = concurrent.futures.Future()
-        self.io.post(self._start, is_put, address, rkey, local, nbytes, remote, cuda, timeout, done)
+        with self._post_lock:
+            if not self.closed:
+                self.io.post(self._start, is_put, address, rkey, local, nbytes, remote, cuda, timeout, done)
+                return done
+        done.set_exception(TransferError("the UCX worker was closed", -16, True))
         return done
+
+    def forget_rkey(self, address: bytes, rkey: bytes) -> None:
+        """A holder dropped its handle: the unpacked key goes (any thread)."""
+        with self._post_lock:
+            if not self.closed:
+                self.io.post(self._forget_rkey, address, rkey)
+
+    def _forget_rkey(self, address: bytes, rkey: bytes) -> None:
+        ep = self.endpoints.get(address)
+        unpacked = self.rkeys.pop((ep, rkey), None) if ep is not None else None
+        if unpacked is not None:
+            _C.ucx_rkey_destroy(unpacked)
 
     # -- on the loop ----------------------------------------------------------------------
 
     def _start(self, is_put, address, rkey, local, nbytes, remote, cuda, timeout, done) -> None:
+        if self.closed:
+            done.set_exception(TransferError("the UCX worker was closed", -16, True))
+            return
         try:
             ep = self._endpoint(address)
             unpacked = self._rkey(ep, rkey)
@@ -191,6 +215,9 @@ class Engine:
         except RuntimeError as err:  # _C raises RuntimeError(message, status)
             status = err.args[1] if len(err.args) > 1 else -1
             done.set_exception(TransferError(str(err.args[0]), status, _peer_lost(status)))
+            return
+        except BaseException as err:  # noqa: BLE001 - never leave the waiter hanging
+            done.set_exception(err)
             return
         if started == 0:
             done.set_result(None)
@@ -209,6 +236,11 @@ class Engine:
         done.meshrt_timeout = timeout  # read when the cancelled request comes back
         self._close_endpoint(ep)  # cancels its requests: they complete (with an error) in progress
         self._progress()
+
+    def _progress_once(self) -> None:
+        while _C.ucx_progress():
+            pass
+        self._dispatch()
 
     def _progress(self) -> None:
         while True:
@@ -255,9 +287,10 @@ class Engine:
         return unpacked
 
     def _close_endpoint(self, ep: int) -> None:
-        """Forget a peer's endpoint (the next transfer to it connects afresh)."""
-        for key in [k for k in self.rkeys if k[0] == ep]:
-            _C.ucx_rkey_destroy(self.rkeys.pop(key))
+        """Forget a peer's endpoint (the next transfer to it connects afresh). The forced
+        close cancels its requests first; its remote keys go after."""
         for address in [a for a, e in self.endpoints.items() if e == ep]:
             del self.endpoints[address]
             _C.ucx_ep_close(ep)
+        for key in [k for k in self.rkeys if k[0] == ep]:
+            _C.ucx_rkey_destroy(self.rkeys.pop(key))
