@@ -215,6 +215,27 @@ def test_tensor_buffers_between_hosts(buffer_path, cluster):
     assert owner.head.call_one(4).get(timeout=30) == [0.0, 0.5, 1.0, 1.5]
 
 
+def test_large_results_from_other_hosts_are_pulled_not_sent(pull_path, cluster):
+    """8 MiB results from a process on each host reach the driver's store by a pull
+    through the tensor engine; the control connections carry only handles."""
+    torch = pytest.importorskip("torch")
+    hosts, _, _, remember = cluster
+    workers = hosts.spawn_procs(per_host={"gpus": 1}).spawn("w", Worker)
+    workers.where.call().get(timeout=60)
+    remember()
+    conns = [h.conn for h in meshrt._private.state.core().controller.hosts.values()]
+    before = [c.bytes_in for c in conns]
+    t = torch.arange(1 << 21, dtype=torch.float32)  # 8 MiB
+    for _ in range(2):
+        replies = workers.echo.call(t).get(timeout=60)
+        assert all(torch.equal(v, t) for v in replies.values())
+    received = [c.bytes_in - b for c, b in zip(conns, before, strict=True)]
+    if pull_path == "inline":
+        assert all(n > 2 * t.nbytes for n in received), received
+    else:
+        assert all(n < 256 * 1024 for n in received), received
+
+
 def test_killing_an_agent_fails_its_actors_and_the_rest_serves(cluster, failures):
     hosts, agents, _, remember = cluster
     workers = hosts.spawn_procs(per_host={"gpus": 1}).spawn("w", Worker)

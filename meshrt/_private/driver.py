@@ -22,6 +22,7 @@ from . import messages as m
 from .controller import Controller
 from .core import Core
 from .lending import Lending
+from .lent_results import pull_results
 from .portal import LoopThread
 
 log = logging.getLogger("meshrt")
@@ -121,6 +122,12 @@ class DriverCore(Lending, Core):
         w = self.controller.workers.get(borrower)
         if w is not None and w.host:
             self.host_copies.setdefault(entry.id, set()).add(w.host)
+
+    def on_task_return(self, conn, msg: m.TaskReturn) -> None:
+        if any(type(p) is m.LentPayload for p in msg.results):
+            pull_results(self, conn, msg)  # comes back here once the bytes are in our store
+            return
+        super().on_task_return(conn, msg)
 
     def forget_copies(self, oid: int) -> None:
         if self.lent:

@@ -365,6 +365,16 @@ class PullValue(NamedTuple):
     token: int
 
 
+class LentPayload(NamedTuple):
+    """In a TaskReturn from another host to the driver: a large result left where it
+    is, as TensorBuffers (one per out-of-band buffer) the driver reads into its store
+    (see lent_results.py); ``data`` is the pickle stream."""
+
+    data: bytes
+    handles: tuple
+    token: int
+
+
 class PullDone(NamedTuple):
     """Agent -> owner: the block lent as ``token`` has been read (or failed to be)."""
 

@@ -77,6 +77,7 @@ class Connection(asyncio.BufferedProtocol):
         self.frames_in = 0  # counted for tests and stats: fan-out shows here
         self.frames_out = 0
         self.bytes_out = 0
+        self.bytes_in = 0  # counted when a frame's header arrives
         self.transport: asyncio.Transport | None = None
         self.open = False
         self.closed = False
@@ -238,6 +239,7 @@ class Connection(asyncio.BufferedProtocol):
                 break
             lens = struct.unpack_from(f"<{nbufs}Q", buf, self._start + 8) if nbufs else ()
             total = plen + hlen + sum(lens)
+            self.bytes_in += total
             if total > _SMALL_FRAME and avail < total:
                 # Receive the rest of this frame straight into a buffer of its own.
                 body = bytearray(total - plen)

@@ -13,6 +13,7 @@ from . import messages as m
 from .channels import PeerChannel
 from .core import Core
 from .executor import Call, Executor
+from .lent_results import lend_results, on_result_pulled
 
 
 class WorkerCore(Core):
@@ -23,6 +24,7 @@ class WorkerCore(Core):
         # On an agent's host: listen on TCP (peers may be on other hosts), and ask the
         # agent, not the controller, for store blocks.
         self.host_id = int(os.environ.get("MESHRT_HOST_ID", "0"))
+        self.lend_to_driver = self.host_id != 0  # on an agent's host: large results are pulled
         listen_host = os.environ.get("MESHRT_LISTEN_HOST")
         self.listen_address = f"tcp:{listen_host}:0" if listen_host else wire.new_unix_address(f"w{worker_id}")
         self.agent_address = os.environ.get("MESHRT_AGENT")
@@ -40,7 +42,9 @@ class WorkerCore(Core):
         self.executor = Executor(self)
         self.main_ident = threading.main_thread().ident
         self._attach_store()
+        self.lent_results: dict = {}  # token -> TensorBuffers of results lent to the driver
         self.handlers.update({
+            m.PullDone: lambda conn, msg: on_result_pulled(self, msg),
             m.Welcome: self.on_welcome,
             m.Hello: self.on_hello,
             m.DefineCode: self.on_define_code,
@@ -262,6 +266,8 @@ class WorkerCore(Core):
         dest = call.dest
         for payload in results:
             self.account_outgoing(payload, dest)
+        if self.lend_to_driver and dest == 0:
+            results = lend_results(self, results, dest)
         self.send_to(dest, m.TaskReturn(call.task_id, results, borrowed))
         if call.is_task:
             self.send_controller(m.TaskDone(call.task_id))

@@ -23,10 +23,13 @@ ALIGN = 64  # each buffer of a value starts on a cache line inside its block
 
 def layout_of(buffers: list) -> tuple[int, tuple]:
     """Total size and ((relative offset, nbytes), ...) of buffers laid back to back."""
+    return layout_of_sizes([memoryview(buf).nbytes for buf in buffers])
+
+
+def layout_of_sizes(sizes: list) -> tuple[int, tuple]:
     at = 0
     parts = []
-    for buf in buffers:
-        n = memoryview(buf).nbytes
+    for n in sizes:
         parts.append((at, n))
         at += (n + ALIGN - 1) // ALIGN * ALIGN
     return at, tuple(parts)
