@@ -78,6 +78,10 @@ class Worker(Actor):
         return float(meshrt.get(refs[0]).sum())
 
     @endpoint
+    def put_big(self, n):
+        return [meshrt.put(np.arange(n, dtype=np.float64))]  # owned by this process
+
+    @endpoint
     def sum_of(self, value):
         return float(value.sum())
 
@@ -232,6 +236,25 @@ def test_large_results_from_other_hosts_are_pulled_not_sent(pull_path, cluster):
     received = [c.bytes_in - b for c, b in zip(conns, before, strict=True)]
     if pull_path == "inline":
         assert all(n > 2 * t.nbytes for n in received), received
+    else:
+        assert all(n < 256 * 1024 for n in received), received
+
+
+def test_objects_owned_on_other_hosts_are_pulled_by_the_driver(pull_path, cluster):
+    """The driver gets an 8 MiB array owned by a process on another host: the driver
+    reads it into its own store through the tensor engine, the bytes stay off the
+    control connection."""
+    hosts, _, _, remember = cluster
+    workers = hosts.spawn_procs(per_host={"gpus": 1}).spawn("w", Worker)
+    remember()
+    refs = [r[0] for r in workers.put_big.call(1 << 20).get(timeout=60).values()]
+    conns = [h.conn for h in meshrt._private.state.core().controller.hosts.values()]
+    before = [c.bytes_in for c in conns]
+    for ref in refs:
+        assert np.array_equal(meshrt.get(ref, timeout=60), np.arange(1 << 20, dtype=np.float64))
+    received = [c.bytes_in - b for c, b in zip(conns, before, strict=True)]
+    if pull_path == "inline":
+        assert all(n > 8 << 20 for n in received), received
     else:
         assert all(n < 256 * 1024 for n in received), received
 

@@ -22,7 +22,7 @@ from . import messages as m
 from .controller import Controller
 from .core import Core
 from .lending import Lending
-from .lent_results import pull_results
+from .lent_results import pull_results, pull_value
 from .portal import LoopThread
 
 log = logging.getLogger("meshrt")
@@ -122,6 +122,12 @@ class DriverCore(Lending, Core):
         w = self.controller.workers.get(borrower)
         if w is not None and w.host:
             self.host_copies.setdefault(entry.id, set()).add(w.host)
+
+    def on_object_value(self, conn, msg: m.ObjectValue) -> None:
+        if type(msg.payload) is m.LentPayload:
+            pull_value(self, conn, msg)  # comes back here once the bytes are in our store
+            return
+        super().on_object_value(conn, msg)
 
     def on_task_return(self, conn, msg: m.TaskReturn) -> None:
         if any(type(p) is m.LentPayload for p in msg.results):

@@ -1,11 +1,13 @@
-"""Large results of the driver's calls to processes on other hosts: pulled, not sent.
+"""Large values from processes on other hosts to the driver: pulled, not sent.
 
 A process on an agent's host that answers the driver with a large value (an actor
 method returning a big tensor) keeps the value's buffers where they are, wraps each
-in a TensorBuffer and answers with the small handles (``LentPayload``). The driver
-reads them straight into a new block of its own store through the tensor engine,
-resolves the call with that block, and says ``PullDone`` so the process lets the
-buffers go. ``MESHRT_PULL_ENGINE=0`` sends results inline instead.
+in a TensorBuffer and answers with the small handles (``LentPayload``). The same
+goes for a value it owns that the driver fetches (its block in the host's store
+stays pinned meanwhile). The driver reads the bytes straight into a new block of its
+own store through the tensor engine, carries on with that block, and says
+``PullDone`` so the process lets the buffers go. ``MESHRT_PULL_ENGINE=0`` sends the
+bytes inline instead.
 """
 
 from __future__ import annotations
@@ -48,6 +50,56 @@ def _lend(core, payload: Payload) -> m.LentPayload:
     token = next(_tokens)
     core.lent_results[token] = handles
     return m.LentPayload(payload.data, handles, token)
+
+
+def lend_value(core, entry, borrower: int, payload: Payload) -> bool:
+    """Worker, core loop: lend a stored value the driver fetches; False: send inline."""
+    if borrower != 0 or not core.lend_to_driver or payload.refs or payload.is_error \
+            or os.environ.get("MESHRT_PULL_ENGINE") == "0":
+        return False
+
+    async def lend_now():
+        try:  # off the loop: pinning the block is a request to this host's store
+            lent = await asyncio.get_running_loop().run_in_executor(None, _lend_block, core, payload)
+        except Exception as err:  # noqa: BLE001 - no engine here: the bytes go inline
+            log.debug("meshrt: lending object %x failed (%s); sending it inline", entry.id, err)
+            core.send_inline(entry, borrower, payload)
+            return
+        core.send_to(borrower, m.ObjectValue(entry.id, lent))
+
+    task = asyncio.get_running_loop().create_task(lend_now())
+    _TASKS.add(task)
+    task.add_done_callback(_TASKS.discard)
+    return True
+
+
+def _lend_block(core, payload: Payload) -> m.LentPayload:
+    from ..objstore import serialization
+    from ..tensor import TensorBuffer
+
+    key, total, layout, stream = payload.shm
+    block = serialization._client.open_block((key, total, layout))  # pinned while the views live
+    parts = [block[rel:rel + n] for rel, n in layout]
+    data = payload.data
+    if stream:
+        data, parts = bytes(parts[0]), parts[1:]
+    handles = tuple(TensorBuffer(part) for part in parts)
+    token = next(_tokens)
+    core.lent_results[token] = handles
+    return m.LentPayload(data, handles, token)
+
+
+def pull_value(core, conn, msg: m.ObjectValue) -> None:
+    """Driver, core loop: read a lent value into the store, then take it as fetched."""
+
+    async def pull():
+        payload = await _pull_one(msg.object_id, msg.payload)
+        core.send_to(conn.peer_id, m.PullDone(0, msg.payload.token))
+        core.on_object_value(conn, msg._replace(payload=payload))
+
+    task = asyncio.get_running_loop().create_task(pull())
+    _TASKS.add(task)
+    task.add_done_callback(_TASKS.discard)
 
 
 def on_result_pulled(core, msg: m.PullDone) -> None:

@@ -13,7 +13,7 @@ from . import messages as m
 from .channels import PeerChannel
 from .core import Core
 from .executor import Call, Executor
-from .lent_results import lend_results, on_result_pulled
+from .lent_results import lend_results, lend_value, on_result_pulled
 
 
 class WorkerCore(Core):
@@ -271,6 +271,9 @@ class WorkerCore(Core):
         self.send_to(dest, m.TaskReturn(call.task_id, results, borrowed))
         if call.is_task:
             self.send_controller(m.TaskDone(call.task_id))
+
+    def lend(self, entry, borrower: int, payload) -> bool:
+        return self.lend_to_driver and lend_value(self, entry, borrower, payload)
 
     def _still_borrowed(self, arg_refs: list) -> tuple:
         if not arg_refs:
