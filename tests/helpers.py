@@ -35,3 +35,22 @@ class Gate:
 def gate():
     """A Gate that lets several waiters block at once."""
     return Gate.options(max_concurrency=8).remote()
+
+
+def run_python(code: str, timeout: float, env: dict | None = None):
+    """Run ``code`` in a fresh interpreter of its own session; on timeout the whole
+    session (any child it forked included) is killed, so nothing outlives the test."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)

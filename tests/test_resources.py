@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import meshrt
-from tests.helpers import gate
+from tests.helpers import gate, run_python
 
 
 def test_gpu_tasks_see_their_devices():
@@ -132,9 +132,6 @@ def test_workers_run_torch_in_parallel_after_the_driver_did():
     forked child cannot use: its workers must still run parallel ops (no hang). In a
     driver of its own, so this test process keeps no pool (see conftest)."""
     pytest.importorskip("torch")
-    import subprocess
-
-    done = subprocess.run([sys.executable, "-c", _PARALLEL_AFTER_DRIVER], capture_output=True, text=True,
-                          timeout=90)
+    done = run_python(_PARALLEL_AFTER_DRIVER, 90)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(float(1 << 22))

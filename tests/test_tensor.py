@@ -22,7 +22,7 @@ from meshrt import Actor, endpoint, this_host
 from meshrt.exceptions import ObjectLostError
 from meshrt.tensor import BufferDroppedError, TensorBuffer
 
-from .helpers import wait_until
+from .helpers import run_python, wait_until
 
 pytestmark = pytest.mark.timeout(180)
 GIB = 1 << 30
@@ -361,11 +361,7 @@ print(os.waitstatus_to_exitcode(status))
 
 
 def test_a_child_forked_with_ucx_open_gets_a_clear_error():
-    import subprocess
-    import sys
-
     env = dict(os.environ, MESHRT_TENSOR_TRANSPORT="ucx")
-    done = subprocess.run([sys.executable, "-c", _FORK_AFTER_OPEN], capture_output=True, text=True, timeout=90,
-                          env=env)
+    done = run_python(_FORK_AFTER_OPEN, 90, env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "0", done.stderr
