@@ -13,12 +13,12 @@ owner, one by one.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from ..objstore.client import LocalBackend, StoreClient
 from ..objstore.serialization import SHM_THRESHOLD, Payload, system_error_payload
 from . import messages as m
+from .portal import in_background
 
 log = logging.getLogger("meshrt")
 
@@ -32,7 +32,6 @@ class HostCache:
         self.copies: dict[int, Payload] = {}  # object id -> its shared-memory payload here
         self.pulling: dict[int, list] = {}  # object id -> relays waiting for the pull under way
         self.dropped_while_pulling: set = set()
-        self._tasks: set = set()
 
     def arrived(self, relay: m.Relay) -> m.Relay:
         """A value on its way from the driver to one of our processes."""
@@ -66,9 +65,7 @@ class HostCache:
                 self.pulling[oid].append(relay)
             return
         self.pulling[oid] = [relay]
-        task = asyncio.get_running_loop().create_task(self._pull(value, deliver, tell_owner, done))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        in_background(self._pull(value, deliver, tell_owner, done))
 
     async def _pull(self, value: m.PullValue, deliver, tell_owner, done: m.Relay) -> None:
         oid = value.object_id

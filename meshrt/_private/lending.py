@@ -20,9 +20,9 @@ import sys
 
 from ..objstore.serialization import Payload
 from . import messages as m
+from .portal import in_background
 
 log = logging.getLogger("meshrt")
-_TASKS: set = set()  # lends under way (pins taken off the loop)
 
 
 class Lending:
@@ -53,9 +53,7 @@ class Lending:
             self.send_to(borrower, m.PullValue(entry.id, meta, buf, token))
 
         self.note_copy(entry, borrower)
-        task = self.io.loop.create_task(lend_now())
-        _TASKS.add(task)
-        task.add_done_callback(_TASKS.discard)
+        in_background(lend_now())
         return True
 
     def on_pull_done(self, conn, msg: m.PullDone) -> None:

@@ -21,10 +21,10 @@ from ..objstore.client import layout_of_sizes
 from ..objstore.serialization import SHM_THRESHOLD, Payload, system_error_payload
 from . import ids
 from . import messages as m
+from .portal import in_background
 
 log = logging.getLogger("meshrt")
 _tokens = itertools.count(1)
-_TASKS: set = set()
 
 
 def lend_results(core, results: tuple, dest: int) -> tuple:
@@ -67,9 +67,7 @@ def lend_value(core, entry, borrower: int, payload: Payload) -> bool:
             return
         core.send_to(borrower, m.ObjectValue(entry.id, lent))
 
-    task = asyncio.get_running_loop().create_task(lend_now())
-    _TASKS.add(task)
-    task.add_done_callback(_TASKS.discard)
+    in_background(lend_now())
     return True
 
 
@@ -97,9 +95,7 @@ def pull_value(core, conn, msg: m.ObjectValue) -> None:
         core.send_to(conn.peer_id, m.PullDone(0, msg.payload.token))
         core.on_object_value(conn, msg._replace(payload=payload))
 
-    task = asyncio.get_running_loop().create_task(pull())
-    _TASKS.add(task)
-    task.add_done_callback(_TASKS.discard)
+    in_background(pull())
 
 
 def on_result_pulled(core, msg: m.PullDone) -> None:
@@ -120,9 +116,7 @@ def pull_results(core, conn, msg: m.TaskReturn) -> None:
             results.append(payload)
         core.on_task_return(conn, msg._replace(results=tuple(results)))
 
-    task = asyncio.get_running_loop().create_task(pull())
-    _TASKS.add(task)
-    task.add_done_callback(_TASKS.discard)
+    in_background(pull())
 
 
 async def _pull_one(key: int, lent: m.LentPayload) -> Payload:

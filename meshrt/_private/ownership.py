@@ -13,9 +13,8 @@ from ..objstore.serialization import Payload, inline_copy, system_error_payload
 from ..objstore.table import KIND_ACTOR_HANDLE, ObjectEntry
 from . import ids
 from . import messages as m
+from .portal import in_background
 from .refs import ObjectRef
-
-_SENDING: set = set()  # inline copies on their way to another host
 
 
 class Ownership:
@@ -63,9 +62,7 @@ class Ownership:
             copy = await self.io.loop.run_in_executor(None, inline_copy, payload)
             self.send_to(borrower, m.ObjectValue(entry.id, copy))
 
-        task = self.io.loop.create_task(send_inline())
-        _SENDING.add(task)  # referenced until done
-        task.add_done_callback(_SENDING.discard)
+        in_background(send_inline())
 
     def on_object_value(self, conn, msg: m.ObjectValue) -> None:
         held = self.adopt(msg.payload)

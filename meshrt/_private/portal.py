@@ -236,3 +236,14 @@ class AsyncCountdown(CountdownWaiter):
                 self.fut.set_result(entry)
         else:
             self.bridge.resolve(self.fut, entry)
+
+
+_BACKGROUND: set = set()
+
+
+def in_background(coro) -> None:
+    """Run ``coro`` on the running loop without awaiting it; kept referenced until it
+    ends (asyncio holds tasks only weakly)."""
+    task = asyncio.get_running_loop().create_task(coro)
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
