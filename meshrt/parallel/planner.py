@@ -1,0 +1,143 @@
+"""``parallel.plan(model_fn, mesh, sample_batch, strategy="auto")``: measure on the mesh,
+then choose.
+
+The layer profile runs in one of the mesh's own processes (the device training will
+use); the links are measured with torch.distributed among all of them (an
+all-reduce and a send/recv of 8 MiB), so the numbers include the collective
+library's own overheads.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+
+from ..mesh import Actor, current_rank, endpoint
+from . import batch as batches
+from .auto import choose, plan_for_strategy
+from .cost import Links
+from .plan import Plan
+from .strategy import Strategy
+
+_LINK_BYTES = 8 << 20
+
+
+class _Prober(Actor):
+    @endpoint
+    def profile(self, model_fn, sample_batch, optimizer_fn, loss_fn, seed, processes_on_host,
+                tp_degrees) -> dict:
+        import torch
+
+        from .layers import layer_units
+        from .profile import memory_per_process, profile_model
+        from .tensor_plan import TensorParallelError, plan_for
+
+        torch.manual_seed(seed)
+        model = model_fn()
+        names = [name for name, _ in layer_units(model)]
+        tp_split = {}
+        for tp in tp_degrees:
+            try:
+                planned = plan_for(model, tp)
+            except TensorParallelError:
+                continue
+            tp_split[tp] = [any(p == n or p.startswith(n + ".") for p in planned) for n in names]
+        layers = profile_model(model_fn, sample_batch, optimizer_fn, loss_fn, seed)
+        return {"layers": layers, "cap": memory_per_process(processes_on_host), "tp_split": tp_split}
+
+    @endpoint
+    def links(self) -> dict:
+        import torch
+        import torch.distributed as dist
+
+        rank, world = current_rank().rank, dist.get_world_size()
+        buf = torch.ones(_LINK_BYTES // 4)
+        out = {}
+        dist.all_reduce(buf)  # warm-up: connections are made on first use
+        t0 = time.perf_counter()
+        for _ in range(3):
+            dist.all_reduce(buf)
+        # bus bandwidth: what each process moves in a ring all-reduce, per second
+        out["allreduce"] = 3 * 2 * (world - 1) / world * _LINK_BYTES / (time.perf_counter() - t0)
+        if world > 1:
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(3):
+                if rank == 0:
+                    dist.send(buf, 1)
+                elif rank == 1:
+                    dist.recv(buf, 0)
+            dist.barrier()
+            out["p2p"] = 3 * _LINK_BYTES / (time.perf_counter() - t0)
+        else:
+            out["p2p"] = float("inf")
+        return out
+
+
+def plan(model_fn, mesh, sample_batch, strategy="auto", *, optimizer=None, loss_fn=None,
+         microbatches: int | None = None, schedule: str = "1f1b", memory_per_process: int | None = None,
+         seed: int = 0) -> Plan:
+    """Measure the model and the mesh, then lay the model out.
+
+    ``sample_batch`` is one global batch, as ``trainer.step`` will get it.
+    ``strategy="auto"`` picks the degrees; a ``Strategy`` is priced and checked instead.
+    ``optimizer`` and ``loss_fn`` are the Trainer's (defaults: AdamW, and ``out.loss``
+    or the output's mean); ``memory_per_process`` overrides the measured capacity.
+    """
+    if not (strategy == "auto" or isinstance(strategy, Strategy)):
+        raise TypeError(f"plan(strategy=...) takes 'auto' or a parallel.Strategy, got {strategy!r}")
+    if isinstance(strategy, Strategy):
+        strategy.check_size(len(mesh), f"the mesh {mesh.extent}")
+    size = batches.batch_size(sample_batch)
+    optimizer = optimizer or _adamw
+    loss_fn = loss_fn or _default_loss
+    done: concurrent.futures.Future = concurrent.futures.Future()
+
+    def work():
+        try:
+            done.set_result(_measure(model_fn, mesh, sample_batch, optimizer, loss_fn, seed))
+        except BaseException as err:  # noqa: BLE001
+            done.set_exception(err)
+
+    # Blocking Future.get()s run on a thread of their own, so plan() may be called from
+    # async code too (it blocks its caller, like any measurement would).
+    threading.Thread(target=work, name="meshrt-plan", daemon=True).start()
+    measured = done.result()
+    n = len(mesh)
+    cap = memory_per_process or measured["cap"]
+    links = Links(**measured["links"])
+    layers = measured["layers"]
+    if isinstance(strategy, Strategy):
+        return plan_for_strategy(strategy, layers, n, size, links, cap,
+                                 measured["tp_split"].get(strategy.tp, [False] * len(layers)))
+    return choose(layers, n, size, links, cap, measured["tp_split"], microbatches, schedule)
+
+
+def _measure(model_fn, mesh, sample_batch, optimizer, loss_fn, seed) -> dict:
+    mesh.init_torch_distributed().get()
+    n = len(mesh)
+    hosts = len(set(mesh._hosts[r] for r in mesh._shape.ranks())) or 1
+    probers = mesh.spawn(f"meshrt-plan-{id(sample_batch):x}", _Prober)
+    try:
+        first = probers.slice(**{d: 0 for d in mesh.extent.labels})
+        links_future = probers.links.call()
+        links = list(links_future.get().values())
+        profile = first.profile.call_one(model_fn, sample_batch, optimizer, loss_fn, seed,
+                                         max(n // hosts, 1), [d for d in range(2, n + 1) if n % d == 0]).get()
+    finally:
+        probers.stop().get()
+    profile["links"] = {"allreduce": min(x["allreduce"] for x in links),
+                        "p2p": min(x["p2p"] for x in links if "p2p" in x)}
+    return profile
+
+
+def _adamw(params):
+    import torch
+
+    return torch.optim.AdamW(params, lr=1e-3)
+
+
+def _default_loss(out, batch):
+    loss = getattr(out, "loss", None)
+    return loss if loss is not None else out.float().mean()

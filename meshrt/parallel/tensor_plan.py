@@ -1,0 +1,87 @@
+"""Which Linear layers tensor parallelism splits, and how (DTensor ``parallelize_module``).
+
+Megatron's pairing: the first Linear of a pair is split by output columns, the
+second by input rows, so the pair needs one all-reduce forward and one backward,
+and whatever runs between them (an activation, attention over local heads) works on
+local shards. Pairs come from names in attention and MLP blocks
+(``q_proj/k_proj/v_proj`` -> ``o_proj``, ``gate_proj/up_proj`` -> ``down_proj``,
+``fc1`` -> ``fc2``, ``c_fc`` -> ``c_proj``) or, in an ``nn.Sequential``, from
+consecutive Linears with only parameter-free modules between them.
+"""
+
+from __future__ import annotations
+
+import torch.nn as nn
+
+# name of the column-split layer(s) -> name of the row-split layer that closes the pair
+_NAMED_PAIRS = [
+    (("q_proj", "k_proj", "v_proj"), "o_proj"),
+    (("gate_proj", "up_proj"), "down_proj"),
+    (("fc1",), "fc2"),
+    (("c_fc",), "c_proj"),
+    (("w1", "w3"), "w2"),
+]
+
+
+class TensorParallelError(ValueError):
+    """The model has nothing tensor parallelism can split, or a dim that tp does not divide."""
+
+
+def linear_pairs(model: nn.Module) -> list[tuple[list[str], str]]:
+    """``[([column-split names], row-split name)]`` over the whole model."""
+    pairs: list[tuple[list[str], str]] = []
+    for prefix, module in model.named_modules():
+        children = dict(module.named_children())
+        for cols, row in _NAMED_PAIRS:
+            found = [c for c in cols if isinstance(children.get(c), nn.Linear)]
+            if found and isinstance(children.get(row), nn.Linear):
+                pairs.append(([_join(prefix, c) for c in found], _join(prefix, row)))
+        if isinstance(module, nn.Sequential):
+            pairs += _sequential_pairs(module, prefix)
+    return pairs
+
+
+def _sequential_pairs(seq: nn.Sequential, prefix: str) -> list[tuple[list[str], str]]:
+    pairs, open_col = [], None
+    for name, child in seq.named_children():
+        if isinstance(child, nn.Linear):
+            if open_col is None:
+                open_col = name
+            else:
+                pairs.append(([_join(prefix, open_col)], _join(prefix, name)))
+                open_col = None
+        elif any(True for _ in child.parameters()):
+            open_col = None  # a layer with weights between them (a norm): no pair across it
+    return pairs
+
+
+def plan_for(model: nn.Module, tp: int) -> dict:
+    """The ``parallelize_module`` plan for degree ``tp``; raises naming what blocks it."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    pairs = linear_pairs(model)
+    if not pairs:
+        raise TensorParallelError(
+            f"tp={tp}: found no Linear layers to split in {type(model).__name__} (looked for "
+            "q/k/v_proj->o_proj, gate/up_proj->down_proj, fc1->fc2, c_fc->c_proj and Linear "
+            "pairs in nn.Sequential); use dp/fsdp/pp instead"
+        )
+    modules = dict(model.named_modules())
+    plan: dict = {}
+    for cols, row in pairs:
+        for name in cols:
+            _check_divisible(name, modules[name].out_features, "output features", tp)
+            plan[name] = ColwiseParallel()
+        _check_divisible(row, modules[row].in_features, "input features", tp)
+        plan[row] = RowwiseParallel()
+    return plan
+
+
+def _check_divisible(name: str, n: int, what: str, tp: int) -> None:
+    if n % tp:
+        raise TensorParallelError(f"tp={tp} does not divide the {n} {what} of layer {name!r}; "
+                                  f"choose a tp that divides {n}")
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name

@@ -1,0 +1,210 @@
+"""Trainer: one model trained over a ProcMesh with a Plan (or a bare Strategy).
+
+The constructor returns at once; bring-up (torch.distributed, the 4-D DeviceMesh,
+model build and sharding in every process) runs on a thread of its own, and the
+first ``step`` waits for it. Each step sends the batch once (the object store holds
+it; every process takes its replica's share) and comes back as soon as every
+process finished, or as soon as one failed: a process that dies in a collective
+leaves the others blocked in it, so waiting for all would hang.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import json
+import os
+import queue
+import threading
+from typing import Any
+
+from .. import exceptions as exc
+from .._private import state
+from ..mesh.future import Future
+from . import batch as batches
+from .plan import Plan
+from .strategy import Strategy
+from .worker import ParallelWorker
+
+_names = itertools.count()
+_GRACE_S = 10.0  # after a first failure, how long to look for the process that died
+
+
+class Trainer:
+    """``Trainer(model_fn, mesh, plan, optimizer=, loss_fn=)``; then ``await trainer.step(batch)``.
+
+    Every process builds ``model_fn()`` after ``torch.manual_seed(seed)``, so all start
+    from the same weights (and a single process seeded the same way is the reference).
+    """
+
+    def __init__(self, model_fn, mesh, plan: Plan | Strategy, *, optimizer, loss_fn,
+                 seed: int = 0, _resume_from: str | None = None) -> None:
+        strategy = plan.strategy if isinstance(plan, Plan) else plan
+        if not isinstance(strategy, Strategy):
+            raise TypeError(f"Trainer(plan=...) takes a parallel.Plan or parallel.Strategy, "
+                            f"got {type(plan).__name__}")
+        if not callable(model_fn) or not callable(optimizer) or not callable(loss_fn):
+            raise TypeError("Trainer(model_fn, mesh, plan, optimizer=, loss_fn=): model_fn, "
+                            "optimizer (params -> torch.optim.Optimizer) and loss_fn "
+                            "((output, batch) -> loss tensor) must be callables")
+        strategy.check_size(len(mesh), f"the mesh {mesh.extent}")
+        if strategy.pp > 1:
+            raise NotImplementedError(
+                f"{strategy}: pipeline parallelism (pp > 1) is not in this version of "
+                "meshrt.parallel yet; use dp, fsdp and tp (their product must be the mesh size)")
+        self.plan = plan if isinstance(plan, Plan) else None
+        self.strategy = strategy
+        self._mesh = mesh
+        self._name = f"meshrt-parallel-{os.getpid()}-{next(_names)}"
+        self._args = (model_fn, strategy.to_dict(), optimizer, loss_fn, seed)
+        self._workers = None
+        self._broken: BaseException | None = None
+        # One thread sends every call and waits for it, in the order they were made: the
+        # processes must all run the same collectives in the same order.
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="meshrt-trainer", daemon=True).start()
+        self._submit(self._bring_up, _resume_from)
+
+    # -- the calls' thread -------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            fn, args, cf = job
+            if not cf.set_running_or_notify_cancel():
+                continue
+            try:
+                if self._broken is not None:
+                    raise self._broken
+                cf.set_result(fn(*args))
+            except BaseException as err:  # noqa: BLE001 - delivered to the caller
+                cf.set_exception(err)
+
+    def _submit(self, fn, *args) -> concurrent.futures.Future:
+        cf: concurrent.futures.Future = concurrent.futures.Future()
+        self._queue.put((fn, args, cf))
+        return cf
+
+    def _bring_up(self, resume_from: str | None) -> list:
+        try:
+            self._mesh.init_torch_distributed().get()
+            self._workers = self._mesh.spawn(self._name, ParallelWorker, *self._args)
+            info = self._collect(self._workers.setup, ())
+            if resume_from is not None:
+                self._collect(self._workers.load, (resume_from,))
+            return info
+        except BaseException as err:
+            if self._broken is None:
+                self._broken = err  # nothing can run on a trainer that did not come up
+            raise
+
+    # -- calls ------------------------------------------------------------------------------
+
+    def step(self, batch: Any) -> Future:
+        """One optimizer step over ``batch`` (split evenly over the dp x fsdp replicas);
+        resolves to the loss averaged over the replicas."""
+        batches.check_divisible(batch, self.strategy.replicas, "data-parallel replicas (dp x fsdp)")
+        return self._call("step", (batch,), lambda losses: _mean([v for v in losses if v is not None]))
+
+    def state_dict(self) -> Future:
+        """One full state dict of the model, gathered from the shards, on the CPU."""
+        return self._call("state_dict", (), lambda values: values[0])
+
+    def save(self, path: str) -> Future:
+        """A sharded checkpoint (torch.distributed.checkpoint) plus the plan, in directory
+        ``path``; ``Trainer.load(path, mesh, ...)`` resumes from it."""
+        path = os.path.abspath(path)
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, "meshrt_plan.json"), "w") as f:
+            json.dump({"strategy": self.strategy.to_dict(),
+                       "plan": self.plan.to_dict() if self.plan else None}, f)
+        return self._call("save", (path,), lambda values: None)
+
+    @classmethod
+    def load(cls, path: str, mesh, model_fn, *, optimizer, loss_fn, plan=None,
+             seed: int = 0) -> Trainer:
+        """A Trainer on ``mesh`` resumed from ``save(path)`` (model and optimizer state):
+        the saved plan unless ``plan`` is given (the checkpoint is resharded to fit)."""
+        path = os.path.abspath(path)
+        meta_file = os.path.join(path, "meshrt_plan.json")
+        if not os.path.exists(meta_file):
+            raise FileNotFoundError(f"{path} is not a meshrt.parallel checkpoint (no meshrt_plan.json); "
+                                    "pass the directory given to trainer.save()")
+        if plan is None:
+            with open(meta_file) as f:
+                meta = json.load(f)
+            plan = Plan.from_dict(meta["plan"]) if meta["plan"] else Strategy.from_dict(meta["strategy"])
+        return cls(model_fn, mesh, plan, optimizer=optimizer, loss_fn=loss_fn, seed=seed,
+                   _resume_from=path)
+
+    def ready(self) -> Future:
+        """Resolves once every process has built its part of the model."""
+        return _future(self._submit(lambda: None))
+
+    def _call(self, endpoint: str, args: tuple, reduce) -> Future:
+        def run():
+            return reduce(self._collect(getattr(self._workers, endpoint), args))
+
+        return _future(self._submit(run))
+
+    def _collect(self, endpoint, args: tuple) -> list:
+        """Every process's reply in rank order; the first failure ends the wait (preferring
+        a process that died, named by rank and coordinates, over its peers' errors)."""
+        core = state.core()
+        refs = endpoint._send(endpoint._mesh._shape.ranks(), args, {})
+        rank_of = {ref: i for i, ref in enumerate(refs)}
+        pending = list(refs)
+        first: BaseException | None = None
+        while pending:
+            ready, pending = core.wait(pending, 1, None if first is None else _GRACE_S)
+            if not ready:
+                break
+            for ref in ready:
+                try:
+                    core.get([ref], 0)
+                except exc.ActorDiedError as err:
+                    if not isinstance(err, exc.TaskError):
+                        raise self._died(rank_of[ref], err) from None
+                    first = first or err
+                except Exception as err:  # noqa: BLE001
+                    first = first or err
+        if first is not None:
+            raise first
+        return core.get(refs, 0)
+
+    def _died(self, rank: int, err: BaseException) -> BaseException:
+        coords = self.strategy.coords(rank)
+        where = ", ".join(f"{d}={v}" for d, v in coords.items())
+        stage = coords["pp"]
+        self._broken = exc.ActorDiedError(
+            class_name=f"meshrt.parallel worker of stage {stage}, rank {rank} ({where})",
+            cause=f"{getattr(err, 'cause', err)}; its peers were stopped too (they were blocked "
+                  "in collectives with it). Rebuild the trainer on a new mesh, e.g. "
+                  "Trainer.load(checkpoint, new_mesh, ...)",
+            stderr_tail=getattr(err, "stderr_tail", ()))
+        self._stop_processes()
+        return self._broken
+
+    def _stop_processes(self) -> None:
+        from .._private.toplevel import kill
+
+        for handle in self._mesh._procs:
+            try:
+                kill(handle)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+
+    def __repr__(self) -> str:
+        return f"<Trainer {self.strategy} on {self._mesh.extent}>"
+
+
+def _future(cf: concurrent.futures.Future) -> Future:
+    from ..mesh.future import from_concurrent
+
+    return from_concurrent(cf)
+
+
+def _mean(values: list) -> float:
+    return sum(values) / len(values)

@@ -1,0 +1,163 @@
+"""The planner: layers found, measured on the mesh, degrees chosen with reasons, plans
+saved and loaded, a model that fits nowhere named."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from meshrt import parallel, this_host  # noqa: E402
+from meshrt.parallel import Plan, Strategy  # noqa: E402
+from meshrt.parallel.auto import choose, factorizations  # noqa: E402
+from meshrt.parallel.cost import Links  # noqa: E402
+from meshrt.parallel.layers import layer_units  # noqa: E402
+from meshrt.parallel.profile import LayerStats, profile_model  # noqa: E402
+
+from .test_parallel import adamw, batches, mlp, mse  # noqa: E402
+
+
+def test_layers_of_sequential_and_block_models():
+    assert [n for n, _ in layer_units(mlp())] == ["0", "1", "2", "3", "4"]
+
+    class Blocks(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(10, 4)
+            self.blocks = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+            self.head = torch.nn.Linear(4, 10)
+
+    assert [n for n, _ in layer_units(Blocks())] == ["embed", "blocks.0", "blocks.1", "blocks.2", "head"]
+
+
+def test_profile_counts_bytes_of_parameters_gradients_optimizer_and_activations():
+    layers = profile_model(mlp, batches(1)[0], adamw, mse)
+    first = layers[0]
+    assert first.name == "0" and first.params == 8 * 32 + 32
+    assert first.param_bytes == first.grad_bytes == first.params * 4
+    assert first.optim_bytes == 2 * first.params * 4  # AdamW: two moments per parameter
+    assert layers[1].params == 0 and layers[1].act_bytes_per_sample > 0  # tanh saves its output
+    assert all(layer.time(16) > 0 for layer in layers)
+
+
+def _layers(n, params=1000, act=100.0, t=1e-4):
+    return [LayerStats(f"h.{i}", params, params * 4, params * 4, params * 8, act, 1e-5, t, act)
+            for i in range(n)]
+
+
+def test_choice_prefers_data_parallel_when_everything_fits_and_shards_when_not():
+    links = Links(allreduce=1e9, p2p=1e9)
+    layers = _layers(8)
+    roomy = choose(layers, 4, 64, links, cap=1 << 30, tp_split={})
+    assert roomy.strategy == Strategy(dp=4)
+    assert roomy.candidates[0]["verdict"] == "chosen" or any(c["verdict"] == "chosen" for c in roomy.candidates)
+    # 8 layers x 16 KB of state: 128 KB does not fit in 100 KB, sharded 4 ways it does
+    tight = choose(layers, 4, 64, links, cap=100_000, tp_split={})
+    assert tight.strategy.fsdp > 1 or tight.strategy.pp > 1
+    assert any("plain data parallelism does not fit" in r for r in tight.reasons)
+    text = str(tight)
+    assert "why:" in text and "candidates:" in text and "does not fit" in text
+
+
+def test_a_model_that_fits_nowhere_names_the_layer_and_shortfall():
+    links = Links(allreduce=1e9, p2p=1e9)
+    layers = _layers(4) + [LayerStats("lm_head", 10**7, 4 * 10**7, 4 * 10**7, 8 * 10**7, 10.0, 0, 1e-4, 10)]
+    with pytest.raises(parallel.NoPlanError, match="lm_head"):
+        choose(layers, 2, 8, links, cap=1 << 20, tp_split={})
+
+
+def test_factorizations_cover_every_layout():
+    got = factorizations(4)
+    assert len(got) == len(set(got)) == 10
+    assert all(pp * dp * fsdp * tp == 4 for pp, dp, fsdp, tp in got)
+
+
+@pytest.mark.timeout(180)
+def test_auto_plan_on_a_mesh_prints_saves_loads_and_trains(rt, tmp_path):
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    data = batches()
+    plan = parallel.plan(mlp, procs, data[0], "auto", optimizer=adamw, loss_fn=mse)
+    assert plan.strategy.size == 2 and plan.step_s > 0
+    assert plan.measured["links"]["allreduce"] > 0 and plan.layers == ["0", "1", "2", "3", "4"]
+    text = str(plan)
+    assert str(plan.strategy) in text and "links:" in text and "why:" in text
+    plan.save(str(tmp_path / "plan.json"))
+    loaded = Plan.load(str(tmp_path / "plan.json"))
+    assert loaded.strategy == plan.strategy and str(loaded) == text
+    given = parallel.plan(mlp, procs, data[0], Strategy(dp=2), optimizer=adamw, loss_fn=mse)
+    assert given.strategy == Strategy(dp=2) and "was given" in given.reasons[0]
+    trainer = parallel.Trainer(mlp, procs, loaded, optimizer=adamw, loss_fn=mse)
+    assert trainer.step(data[0]).get(timeout=120) > 0
+    procs.stop().get(timeout=30)
+
+
+# -- the stage partitioner -------------------------------------------------------------------
+
+def _brute_force(t, static, act, k, caps, flight, boundary):
+    import itertools
+
+    n, best = len(t), None
+    for cuts in itertools.combinations(range(1, n), k - 1):
+        starts, ends = (0, *cuts), (*cuts, n)
+        worst = 0.0
+        for s, (i, j) in enumerate(zip(starts, ends, strict=True)):
+            if sum(static[i:j]) + flight[s] * sum(act[i:j]) > caps[s]:
+                break
+            worst = max(worst, sum(t[i:j]) + (boundary[j - 1] if s < k - 1 else 0.0))
+        else:
+            best = worst if best is None else min(best, worst)
+    return best
+
+
+def test_partition_matches_brute_force_on_small_models():
+    import random
+
+    from meshrt.parallel.partition import PartitionError, partition
+
+    rng = random.Random(5)
+    feasible = 0
+    for _ in range(400):
+        n = rng.randint(1, 8)
+        k = rng.randint(1, min(4, n))
+        t, static, act, boundary = ([rng.random() for _ in range(n)] for _ in range(4))
+        caps = [rng.uniform(0.5, 4) for _ in range(k)]
+        flight = [rng.randint(1, 3) for _ in range(k)]
+        want = _brute_force(t, static, act, k, caps, flight, boundary)
+        try:
+            got = partition(t, static, act, k, caps, inflight=flight, boundary_cost=boundary)
+        except PartitionError:
+            assert want is None
+            continue
+        feasible += 1
+        assert got.bottleneck == pytest.approx(want)
+        assert got.starts[0] == 0 and list(got.starts) == sorted(set(got.starts)) and len(got.starts) == k
+        assert all(m <= c + 1e-9 for m, c in zip(got.stage_memory, caps, strict=True))
+    assert feasible > 100
+
+
+def test_partition_balances_and_scales():
+    import numpy as np
+
+    from meshrt.parallel.partition import partition, pipeline_step_time
+
+    p = partition([1, 1, 1, 1, 1, 1, 1, 1], [0] * 8, [0] * 8, 4, cap=1.0)
+    assert p.starts == (0, 2, 4, 6) and p.bottleneck == 2
+    assert pipeline_step_time(p, microbatches=4) == (4 + 4 - 1) * 2
+    rng = np.random.default_rng(0)
+    big = partition(rng.random(2000), rng.random(2000), rng.random(2000), 64, cap=1e9)
+    assert len(big.starts) == 64 and big.bottleneck < 2000 / 64 * 1.2
+
+
+def test_partition_names_the_layer_that_fits_nowhere_and_bad_input():
+    from meshrt.parallel.partition import PartitionError, partition
+
+    with pytest.raises(PartitionError, match=r"layer 'h.1' alone needs 5.00 KiB .* short by 1.00 KiB"):
+        partition([1, 1, 1], [1024, 5120, 1024], [0, 0, 0], 2, cap=4096, names=["h.0", "h.1", "h.2"])
+    with pytest.raises(PartitionError, match="from 'h.2' on do not fit"):
+        partition([1, 1, 1], [3000, 3000, 3000], [0, 0, 0], 2, cap=4096, names=["h.0", "h.1", "h.2"])
+    with pytest.raises(ValueError, match="stages=5"):
+        partition([1, 1], [0, 0], [0, 0], 5, cap=1.0)
+    with pytest.raises(ValueError, match="static_mem"):
+        partition([1, 1], [0], [0, 0], 1, cap=1.0)
+    with pytest.raises(ValueError, match="time"):
+        partition([1, float("nan")], [0, 0], [0, 0], 1, cap=1.0)
