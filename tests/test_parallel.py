@@ -22,6 +22,13 @@ def mlp():
                                torch.nn.Tanh(), torch.nn.Linear(32, 4))
 
 
+def deep_mlp():
+    layers = []
+    for _ in range(4):
+        layers += [torch.nn.Linear(8, 8), torch.nn.Tanh()]
+    return torch.nn.Sequential(*layers, torch.nn.Linear(8, 4))
+
+
 def adamw(params):
     return torch.optim.AdamW(params, lr=1e-2)
 
@@ -58,15 +65,18 @@ def assert_same_training(losses, state, want_losses, want_state):
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("degrees", [dict(dp=4), dict(fsdp=4), dict(tp=2, dp=2), dict(tp=2, fsdp=2),
-                                     dict(dp=2, fsdp=2)],
-                         ids=["dp4", "fsdp4", "tp2xdp2", "tp2xfsdp2", "hsdp2x2"])
+                                     dict(dp=2, fsdp=2), dict(pp=2, dp=2, schedule="gpipe"),
+                                     dict(pp=2, fsdp=2, microbatches=4), dict(pp=4, schedule="1f1b")],
+                         ids=["dp4", "fsdp4", "tp2xdp2", "tp2xfsdp2", "hsdp2x2", "pp2xdp2-gpipe",
+                              "pp2xfsdp2", "pp4-1f1b"])
 def test_strategy_matches_single_process(rt, degrees):
+    model_fn = deep_mlp if degrees.get("pp", 1) > 2 else mlp
     procs = this_host().spawn_procs(per_host={"gpus": 4})
-    trainer = parallel.Trainer(mlp, procs, Strategy(**degrees), optimizer=adamw, loss_fn=mse)
+    trainer = parallel.Trainer(model_fn, procs, Strategy(**degrees), optimizer=adamw, loss_fn=mse)
     data = batches()
     losses = [trainer.step(b).get(timeout=120) for b in data]
     state = trainer.state_dict().get(timeout=60)
-    assert_same_training(losses, state, *single_process(mlp, data))
+    assert_same_training(losses, state, *single_process(model_fn, data))
     procs.stop().get(timeout=30)
 
 

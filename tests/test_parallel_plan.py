@@ -14,7 +14,15 @@ from meshrt.parallel.cost import Links  # noqa: E402
 from meshrt.parallel.layers import layer_units  # noqa: E402
 from meshrt.parallel.profile import LayerStats, profile_model  # noqa: E402
 
-from .test_parallel import adamw, batches, mlp, mse  # noqa: E402
+from .test_parallel import (  # noqa: E402
+    adamw,
+    assert_same_training,
+    batches,
+    deep_mlp,
+    mlp,
+    mse,
+    single_process,
+)
 
 
 def test_layers_of_sequential_and_block_models():
@@ -161,3 +169,19 @@ def test_partition_names_the_layer_that_fits_nowhere_and_bad_input():
         partition([1, 1], [0], [0, 0], 1, cap=1.0)
     with pytest.raises(ValueError, match="time"):
         partition([1, float("nan")], [0, 0], [0, 0], 1, cap=1.0)
+
+
+@pytest.mark.timeout(180)
+def test_a_pipeline_plan_lays_out_stages_that_the_trainer_follows(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    data = batches()
+    plan = parallel.plan(deep_mlp, procs, data[0], Strategy(pp=2, microbatches=4, schedule="gpipe"),
+                         optimizer=adamw, loss_fn=mse)
+    assert [st["ranks"] for st in plan.stages] == [[0], [1]]
+    first, second = (st["layers"] for st in plan.stages)
+    assert first[0] == "0" and second[-1] == "8" and first + second == plan.layers
+    assert "stage" in str(plan) and plan.stages[0]["memory"] > 0
+    trainer = parallel.Trainer(deep_mlp, procs, plan, optimizer=adamw, loss_fn=mse)
+    losses = [trainer.step(b).get(timeout=120) for b in data]
+    assert_same_training(losses, trainer.state_dict().get(timeout=60), *single_process(deep_mlp, data))
+    procs.stop().get(timeout=30)

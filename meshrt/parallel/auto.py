@@ -11,8 +11,6 @@ from .cost import Estimate, Links, estimate
 from .plan import Plan, _bytes
 from .strategy import Strategy
 
-RUNNABLE_PP = False  # pipeline stages are priced and shown, but not yet trained by Trainer
-
 
 class NoPlanError(ValueError):
     """No strategy fits the model on this mesh: names the layer and the shortfall."""
@@ -52,14 +50,23 @@ def candidates(n: int, batch_size: int, tp_ok: set[int], layers: int,
 
 
 def choose(layers, n: int, batch_size: int, links: Links, cap: float, tp_split: dict[int, list[bool]],
-           microbatches: int | None = None, schedule: str = "1f1b", ranks_per_stage=None) -> Plan:
+           microbatches: int | None = None, schedule: str = "1f1b", pipelinable: bool = True) -> Plan:
+    """The fastest strategy that fits and that Trainer can run: pipelines need an
+    ``nn.Sequential`` model (``pipelinable``) and no tp inside stages, in this version."""
     tp_ok = {t for t, split in tp_split.items() if any(split)} | {1}
     strategies, table = candidates(n, batch_size, tp_ok, len(layers), microbatches, schedule)
     priced: list[Estimate] = []
     for s in strategies:
         e = estimate(s, layers, batch_size, links, cap, tp_split.get(s.tp, [False] * len(layers)))
         priced.append(e)
-    runnable = [e for e in priced if e.fits and (e.strategy.pp == 1 or RUNNABLE_PP)]
+    def trainable(s: Strategy) -> str:
+        if s.pp > 1 and not pipelinable:
+            return "pipelines need an nn.Sequential model in this version"
+        if s.pp > 1 and s.tp > 1:
+            return "tp inside pipeline stages is not trainable yet"
+        return ""
+
+    runnable = [e for e in priced if e.fits and not trainable(e.strategy)]
     if not runnable:
         raise NoPlanError(_no_plan_message(priced, cap))
     best = min(runnable, key=lambda e: (round(e.step_s, 6), _complexity(e.strategy)))
@@ -68,8 +75,8 @@ def choose(layers, n: int, batch_size: int, links: Links, cap: float, tp_split: 
             verdict = "chosen"
         elif not e.fits:
             verdict = f"does not fit: {e.why_not}"
-        elif e.strategy.pp > 1 and not RUNNABLE_PP:
-            verdict = f"{e.step_s / best.step_s:.2f}x the chosen time; pipelines not trainable yet"
+        elif trainable(e.strategy):
+            verdict = f"{e.step_s / best.step_s:.2f}x the chosen time; {trainable(e.strategy)}"
         else:
             verdict = f"{e.step_s / best.step_s:.2f}x the chosen time"
         table.insert(len([c for c in table if c["step_s"] is not None]),
@@ -134,11 +141,12 @@ def _complexity(s: Strategy) -> tuple:
 
 
 def _no_plan_message(priced: list[Estimate], cap: float) -> str:
-    piped = [e for e in priced if e.fits and e.strategy.pp > 1]
-    if piped:
-        best = min(piped, key=lambda e: e.step_s)
-        return (f"the model fits this mesh only as a pipeline ({best.strategy}), which this version "
-                "of meshrt.parallel cannot train yet; use more processes or more memory per process")
+    fitting = [e for e in priced if e.fits]
+    if fitting:
+        best = min(fitting, key=lambda e: e.step_s)
+        return (f"the model fits this mesh only as {best.strategy}, which this version of "
+                "meshrt.parallel cannot train (pipelines need an nn.Sequential model and no tp "
+                "inside stages); use more processes or more memory per process")
     reasons = [e.why_not for e in priced if e.why_not]
     # The pipeline partitioner's message names the layer; prefer it.
     named = [r for r in reasons if "layer" in r]

@@ -49,6 +49,11 @@ def split(batch: Any, parts: int, index: int) -> Any:
     return _map(batch, lambda t: t[lo:hi] if t.dim() > 0 else t)
 
 
+def select(batch: Any, index) -> Any:
+    """The samples at ``index`` (a tensor of sample positions) of every tensor."""
+    return _map(batch, lambda t: t[index.to(t.device)] if t.dim() > 0 else t)
+
+
 def to_device(batch: Any, device) -> Any:
     return _map(batch, lambda t: t.to(device, non_blocking=True))
 

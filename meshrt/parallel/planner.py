@@ -44,7 +44,8 @@ class _Prober(Actor):
                 continue
             tp_split[tp] = [any(p == n or p.startswith(n + ".") for p in planned) for n in names]
         layers = profile_model(model_fn, sample_batch, optimizer_fn, loss_fn, seed)
-        return {"layers": layers, "cap": memory_per_process(processes_on_host), "tp_split": tp_split}
+        return {"layers": layers, "cap": memory_per_process(processes_on_host), "tp_split": tp_split,
+                "pipelinable": isinstance(model, torch.nn.Sequential)}
 
     @endpoint
     def links(self) -> dict:
@@ -111,7 +112,8 @@ def plan(model_fn, mesh, sample_batch, strategy="auto", *, optimizer=None, loss_
     if isinstance(strategy, Strategy):
         return plan_for_strategy(strategy, layers, n, size, links, cap,
                                  measured["tp_split"].get(strategy.tp, [False] * len(layers)))
-    return choose(layers, n, size, links, cap, measured["tp_split"], microbatches, schedule)
+    return choose(layers, n, size, links, cap, measured["tp_split"], microbatches, schedule,
+                  pipelinable=measured["pipelinable"])
 
 
 def _measure(model_fn, mesh, sample_batch, optimizer, loss_fn, seed) -> dict:

@@ -48,15 +48,16 @@ class Trainer:
                             "optimizer (params -> torch.optim.Optimizer) and loss_fn "
                             "((output, batch) -> loss tensor) must be callables")
         strategy.check_size(len(mesh), f"the mesh {mesh.extent}")
-        if strategy.pp > 1:
+        if strategy.pp > 1 and strategy.tp > 1:
             raise NotImplementedError(
-                f"{strategy}: pipeline parallelism (pp > 1) is not in this version of "
-                "meshrt.parallel yet; use dp, fsdp and tp (their product must be the mesh size)")
+                f"{strategy}: pipeline stages with tensor parallelism inside them (pp and tp both "
+                "> 1) are not in this version of meshrt.parallel yet; combine pp with dp or fsdp")
         self.plan = plan if isinstance(plan, Plan) else None
         self.strategy = strategy
         self._mesh = mesh
         self._name = f"meshrt-parallel-{os.getpid()}-{next(_names)}"
-        self._args = (model_fn, strategy.to_dict(), optimizer, loss_fn, seed)
+        stage_layers = [st["layers"] for st in plan.stages] if isinstance(plan, Plan) and strategy.pp > 1 else None
+        self._args = (model_fn, strategy.to_dict(), optimizer, loss_fn, seed, stage_layers)
         self._workers = None
         self._broken: BaseException | None = None
         # One thread sends every call and waits for it, in the order they were made: the
@@ -105,12 +106,17 @@ class Trainer:
     def step(self, batch: Any) -> Future:
         """One optimizer step over ``batch`` (split evenly over the dp x fsdp replicas);
         resolves to the loss averaged over the replicas."""
-        batches.check_divisible(batch, self.strategy.replicas, "data-parallel replicas (dp x fsdp)")
+        s = self.strategy
+        if s.pp > 1:
+            batches.check_divisible(batch, s.replicas * s.microbatches,
+                                    f"{s.replicas} data-parallel replicas x {s.microbatches} microbatches")
+        else:
+            batches.check_divisible(batch, s.replicas, "data-parallel replicas (dp x fsdp)")
         return self._call("step", (batch,), lambda losses: _mean([v for v in losses if v is not None]))
 
     def state_dict(self) -> Future:
         """One full state dict of the model, gathered from the shards, on the CPU."""
-        return self._call("state_dict", (), lambda values: values[0])
+        return self._call("state_dict", (), _merge)
 
     def save(self, path: str) -> Future:
         """A sharded checkpoint (torch.distributed.checkpoint) plus the plan, in directory
@@ -204,6 +210,15 @@ def _future(cf: concurrent.futures.Future) -> Future:
     from ..mesh.future import from_concurrent
 
     return from_concurrent(cf)
+
+
+def _merge(parts: list) -> dict:
+    """One state dict from the pipeline stages' parts (each stage's first process sends one)."""
+    merged: dict = {}
+    for part in parts:
+        if part:
+            merged.update(part)
+    return merged
 
 
 def _mean(values: list) -> float:

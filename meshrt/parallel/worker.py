@@ -13,8 +13,10 @@ from .strategy import Strategy
 
 
 class ParallelWorker(Actor):
-    def __init__(self, model_fn, strategy: dict, optimizer_fn, loss_fn, seed: int) -> None:
+    def __init__(self, model_fn, strategy: dict, optimizer_fn, loss_fn, seed: int,
+                 stage_layers: list | None = None) -> None:
         self.model_fn = model_fn
+        self.stage_layers = stage_layers  # a Plan's layer names per pipeline stage
         self.strategy = Strategy.from_dict(strategy)
         self.optimizer_fn = optimizer_fn
         self.loss_fn = loss_fn
@@ -37,12 +39,29 @@ class ParallelWorker(Actor):
         self.mesh = device_mesh_for(s, self.device.type)
         torch.manual_seed(self.seed)
         model = self.model_fn().to(self.device)
+        self.pipeline = None
+        if s.pp > 1:
+            model = self._my_stage(model)
         self.model, self.after_backward = parallelize(model, s, self.mesh)
         self.optimizer = self.optimizer_fn(self.model.parameters())
         if s.compile:
             self.model = torch.compile(self.model)
+        if s.pp > 1:
+            from .pipeline import PipelineRunner
+
+            self.pipeline = PipelineRunner(self.model, self.coords["pp"], s.pp, s.microbatches, s.schedule,
+                                           self.mesh["pp"].get_group(), self.device, self.loss_fn)
         return {"rank": self.rank, "coords": self.coords, "pid": os.getpid(),
                 "local_params": sum(_local(p).numel() for p in self.model.parameters())}
+
+    def _my_stage(self, model):
+        from .pipeline import even_starts, stage_module, starts_from_plan
+
+        if self.stage_layers:
+            starts = starts_from_plan(model, self.stage_layers)
+        else:
+            starts = even_starts(model, self.strategy.pp)
+        return stage_module(model, starts, self.coords["pp"])
 
     @endpoint
     def step(self, batch: Any) -> float | None:
@@ -53,24 +72,29 @@ class ParallelWorker(Actor):
         mine = batches.to_device(batches.split(batch, s.replicas, replica), self.device)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        out = batches.forward(self.model, mine)
-        loss = self.loss_fn(out, mine)
-        loss.backward()
+        if self.pipeline is not None:
+            value = self.pipeline.run(mine)
+        else:
+            out = batches.forward(self.model, mine)
+            loss = self.loss_fn(out, mine)
+            loss.backward()
+            value = float(loss.detach().full_tensor() if hasattr(loss, "full_tensor") else loss.detach())
         if self.after_backward is not None:
             self.after_backward()
         self.optimizer.step()
-        value = float(loss.detach().full_tensor() if hasattr(loss, "full_tensor") else loss.detach())
         return value if self.coords["tp"] == 0 else None
 
     @endpoint
     def state_dict(self) -> dict | None:
-        """The full (unsharded) model state on rank 0, on the CPU; None elsewhere.
-        Every rank takes part: gathering the shards is collective."""
+        """This stage's full (unsharded) state, on the CPU, from the first process of each
+        pipeline stage; None elsewhere. Every rank takes part: gathering is collective."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True,
-                                                                         cpu_offload=True))
-        return dict(full) if self.rank == 0 else None
+        full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True))
+        first_of_stage = all(v == 0 for d, v in self.coords.items() if d != "pp")
+        if not first_of_stage:
+            return None
+        return {k: v.detach().cpu().clone() for k, v in full.items()}
 
     @endpoint
     def save(self, path: str) -> None:

@@ -7,6 +7,9 @@
   over the fsdp (and dp) dims, or, with dp alone, one bucketed gradient all-reduce over
   the dp group after backward. DDP only supports one dim of parallelism, so it cannot
   wrap a tensor-parallel model; averaging the gradients is all it would do here.
+- ``pp``: the stage (see pipeline.py) is wrapped like a whole model, except that dp
+  averages gradients once after all microbatches, as above: DDP's bucket rebuilding
+  trips over the schedule's per-microbatch backward calls.
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ def parallelize(model: nn.Module, strategy: Strategy, mesh) -> tuple[nn.Module, 
             fully_shard(unit, mesh=shard_mesh)
         fully_shard(model, mesh=shard_mesh)
         return model, None
-    if strategy.dp > 1 and strategy.tp > 1:
+    if strategy.dp > 1 and (strategy.tp > 1 or strategy.pp > 1):
         return model, GradAverager(model, mesh["dp"].get_group(), strategy.dp)
     if strategy.dp > 1:
         from torch.nn.parallel import DistributedDataParallel

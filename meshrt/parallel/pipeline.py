@@ -1,0 +1,112 @@
+"""Pipeline parallelism inside one process: this process's stage, driven by PyTorch's
+GPipe or 1F1B schedule (``torch.distributed.pipelining``), which moves activations
+and gradients between neighbouring stages with send/recv over the pp group.
+
+The stage module keeps the model's own parameter names (an ``nn.Sequential`` slice
+with its original child names), so state dicts and checkpoints of all stages
+together read like the unsplit model's.
+
+The schedule's loss target is the microbatch's sample indices: the last stage looks
+the microbatch up in the step's batch and hands ``loss_fn(output, microbatch)`` the
+same kind of batch a single process would (inputs included), so one ``loss_fn``
+serves every strategy.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from . import batch as batches
+from .layers import layer_units
+
+
+class PipelineLayoutError(ValueError):
+    """The model cannot be cut into the requested stages."""
+
+
+def stage_module(model: nn.Module, starts: list[int], stage: int) -> nn.Module:
+    if not isinstance(model, nn.Sequential):
+        raise PipelineLayoutError(
+            f"pipeline parallelism (pp > 1) needs an nn.Sequential model in this version, got "
+            f"{type(model).__name__}; wrap the layers in nn.Sequential or use dp/fsdp/tp"
+        )
+    units = layer_units(model)
+    ends = starts[1:] + [len(units)]
+    mine = units[starts[stage]:ends[stage]]
+    if not any(True for _n, unit in mine for _ in unit.parameters()):
+        raise PipelineLayoutError(
+            f"pipeline stage {stage} would hold only parameter-free layers "
+            f"({', '.join(n for n, _ in mine)}); use fewer stages (pp) for this model")
+    return nn.Sequential(collections.OrderedDict(mine))
+
+
+def even_starts(model: nn.Module, stages: int) -> list[int]:
+    """Stage boundaries balancing parameter counts, for a Strategy given without a Plan."""
+    from .partition import partition
+
+    units = layer_units(model)
+    if len(units) < stages:
+        raise PipelineLayoutError(f"{len(units)} layers cannot fill pp={stages} stages; lower pp")
+    sizes = [float(sum(p.numel() for p in u.parameters()) + 1) for _n, u in units]
+    return list(partition(sizes, [0.0] * len(sizes), [0.0] * len(sizes), stages, cap=float("inf")).starts)
+
+
+def starts_from_plan(model: nn.Module, stage_layers: list[list[str]]) -> list[int]:
+    names = [n for n, _ in layer_units(model)]
+    try:
+        return [names.index(layers[0]) for layers in stage_layers]
+    except ValueError as err:
+        raise PipelineLayoutError(f"the plan's stages name a layer this model lacks ({err}); "
+                                  "make the plan with this model_fn") from None
+
+
+class PipelineRunner:
+    """Runs one training step's forward and backward of this stage under the schedule."""
+
+    def __init__(self, module: nn.Module, stage: int, stages: int, microbatches: int, schedule: str,
+                 group, device, loss_fn) -> None:
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+        self.stage, self.stages = stage, stages
+        self.microbatches = microbatches
+        self.user_loss = loss_fn
+        self.batch: Any = None
+        pipe_stage = PipelineStage(module, stage, stages, device, group=group)
+        kind = ScheduleGPipe if schedule == "gpipe" else Schedule1F1B
+        self.schedule = kind(pipe_stage, n_microbatches=microbatches, loss_fn=self._loss, scale_grads=True)
+
+    @property
+    def is_last(self) -> bool:
+        return self.stage == self.stages - 1
+
+    def run(self, batch: Any) -> float | None:
+        """Forward and backward of every microbatch; the mean loss on the last stage."""
+        n = batches.check_divisible(batch, self.microbatches, "microbatches")
+        self.batch = batch
+        target = torch.arange(n)
+        losses: list = []
+        if self.stage == 0:
+            if isinstance(batch, dict):
+                raise PipelineLayoutError("a pipeline's first stage takes one input tensor; pass the "
+                                          "batch as a tensor or as (inputs, targets)")
+            inputs = batch[0] if isinstance(batch, (tuple, list)) else batch
+            if self.is_last:
+                self.schedule.step(inputs, target=target, losses=losses)
+            else:
+                self.schedule.step(inputs)
+        elif self.is_last:
+            self.schedule.step(target=target, losses=losses)
+        else:
+            self.schedule.step()
+        self.batch = None
+        if not self.is_last:
+            return None
+        return float(sum(float(x.detach()) for x in losses) / len(losses))
+
+    def _loss(self, output, index):
+        mb = batches.select(self.batch, index)
+        return self.user_loss(output, mb)
