@@ -184,3 +184,14 @@ def test_tiny_gpt2_matches_single_process(rt, degrees):
             torch.testing.assert_close(state[name], want, rtol=1e-4, atol=1e-5, msg=name)
     assert "transformer.h.1.mlp.c_fc.weight" in state
     procs.stop().get(timeout=30)
+
+
+@pytest.mark.timeout(300)
+def test_compiled_stages_match_single_process(rt):
+    pytest.importorskip("torch._inductor")
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    trainer = parallel.Trainer(mlp, procs, Strategy(dp=2, compile=True), optimizer=adamw, loss_fn=mse)
+    data = batches()
+    losses = [trainer.step(b).get(timeout=240) for b in data]
+    assert_same_training(losses, trainer.state_dict().get(timeout=60), *single_process(mlp, data))
+    procs.stop().get(timeout=30)
