@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 
 import numpy as np
 from numba import njit
@@ -45,8 +46,12 @@ def partition(time, static_mem, act_mem, stages: int, cap, inflight=None, bounda
     n = len(t)
     static = _vector("static_mem", static_mem, n)
     act = _vector("act_mem", act_mem, n)
-    if isinstance(stages, bool) or not isinstance(stages, int) or not 1 <= stages <= n:
-        raise ValueError(f"partition(stages={stages!r}): need an int between 1 and the number of layers ({n})")
+    try:
+        stages = operator.index(stages) if not isinstance(stages, bool) else None
+    except TypeError:
+        stages = None
+    if stages is None or not 1 <= stages <= n:
+        raise ValueError(f"partition(stages=...): need an int between 1 and the number of layers ({n})")
     caps = _per_stage("cap", cap, stages)
     flight = _per_stage("inflight", 1.0 if inflight is None else inflight, stages)
     boundary = np.zeros(n) if boundary_cost is None else _vector("boundary_cost", boundary_cost, n)
@@ -131,6 +136,11 @@ def _shortfall(static, act, caps, flight, names) -> str:
         while i < n and used + static[i] + act[i] * flight[s] <= caps[s]:
             used += static[i] + act[i] * flight[s]
             i += 1
+        if used == 0.0 and i < n:  # this stage cannot hold even the next layer alone
+            need = static[i] + act[i] * flight[s]
+            return (f"stage {s} cannot hold layer {names[i]}, the first layer it could take: it "
+                    f"needs {_fmt(need)} there ({flight[s]:g} microbatches in flight) but the stage "
+                    f"holds {_fmt(caps[s])}; {hint}")
     if i == n:  # everything fits somewhere, but not with every stage holding a layer
         return (f"no split into {len(caps)} non-empty stages fits: the stages' memory caps "
                 f"({', '.join(_fmt(c) for c in caps)}) are too uneven for the layers' sizes; "
@@ -142,7 +152,10 @@ def _shortfall(static, act, caps, flight, names) -> str:
 
 
 def _vector(name: str, values, n: int | None = None) -> np.ndarray:
-    arr = np.asarray(values, dtype=np.float64)
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"partition({name}=...): expected numbers, one per layer") from None
     if arr.ndim != 1 or (n is not None and arr.shape[0] != n):
         want = "a 1-D sequence" if n is None else f"{n} values (one per layer)"
         raise ValueError(f"partition({name}=...): expected {want}, got shape {arr.shape}")
@@ -154,7 +167,10 @@ def _vector(name: str, values, n: int | None = None) -> np.ndarray:
 
 
 def _per_stage(name: str, value, stages: int) -> np.ndarray:
-    arr = np.asarray(value, dtype=np.float64)
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"partition({name}=...): expected one number or one per stage") from None
     if arr.ndim == 0:
         arr = np.full(stages, float(arr))
     if arr.shape != (stages,):

@@ -10,6 +10,7 @@ library's own overheads.
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import threading
 import time
 
@@ -32,7 +33,9 @@ class _Prober(Actor):
         from .layers import layer_units
         from .profile import memory_per_process, profile_model
         from .tensor_plan import TensorParallelError, plan_for
+        from .worker import share_cpu_threads
 
+        share_cpu_threads()  # measure with the threads training will have
         torch.manual_seed(seed)
         model = model_fn()
         names = [name for name, _ in layer_units(model)]
@@ -44,6 +47,14 @@ class _Prober(Actor):
                 continue
             tp_split[tp] = [any(p == n or p.startswith(n + ".") for p in planned) for n in names]
         layers = profile_model(model_fn, sample_batch, optimizer_fn, loss_fn, seed)
+        # Timed alone, but trained beside the host's other processes: on a CPU host with
+        # fewer cores than processes each gets only its share of a core.
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        if not torch.cuda.is_available() and processes_on_host > cores:
+            shared = processes_on_host / cores
+            for layer in layers:
+                layer.time_fixed *= shared
+                layer.time_per_sample *= shared
         return {"layers": layers, "cap": memory_per_process(processes_on_host), "tp_split": tp_split,
                 "pipelinable": isinstance(model, torch.nn.Sequential)}
 

@@ -32,6 +32,7 @@ class ParallelWorker(Actor):
         from .wrap import device_mesh_for, parallelize
 
         s = self.strategy
+        share_cpu_threads()
         self.rank = current_rank().rank
         self.coords = s.coords(self.rank)
         cuda = torch.cuda.is_available()
@@ -116,6 +117,19 @@ class ParallelWorker(Actor):
         dcp.load(state, checkpoint_id=path)
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optim"])
+
+
+def share_cpu_threads() -> None:
+    """One compute thread per core this process may use: several processes on one host
+    each running a thread per core oversubscribe it, and OpenMP's spinning threads then
+    run many times slower. ``OMP_NUM_THREADS`` set by the user wins."""
+    import torch
+
+    if "OMP_NUM_THREADS" in os.environ:
+        return
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    torch.set_num_threads(max(1, cores // max(local, 1)))
 
 
 def _local(p):
