@@ -95,7 +95,8 @@ def test_auto_plan_on_a_mesh_prints_saves_loads_and_trains(rt, tmp_path):
     given = parallel.plan(mlp, procs, data[0], Strategy(dp=2), optimizer=adamw, loss_fn=mse)
     assert given.strategy == Strategy(dp=2) and "was given" in given.reasons[0]
     trainer = parallel.Trainer(mlp, procs, loaded, optimizer=adamw, loss_fn=mse)
-    assert trainer.step(data[0]).get(timeout=120) > 0
+    losses = [trainer.step(b).get(timeout=120) for b in data]
+    assert_same_training(losses, trainer.state_dict().get(timeout=60), *single_process(mlp, data))
     procs.stop().get(timeout=30)
 
 

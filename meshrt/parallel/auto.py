@@ -104,7 +104,8 @@ def _plan(e: Estimate, layers, n: int, cap: float, links: Links, batch_size: int
               for k, (a, b) in enumerate(e.stages)]
     reasons = _reasons(e, priced, cap, chosen_by)
     return Plan(s, [layer.name for layer in layers], stages, e.step_s, cap, reasons, table,
-                {"links": {"allreduce": links.allreduce, "p2p": links.p2p}, "batch_size": batch_size,
+                {"links": {"allreduce": links.allreduce, "p2p": links.p2p, "latency": links.latency,
+                           "cpu_share": links.cpu_share}, "batch_size": batch_size,
                  "params": sum(layer.params for layer in layers)})
 
 

@@ -9,6 +9,11 @@ The model, per process and per optimizer step:
 - DDP: one all-reduce of this process's gradients; FSDP: all-gather of parameters
   forward and backward, reduce-scatter of gradients (ring costs, at the measured
   collective bandwidth), not overlapped with compute: an upper bound;
+- shared cores (a CPU host with more processes than cores): the step takes at least
+  the host's total work divided by its cores, and a pipeline's idle slots cost nothing
+  (the other stages use the cores meanwhile);
+- each collective also pays the measured small-message latency (tensor parallelism
+  and FSDP issue several per layer);
 - memory: parameters, gradients and optimizer state (divided by tp for split
   layers, by fsdp for all), plus activations of the microbatches a stage keeps in
   flight (1F1B: pp - stage, GPipe: all), plus one unsharded layer under FSDP.
@@ -27,6 +32,8 @@ class Links:
 
     allreduce: float  # a collective over all processes (bus bandwidth)
     p2p: float  # one process to another (pipeline activations)
+    latency: float = 0.0  # seconds per small collective: what many small messages cost
+    cpu_share: float = 1.0  # processes per core on a CPU host (> 1: they share cores)
 
 
 @dataclasses.dataclass
@@ -54,8 +61,8 @@ def estimate(strategy: Strategy, layers, batch_size: int, links: Links, cap: flo
     tp_comm = [0.0] * n
     if s.tp > 1:
         ring = 2 * (s.tp - 1) / s.tp
-        tp_comm = [4 * ring * layer.out_bytes_per_sample * mb / links.allreduce if split else 0.0
-                   for layer, split in zip(layers, tp_split, strict=True)]
+        tp_comm = [4 * (ring * layer.out_bytes_per_sample * mb / links.allreduce + links.latency)
+                   if split else 0.0 for layer, split in zip(layers, tp_split, strict=True)]
     times = [t + c for t, c in zip(times, tp_comm, strict=True)]
     static = [layer.static_bytes / d / s.fsdp for layer, d in zip(layers, tp_div, strict=True)]
     act = [layer.act_bytes_per_sample * mb / d for layer, d in zip(layers, tp_div, strict=True)]
@@ -69,7 +76,7 @@ def estimate(strategy: Strategy, layers, batch_size: int, links: Links, cap: flo
         if n < s.pp:
             return _no(s, f"{n} layers cannot fill {s.pp} pipeline stages")
         inflight = [m if s.schedule == "gpipe" else min(m, s.pp - k) for k in range(s.pp)]
-        boundary = [2 * layer.out_bytes_per_sample * mb / links.p2p for layer in layers]
+        boundary = [2 * (layer.out_bytes_per_sample * mb / links.p2p + links.latency) for layer in layers]
         try:
             part = partition(times, static, act, s.pp, cap - gathered, inflight=inflight,
                              boundary_cost=boundary, names=[layer.name for layer in layers])
@@ -79,12 +86,15 @@ def estimate(strategy: Strategy, layers, batch_size: int, links: Links, cap: flo
         stages = [(starts[k], starts[k + 1]) for k in range(s.pp)]
         stage_s = list(part.stage_time)
         compute = (m + s.pp - 1) * part.bottleneck
+        busy = m * sum(stage_s) / s.pp  # mean work of a process
         memory = [x + gathered for x in part.stage_memory]
     else:
         stages = [(0, n)]
         compute = m * sum(times)
+        busy = compute
         stage_s = [compute]
         memory = [sum(static) + sum(act) + gathered]
+    compute = max(compute, busy * links.cpu_share)
 
     comm = 0.0
     grad_bytes = max(sum(layer.grad_bytes / d for layer, d in
@@ -93,9 +103,10 @@ def estimate(strategy: Strategy, layers, batch_size: int, links: Links, cap: flo
                           zip(layers[a:b], tp_div[a:b], strict=True)) for a, b in stages)
     if s.fsdp > 1:
         ring = (s.fsdp - 1) / s.fsdp
-        comm += (2 * param_bytes + grad_bytes) * ring / links.allreduce
+        units = max(b - a for a, b in stages)
+        comm += (2 * param_bytes + grad_bytes) * ring / links.allreduce + 3 * units * links.latency
     if s.dp > 1:
-        comm += 2 * (s.dp - 1) / s.dp * (grad_bytes / s.fsdp) / links.allreduce
+        comm += 2 * (s.dp - 1) / s.dp * (grad_bytes / s.fsdp) / links.allreduce + links.latency
     fits = max(memory) <= cap
     why = "" if fits else f"needs {_gib(max(memory))} per process, {_gib(cap)} available"
     return Estimate(s, compute + comm, compute, comm, memory, stages, stage_s, fits, why)

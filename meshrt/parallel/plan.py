@@ -65,7 +65,10 @@ class Plan:
         if self.measured.get("links"):
             links = self.measured["links"]
             lines.append(f"links: all-reduce {links['allreduce'] / 1e9:.2f} GB/s, "
-                         f"point-to-point {links['p2p'] / 1e9:.2f} GB/s (measured)")
+                         f"point-to-point {links['p2p'] / 1e9:.2f} GB/s, "
+                         f"{links.get('latency', 0) * 1e6:.0f} us per small collective (measured)")
+            if links.get("cpu_share", 1) > 1:
+                lines.append(f"cores: {links['cpu_share']:.1f} processes per core (they share them)")
         if self.reasons:
             lines.append("why:")
             lines += [f"  - {r}" for r in self.reasons]

@@ -48,14 +48,11 @@ class _Prober(Actor):
             tp_split[tp] = [any(p == n or p.startswith(n + ".") for p in planned) for n in names]
         layers = profile_model(model_fn, sample_batch, optimizer_fn, loss_fn, seed)
         # Timed alone, but trained beside the host's other processes: on a CPU host with
-        # fewer cores than processes each gets only its share of a core.
+        # fewer cores than processes they share the cores (the cost model's cpu_share).
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        if not torch.cuda.is_available() and processes_on_host > cores:
-            shared = processes_on_host / cores
-            for layer in layers:
-                layer.time_fixed *= shared
-                layer.time_per_sample *= shared
+        share = 1.0 if torch.cuda.is_available() else max(1.0, processes_on_host / cores)
         return {"layers": layers, "cap": memory_per_process(processes_on_host), "tp_split": tp_split,
+                "cpu_share": share,
                 "pipelinable": isinstance(model, torch.nn.Sequential)}
 
     @endpoint
@@ -72,6 +69,11 @@ class _Prober(Actor):
             dist.all_reduce(buf)
         # bus bandwidth: what each process moves in a ring all-reduce, per second
         out["allreduce"] = 3 * 2 * (world - 1) / world * _LINK_BYTES / (time.perf_counter() - t0)
+        small = torch.ones(256)
+        t0 = time.perf_counter()
+        for _ in range(20):
+            dist.all_reduce(small)
+        out["latency"] = (time.perf_counter() - t0) / 20
         if world > 1:
             dist.barrier()
             t0 = time.perf_counter()
@@ -118,7 +120,7 @@ def plan(model_fn, mesh, sample_batch, strategy="auto", *, optimizer=None, loss_
     measured = done.result()
     n = len(mesh)
     cap = memory_per_process or measured["cap"]
-    links = Links(**measured["links"])
+    links = Links(**measured["links"], cpu_share=measured["cpu_share"])
     layers = measured["layers"]
     if isinstance(strategy, Strategy):
         return plan_for_strategy(strategy, layers, n, size, links, cap,
@@ -141,7 +143,8 @@ def _measure(model_fn, mesh, sample_batch, optimizer, loss_fn, seed) -> dict:
     finally:
         probers.stop().get()
     profile["links"] = {"allreduce": min(x["allreduce"] for x in links),
-                        "p2p": min(x["p2p"] for x in links if "p2p" in x)}
+                        "p2p": min(x["p2p"] for x in links if "p2p" in x),
+                        "latency": max(x["latency"] for x in links)}
     return profile
 
 

@@ -5,7 +5,7 @@ second by input rows, so the pair needs one all-reduce forward and one backward,
 and whatever runs between them (an activation, attention over local heads) works on
 local shards. Pairs come from names in attention and MLP blocks
 (``q_proj/k_proj/v_proj`` -> ``o_proj``, ``gate_proj/up_proj`` -> ``down_proj``,
-``fc1`` -> ``fc2``, ``c_fc`` -> ``c_proj``) or, in an ``nn.Sequential``, from
+``fc1`` -> ``fc2``, ``c_fc`` -> ``c_proj``, ``linear1`` -> ``linear2``) or, in an ``nn.Sequential``, from
 consecutive Linears with only parameter-free modules between them.
 """
 
@@ -20,6 +20,7 @@ _NAMED_PAIRS = [
     (("fc1",), "fc2"),
     (("c_fc",), "c_proj"),
     (("w1", "w3"), "w2"),
+    (("linear1",), "linear2"),  # torch.nn.TransformerEncoderLayer / DecoderLayer feed-forward
 ]
 
 

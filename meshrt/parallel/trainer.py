@@ -118,6 +118,11 @@ class Trainer:
         """One full state dict of the model, gathered from the shards, on the CPU."""
         return self._call("state_dict", (), _merge)
 
+    def stats(self) -> Future:
+        """Per process, in rank order: ``peak_rss`` (its memory high-water mark, bytes) and
+        ``base_rss`` (what it held before the model was built)."""
+        return self._call("stats", (), list)
+
     def save(self, path: str) -> Future:
         """A sharded checkpoint (torch.distributed.checkpoint) plus the plan, in directory
         ``path``; ``Trainer.load(path, mesh, ...)`` resumes from it."""

@@ -32,6 +32,8 @@ class ParallelWorker(Actor):
         from .wrap import device_mesh_for, parallelize
 
         s = self.strategy
+        _import_machinery()
+        self.rss_base = _peak_rss()
         share_cpu_threads()
         self.rank = current_rank().rank
         self.coords = s.coords(self.rank)
@@ -86,6 +88,12 @@ class ParallelWorker(Actor):
         return value if self.coords["tp"] == 0 else None
 
     @endpoint
+    def stats(self) -> dict:
+        """Peak memory of this process (bytes): its high-water mark, and what it held
+        before the model was built (runtime and libraries)."""
+        return {"rank": self.rank, "peak_rss": _peak_rss(), "base_rss": self.rss_base}
+
+    @endpoint
     def state_dict(self) -> dict | None:
         """This stage's full (unsharded) state, on the CPU, from the first process of each
         pipeline stage; None elsewhere. Every rank takes part: gathering is collective."""
@@ -130,6 +138,21 @@ def share_cpu_threads() -> None:
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     torch.set_num_threads(max(1, cores // max(local, 1)))
+
+
+def _import_machinery() -> None:
+    """Load the parallel libraries before the memory baseline is taken: their code is
+    the same for every strategy, the model's memory is what stats() should show."""
+    import torch.distributed.fsdp  # noqa: F401
+    import torch.distributed.pipelining  # noqa: F401
+    import torch.distributed.tensor.parallel  # noqa: F401
+    import torch.nn.parallel  # noqa: F401
+
+
+def _peak_rss() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
 def _local(p):
