@@ -12,10 +12,11 @@ pipeline ones included, can run it. Each configuration gets a fresh mesh of
 Measured per configuration:
   * tokens/s: tokens per global batch / median step time (driver wall clock), after
     two untimed warm-up steps;
-  * peak memory per process: the largest growth of a process's resident memory
-    high-water mark over what it held before the model was built (``ru_maxrss``:
-    parameters, gradients, optimizer state, activations, communication buffers and
-    the allocator's slack together);
+  * peak memory per process: the largest peak of tensor memory in any process over
+    one steady-state step (the second), tracked by torch's ``MemTracker``
+    (parameters, gradients, optimizer state, activations, temporaries); the growth of
+    the resident high-water mark (``ru_maxrss``, which adds communication buffers and
+    the allocator's slack) is in the JSON;
   * bytes communicated per step: bytes sent over the loopback interface during the
     timed steps (``/proc/net/dev``; gloo runs over TCP, the runtime's own messages
     over Unix sockets, so this is the collectives' traffic), per step and process.
@@ -98,7 +99,16 @@ class Plain(Actor):
         self.rank = current_rank().rank
 
     @endpoint
-    def step(self, batch) -> float:
+    def step(self, batch, track_memory: bool = False) -> float:
+        if track_memory:
+            from torch.distributed._tools.mem_tracker import MemTracker
+
+            tracker = MemTracker()
+            tracker.track_external(self.model, self.opt)
+            with tracker:
+                value = self.step(batch)
+            self.tensor_peak = sum(c.get("Total", 0) for c in tracker.get_tracker_snapshot("peak").values())
+            return value
         x, y = batch
         n = x.shape[0] // self.world
         mine = (x[self.rank * n:(self.rank + 1) * n], y[self.rank * n:(self.rank + 1) * n])
@@ -112,7 +122,8 @@ class Plain(Actor):
     def stats(self) -> dict:
         import resource
 
-        return {"peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "base_rss": self.base}
+        return {"peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "base_rss": self.base,
+                "peak_tensor_bytes": getattr(self, "tensor_peak", None)}
 
 
 def loopback_tx() -> int:
@@ -125,13 +136,13 @@ def loopback_tx() -> int:
 
 
 def run_steps(step, batches):
-    for b in batches[:2]:
-        step(b)
+    step(batches[0], False)
+    step(batches[1], True)  # optimizer state exists from here on: the steady-state peak
     times = []
     tx0 = loopback_tx()
     for b in batches[2:]:
         t0 = time.perf_counter()
-        step(b)
+        step(b, False)
         times.append(time.perf_counter() - t0)
     return times, loopback_tx() - tx0
 
@@ -147,10 +158,11 @@ def measure(label, procs_n, batches, make, stats, extra=None):
     tokens = batches[0][0].numel()
     timed = len(batches) - 2
     row = {"config": label, "tokens_per_s": tokens / statistics.median(times),
-           "peak_mem": max(m["peak_rss"] - m["base_rss"] for m in mem),
+           "peak_mem": max(m["peak_tensor_bytes"] for m in mem),
+           "peak_rss_growth": max(m["peak_rss"] - m["base_rss"] for m in mem),
            "bytes_per_step": sent / timed / procs_n, "step_s": statistics.median(times)}
     row.update(extra or {})
-    print(f"  {label:38s} {row['tokens_per_s']:9,.0f} tokens/s  peak {row['peak_mem'] / 2**20:7.1f} MiB"
+    print(f"  {label:38s} {row['tokens_per_s']:9,.0f} tokens/s  tensors peak {row['peak_mem'] / 2**20:7.1f} MiB"
           f"  {row['bytes_per_step'] / 2**20:7.1f} MiB sent/step/process", flush=True)
     return row
 
@@ -166,7 +178,7 @@ def meshrt_config(strategy_or_auto, n, batches, sample):
             plan = strategy_or_auto
         trainer = holder["trainer"] = parallel.Trainer(model_fn, procs, plan, optimizer=optimizer,
                                                        loss_fn=loss_fn)
-        return lambda b: trainer.step(b).get(timeout=600)
+        return lambda b, track: trainer.step(b, track_memory=track).get(timeout=600)
 
     def stats():
         return holder["trainer"].stats().get(timeout=60)
@@ -187,7 +199,7 @@ def plain_config(kind, n, batches):
             procs.init_torch_distributed().get(timeout=120)
         actors = holder["actors"] = procs.spawn(f"plain-{kind}", Plain, kind)
         actors.setup.call().get(timeout=300)
-        return lambda b: actors.step.call(b).get(timeout=600)
+        return lambda b, track: actors.step.call(b, track).get(timeout=600)
 
     def stats():
         return list(holder["actors"].stats.call().get(timeout=60).values())
@@ -240,11 +252,11 @@ def _report(rows, args, params) -> str:
              f"- Model: {LAYERS} x nn.TransformerEncoderLayer({EMBED}, {HEADS} heads) as nn.Sequential, "
              f"{params / 1e6:.1f} M parameters; global batch {args.batch} x {SEQ} tokens; AdamW",
              "- Median over the timed steps; memory and bytes as in the docstring of benchmarks/parallel.py", "",
-             "| configuration | tokens/s | peak memory / process (MiB) | sent / step / process (MiB) |",
-             "|---|--:|--:|--:|"]
+             "| configuration | tokens/s | peak tensor memory / process (MiB) | resident growth (MiB) | sent / step / process (MiB) |",
+             "|---|--:|--:|--:|--:|"]
     for r in rows:
         lines.append(f"| {r['config']} | {r['tokens_per_s']:,.0f} | {r['peak_mem'] / 2**20:.1f} | "
-                     f"{r['bytes_per_step'] / 2**20:.1f} |")
+                     f"{r['peak_rss_growth'] / 2**20:.1f} | {r['bytes_per_step'] / 2**20:.1f} |")
     meshrt_rows = [r for r in rows if r["config"].startswith("meshrt Strategy")]
     best = max(meshrt_rows, key=lambda r: r["tokens_per_s"])
     auto = next(r for r in rows if r["config"].startswith("meshrt auto"))

@@ -84,10 +84,15 @@ async def test_trainer_steps_are_awaitable_and_ordered(rt):
     procs = this_host().spawn_procs(per_host={"gpus": 2})
     trainer = parallel.Trainer(mlp, procs, Strategy(dp=2), optimizer=adamw, loss_fn=mse)
     data = batches()
-    futures = [trainer.step(b) for b in data]  # issued at once: run in issue order
+    futures = [trainer.step(b, track_memory=i == 1) for i, b in enumerate(data)]  # run in issue order
     losses = [await f for f in futures]
     state = await trainer.state_dict()
     assert_same_training(losses, state, *single_process(mlp, data))
+    stats = await trainer.stats()
+    params = sum(p.numel() * 4 for p in mlp().parameters())
+    assert [s["rank"] for s in stats] == [0, 1]
+    # parameters, gradients and AdamW's two moments at least, all replicated under dp
+    assert all(s["peak_tensor_bytes"] >= 3 * params and s["peak_rss"] >= s["base_rss"] for s in stats)
     await procs.stop()
 
 
@@ -194,4 +199,41 @@ def test_compiled_stages_match_single_process(rt):
     data = batches()
     losses = [trainer.step(b).get(timeout=240) for b in data]
     assert_same_training(losses, trainer.state_dict().get(timeout=60), *single_process(mlp, data))
+    procs.stop().get(timeout=30)
+
+
+def tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4,
+                         num_key_value_heads=4, vocab_size=64, max_position_embeddings=16,
+                         bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    return LlamaForCausalLM(config)
+
+
+@pytest.mark.timeout(240)
+def test_tiny_llama_with_tensor_parallelism_matches_single_process(rt):
+    pytest.importorskip("transformers")
+    g = torch.Generator().manual_seed(4)
+    data = []
+    for _ in range(2):
+        ids = torch.randint(0, 64, (4, 16), generator=g)
+        data.append({"input_ids": ids, "labels": ids})
+    torch.manual_seed(0)
+    model = tiny_llama()
+    opt = sgd(model.parameters())
+    want = []
+    for b in data:
+        opt.zero_grad()
+        loss = model(**b).loss
+        loss.backward()
+        opt.step()
+        want.append(loss.item())
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    trainer = parallel.Trainer(tiny_llama, procs, Strategy(tp=2), optimizer=sgd, loss_fn=lm_loss)
+    losses = [trainer.step(b).get(timeout=120) for b in data]
+    state = trainer.state_dict().get(timeout=60)
+    assert losses == pytest.approx(want, rel=1e-4)
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(state[name], value, rtol=1e-4, atol=1e-5, msg=name)
     procs.stop().get(timeout=30)

@@ -103,24 +103,27 @@ class Trainer:
 
     # -- calls ------------------------------------------------------------------------------
 
-    def step(self, batch: Any) -> Future:
+    def step(self, batch: Any, *, track_memory: bool = False) -> Future:
         """One optimizer step over ``batch`` (split evenly over the dp x fsdp replicas);
-        resolves to the loss averaged over the replicas."""
+        resolves to the loss averaged over the replicas. ``track_memory=True`` records
+        each process's peak tensor memory during this step (slower; see ``stats()``)."""
         s = self.strategy
         if s.pp > 1:
             batches.check_divisible(batch, s.replicas * s.microbatches,
                                     f"{s.replicas} data-parallel replicas x {s.microbatches} microbatches")
         else:
             batches.check_divisible(batch, s.replicas, "data-parallel replicas (dp x fsdp)")
-        return self._call("step", (batch,), lambda losses: _mean([v for v in losses if v is not None]))
+        args = (batch, True) if track_memory else (batch,)
+        return self._call("step", args, lambda losses: _mean([v for v in losses if v is not None]))
 
     def state_dict(self) -> Future:
         """One full state dict of the model, gathered from the shards, on the CPU."""
         return self._call("state_dict", (), _merge)
 
     def stats(self) -> Future:
-        """Per process, in rank order: ``peak_rss`` (its memory high-water mark, bytes) and
-        ``base_rss`` (what it held before the model was built)."""
+        """Per process, in rank order: ``peak_rss`` (its memory high-water mark, bytes),
+        ``base_rss`` (what it held before the model was built) and ``peak_tensor_bytes``
+        (the tensors' peak over steps run with ``track_memory=True``, else None)."""
         return self._call("stats", (), list)
 
     def save(self, path: str) -> Future:

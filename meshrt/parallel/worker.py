@@ -67,9 +67,11 @@ class ParallelWorker(Actor):
         return stage_module(model, starts, self.coords["pp"])
 
     @endpoint
-    def step(self, batch: Any) -> float | None:
+    def step(self, batch: Any, track_memory: bool = False) -> float | None:
         """One optimizer step on this replica's share of ``batch``; the loss comes back from
         one process per replica (the others return None)."""
+        if track_memory:
+            return self._tracked(batch)
         s = self.strategy
         replica = self.coords["dp"] * s.fsdp + self.coords["fsdp"]
         mine = batches.to_device(batches.split(batch, s.replicas, replica), self.device)
@@ -87,11 +89,27 @@ class ParallelWorker(Actor):
         self.optimizer.step()
         return value if self.coords["tp"] == 0 else None
 
+    def _tracked(self, batch: Any) -> float | None:
+        """The step under torch's MemTracker, which sees every tensor allocated (parameters,
+        gradients, optimizer state, activations, temporaries): the memory the strategy
+        decides, without the allocator's and libraries' own."""
+        from torch.distributed._tools.mem_tracker import MemTracker
+
+        tracker = MemTracker()
+        tracker.track_external(self.model, self.optimizer)
+        with tracker:
+            value = self.step(batch)
+        peak = sum(cats.get("Total", 0) for cats in tracker.get_tracker_snapshot("peak").values())
+        self.tensor_peak = max(getattr(self, "tensor_peak", 0), int(peak))
+        return value
+
     @endpoint
     def stats(self) -> dict:
-        """Peak memory of this process (bytes): its high-water mark, and what it held
-        before the model was built (runtime and libraries)."""
-        return {"rank": self.rank, "peak_rss": _peak_rss(), "base_rss": self.rss_base}
+        """Peak memory of this process (bytes): its resident high-water mark, what it held
+        before the model was built, and the peak of its tensors over the steps run with
+        ``track_memory=True`` (None if none was)."""
+        return {"rank": self.rank, "peak_rss": _peak_rss(), "base_rss": self.rss_base,
+                "peak_tensor_bytes": getattr(self, "tensor_peak", None)}
 
     @endpoint
     def state_dict(self) -> dict | None:
