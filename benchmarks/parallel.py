@@ -13,8 +13,9 @@ Measured per configuration:
   * tokens/s: tokens per global batch / median step time (driver wall clock), after
     two untimed warm-up steps;
   * peak memory per process: the largest peak of tensor memory in any process over
-    one steady-state step (the second), tracked by torch's ``MemTracker``
-    (parameters, gradients, optimizer state, activations, temporaries); the growth of
+    one steady-state step (the second), every tensor counted by
+    ``meshrt.parallel.memory.TensorMemory`` (parameters, gradients, optimizer state,
+    activations, temporaries); the growth of
     the resident high-water mark (``ru_maxrss``, which adds communication buffers and
     the allocator's slack) is in the JSON;
   * bytes communicated per step: bytes sent over the loopback interface during the
@@ -100,14 +101,12 @@ class Plain(Actor):
 
     @endpoint
     def step(self, batch, track_memory: bool = False) -> float:
-        if track_memory:
-            from torch.distributed._tools.mem_tracker import MemTracker
+        if track_memory:  # counted the same way as meshrt's workers count theirs
+            from meshrt.parallel.memory import TensorMemory, training_tensors
 
-            tracker = MemTracker()
-            tracker.track_external(self.model, self.opt)
-            with tracker:
+            with TensorMemory(training_tensors(self.model, self.opt)) as tracker:
                 value = self.step(batch)
-            self.tensor_peak = sum(c.get("Total", 0) for c in tracker.get_tracker_snapshot("peak").values())
+            self.tensor_peak = tracker.peak
             return value
         x, y = batch
         n = x.shape[0] // self.world

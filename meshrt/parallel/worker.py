@@ -90,17 +90,14 @@ class ParallelWorker(Actor):
         return value if self.coords["tp"] == 0 else None
 
     def _tracked(self, batch: Any) -> float | None:
-        """The step under torch's MemTracker, which sees every tensor allocated (parameters,
-        gradients, optimizer state, activations, temporaries): the memory the strategy
-        decides, without the allocator's and libraries' own."""
-        from torch.distributed._tools.mem_tracker import MemTracker
+        """The step with every tensor counted (parameters, gradients, optimizer state,
+        activations, temporaries): the memory the strategy decides, without the
+        allocator's and libraries' own."""
+        from .memory import TensorMemory, training_tensors
 
-        tracker = MemTracker()
-        tracker.track_external(self.model, self.optimizer)
-        with tracker:
+        with TensorMemory(training_tensors(self.model, self.optimizer)) as tracker:
             value = self.step(batch)
-        peak = sum(cats.get("Total", 0) for cats in tracker.get_tracker_snapshot("peak").values())
-        self.tensor_peak = max(getattr(self, "tensor_peak", 0), int(peak))
+        self.tensor_peak = max(getattr(self, "tensor_peak", 0), tracker.peak)
         return value
 
     @endpoint
