@@ -66,11 +66,12 @@ def assert_same_training(losses, state, want_losses, want_state):
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("degrees", [dict(dp=4), dict(fsdp=4), dict(tp=2, dp=2), dict(tp=2, fsdp=2),
                                      dict(dp=2, fsdp=2), dict(pp=2, dp=2, schedule="gpipe"),
-                                     dict(pp=2, fsdp=2, microbatches=4), dict(pp=4, schedule="1f1b")],
+                                     dict(pp=2, fsdp=2, microbatches=4), dict(pp=4, schedule="1f1b"),
+                                     dict(pp=2, tp=2, microbatches=4)],
                          ids=["dp4", "fsdp4", "tp2xdp2", "tp2xfsdp2", "hsdp2x2", "pp2xdp2-gpipe",
-                              "pp2xfsdp2", "pp4-1f1b"])
+                              "pp2xfsdp2", "pp4-1f1b", "pp2xtp2"])
 def test_strategy_matches_single_process(rt, degrees):
-    model_fn = deep_mlp if degrees.get("pp", 1) > 2 else mlp
+    model_fn = deep_mlp if degrees.get("pp", 1) > 2 or degrees.get("tp", 1) * degrees.get("pp", 1) > 2 else mlp
     procs = this_host().spawn_procs(per_host={"gpus": 4})
     trainer = parallel.Trainer(model_fn, procs, Strategy(**degrees), optimizer=adamw, loss_fn=mse)
     data = batches()
@@ -237,3 +238,14 @@ def test_tiny_llama_with_tensor_parallelism_matches_single_process(rt):
     for name, value in model.state_dict().items():
         torch.testing.assert_close(state[name], value, rtol=1e-4, atol=1e-5, msg=name)
     procs.stop().get(timeout=30)
+
+
+@pytest.mark.timeout(300)
+def test_dp_tp_pp_together_on_eight_processes(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 8})
+    trainer = parallel.Trainer(deep_mlp, procs, Strategy(dp=2, tp=2, pp=2, microbatches=2),
+                               optimizer=adamw, loss_fn=mse)
+    data = batches()
+    losses = [trainer.step(b).get(timeout=200) for b in data]
+    assert_same_training(losses, trainer.state_dict().get(timeout=60), *single_process(deep_mlp, data))
+    procs.stop().get(timeout=60)

@@ -52,7 +52,7 @@ def candidates(n: int, batch_size: int, tp_ok: set[int], layers: int,
 def choose(layers, n: int, batch_size: int, links: Links, cap: float, tp_split: dict[int, list[bool]],
            microbatches: int | None = None, schedule: str = "1f1b", pipelinable: bool = True) -> Plan:
     """The fastest strategy that fits and that Trainer can run: pipelines need an
-    ``nn.Sequential`` model (``pipelinable``) and no tp inside stages, in this version."""
+    ``nn.Sequential`` model (``pipelinable``) in this version."""
     tp_ok = {t for t, split in tp_split.items() if any(split)} | {1}
     strategies, table = candidates(n, batch_size, tp_ok, len(layers), microbatches, schedule)
     priced: list[Estimate] = []
@@ -62,8 +62,6 @@ def choose(layers, n: int, batch_size: int, links: Links, cap: float, tp_split: 
     def trainable(s: Strategy) -> str:
         if s.pp > 1 and not pipelinable:
             return "pipelines need an nn.Sequential model in this version"
-        if s.pp > 1 and s.tp > 1:
-            return "tp inside pipeline stages is not trainable yet"
         return ""
 
     runnable = [e for e in priced if e.fits and not trainable(e.strategy)]
@@ -146,8 +144,8 @@ def _no_plan_message(priced: list[Estimate], cap: float) -> str:
     if fitting:
         best = min(fitting, key=lambda e: e.step_s)
         return (f"the model fits this mesh only as {best.strategy}, which this version of "
-                "meshrt.parallel cannot train (pipelines need an nn.Sequential model and no tp "
-                "inside stages); use more processes or more memory per process")
+                "meshrt.parallel cannot train (pipelines need an nn.Sequential model); use more "
+                "processes or more memory per process")
     reasons = [e.why_not for e in priced if e.why_not]
     # The pipeline partitioner's message names the layer; prefer it.
     named = [r for r in reasons if "layer" in r]

@@ -48,10 +48,6 @@ class Trainer:
                             "optimizer (params -> torch.optim.Optimizer) and loss_fn "
                             "((output, batch) -> loss tensor) must be callables")
         strategy.check_size(len(mesh), f"the mesh {mesh.extent}")
-        if strategy.pp > 1 and strategy.tp > 1:
-            raise NotImplementedError(
-                f"{strategy}: pipeline stages with tensor parallelism inside them (pp and tp both "
-                "> 1) are not in this version of meshrt.parallel yet; combine pp with dp or fsdp")
         self.plan = plan if isinstance(plan, Plan) else None
         self.strategy = strategy
         self._mesh = mesh
