@@ -159,7 +159,7 @@ def measure(label, procs_n, batches, make, stats, extra=None):
     row = {"config": label, "tokens_per_s": tokens / statistics.median(times),
            "peak_mem": max(m["peak_tensor_bytes"] for m in mem),
            "peak_rss_growth": max(m["peak_rss"] - m["base_rss"] for m in mem),
-           "bytes_per_step": sent / timed / procs_n, "step_s": statistics.median(times)}
+           "bytes_per_step": sent / timed / procs_n, "step_s": statistics.median(times), "times": times}
     row.update(extra or {})
     print(f"  {label:38s} {row['tokens_per_s']:9,.0f} tokens/s  tensors peak {row['peak_mem'] / 2**20:7.1f} MiB"
           f"  {row['bytes_per_step'] / 2**20:7.1f} MiB sent/step/process", flush=True)
@@ -213,6 +213,9 @@ def main() -> int:
     ap.add_argument("--procs", type=int, default=4)
     ap.add_argument("--steps", type=int, default=6, help="timed steps per configuration")
     ap.add_argument("--batch", type=int, default=16, help="sequences per global batch")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="run every configuration this many times, interleaved (a noisy machine's "
+                         "slow spell then hits all of them); medians over all rounds' steps")
     ap.add_argument("--markdown", help="write the table here")
     ap.add_argument("--json", help="write the rows here")
     args = ap.parse_args()
@@ -223,13 +226,20 @@ def main() -> int:
     params = sum(p.numel() for p in model_fn().parameters())
     print(f"model: {LAYERS} transformer blocks, {params / 1e6:.1f} M parameters; batch {args.batch} x {SEQ} "
           f"tokens; {n} processes", flush=True)
-    rows = [plain_config("single", 1, batches), plain_config("ddp", n, batches), plain_config("fsdp", n, batches)]
     strategies = [Strategy(dp=n), Strategy(fsdp=n), Strategy(dp=n // 2, tp=2), Strategy(pp=2, dp=n // 2),
                   Strategy(pp=n, microbatches=n, schedule="1f1b")]
-    for s in strategies:
-        rows.append(meshrt_config(s, n, batches, batches[0]))
-    rows.append(meshrt_config("auto", n, batches, batches[0]))
+    configs = [lambda: plain_config("single", 1, batches), lambda: plain_config("ddp", n, batches),
+               lambda: plain_config("fsdp", n, batches)]
+    configs += [lambda s=s: meshrt_config(s, n, batches, batches[0]) for s in strategies]
+    configs.append(lambda: meshrt_config("auto", n, batches, batches[0]))
+    runs: list[list[dict]] = [[] for _ in configs]
+    for r in range(args.rounds):
+        print(f"round {r + 1} of {args.rounds}", flush=True)
+        for k, run in enumerate(configs):
+            runs[k].append(run())
     meshrt.shutdown()
+    tokens = batches[0][0].numel()
+    rows = [_merge(rs, tokens) for rs in runs]
     report = _report(rows, args, params)
     print("\n" + report)
     if args.markdown:
@@ -241,16 +251,32 @@ def main() -> int:
     return 0
 
 
+def _merge(rows: list[dict], tokens: int) -> dict:
+    """One row from a configuration's rounds: median step over all of them, peaks as maxima."""
+    times = [t for r in rows for t in r["times"]]
+    out = dict(rows[0])
+    out.update(times=times, step_s=statistics.median(times), tokens_per_s=tokens / statistics.median(times),
+               peak_mem=max(r["peak_mem"] for r in rows), peak_rss_growth=max(r["peak_rss_growth"] for r in rows),
+               bytes_per_step=statistics.median(r["bytes_per_step"] for r in rows))
+    chosen = sorted({r["chosen"] for r in rows if "chosen" in r})
+    if chosen:
+        out["chosen"] = " / ".join(chosen)
+        out["config"] = f"meshrt auto -> {out['chosen']}"
+    return out
+
+
 def _report(rows, args, params) -> str:
     by = {r["config"]: r for r in rows}
     single = by["single process"]
     ddp, fsdp = by["plain DDP (torchrun-style)"], by["plain FSDP2 (torchrun-style)"]
     n = args.procs
-    lines = [f"Command: `python benchmarks/parallel.py --procs {n} --steps {args.steps} --batch {args.batch}`",
+    lines = [f"Command: `python benchmarks/parallel.py --procs {n} --steps {args.steps} --batch {args.batch} "
+             f"--rounds {args.rounds}`",
              "", f"- Date: {time.strftime('%Y-%m-%dT%H:%M:%S%z')}; {os.cpu_count()} cores; torch {torch.__version__}",
              f"- Model: {LAYERS} x nn.TransformerEncoderLayer({EMBED}, {HEADS} heads) as nn.Sequential, "
              f"{params / 1e6:.1f} M parameters; global batch {args.batch} x {SEQ} tokens; AdamW",
-             "- Median over the timed steps; memory and bytes as in the docstring of benchmarks/parallel.py", "",
+             f"- Median over the timed steps of {args.rounds} interleaved rounds; memory and bytes as in the "
+             "docstring of benchmarks/parallel.py", "",
              "| configuration | tokens/s | peak tensor memory / process (MiB) | resident growth (MiB) | sent / step / process (MiB) |",
              "|---|--:|--:|--:|--:|"]
     for r in rows:

@@ -146,7 +146,7 @@ def _dies_on_flag(flag, out, batch):
 def tiny_gpt2():
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=64, n_positions=16, resid_pdrop=0.0,
+    config = GPT2Config(n_layer=4, n_embd=32, n_head=4, vocab_size=64, n_positions=16, resid_pdrop=0.0,
                         embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
     return GPT2LMHeadModel(config)
 
@@ -159,36 +159,111 @@ def lm_loss(out, batch):
     return out.loss
 
 
-@pytest.mark.timeout(240)
-@pytest.mark.parametrize("degrees", [dict(dp=2), dict(fsdp=2)], ids=["dp2", "fsdp2"])
-def test_tiny_gpt2_matches_single_process(rt, degrees):
-    pytest.importorskip("transformers")
-    g = torch.Generator().manual_seed(3)
+def lm_batches(seed):
+    g = torch.Generator().manual_seed(seed)
     data = []
     for _ in range(2):
-        ids = torch.randint(0, 64, (4, 16), generator=g)
+        ids = torch.randint(0, 64, (8, 16), generator=g)
         data.append({"input_ids": ids, "labels": ids})
+    return data
+
+
+def lm_single_process(model_fn, data):
     torch.manual_seed(0)
-    model = tiny_gpt2()
+    model = model_fn()
     opt = sgd(model.parameters())
-    want_losses = []
+    losses = []
     for b in data:
         opt.zero_grad()
         loss = model(**b).loss
         loss.backward()
         opt.step()
-        want_losses.append(loss.item())
-    procs = this_host().spawn_procs(per_host={"gpus": 2})
+        losses.append(loss.item())
+    return losses, model.state_dict()
+
+
+def assert_same_lm_training(losses, state, want_losses, want_state):
+    assert losses == pytest.approx(want_losses, rel=1e-4)
+    # every weight, in the model's own names and layout (tied ones under both names)
+    assert set(state) == set(want_state)
+    for name, want in want_state.items():
+        torch.testing.assert_close(state[name], want, rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("degrees", [dict(dp=4), dict(fsdp=4), dict(tp=2, dp=2), dict(tp=2, fsdp=2),
+                                     dict(pp=2, dp=2, schedule="gpipe"), dict(pp=4, schedule="1f1b"),
+                                     dict(pp=2, tp=2)],
+                         ids=["dp4", "fsdp4", "tp2xdp2", "tp2xfsdp2", "pp2xdp2-gpipe", "pp4-1f1b", "pp2xtp2"])
+def test_tiny_gpt2_matches_single_process(rt, degrees):
+    """GPT-2 from its config: tied embedding and head (kept tied across pipeline stages),
+    fused Conv1D attention (split by heads under tp)."""
+    pytest.importorskip("transformers")
+    data = lm_batches(3)
+    strategy = Strategy(**degrees)
+    procs = this_host().spawn_procs(per_host={"gpus": strategy.size})
     # SGD: Adam would turn the (mathematically zero) gradient of the key bias, noise at
     # the 1e-9 level that differs with the batch split, into full-size steps.
-    trainer = parallel.Trainer(tiny_gpt2, procs, Strategy(**degrees), optimizer=sgd, loss_fn=lm_loss)
+    trainer = parallel.Trainer(tiny_gpt2, procs, strategy, optimizer=sgd, loss_fn=lm_loss)
     losses = [trainer.step(b).get(timeout=120) for b in data]
-    state = trainer.state_dict().get(timeout=60)
-    assert losses == pytest.approx(want_losses, rel=1e-4)
-    for name, want in model.state_dict().items():
-        if name in state:
-            torch.testing.assert_close(state[name], want, rtol=1e-4, atol=1e-5, msg=name)
-    assert "transformer.h.1.mlp.c_fc.weight" in state
+    assert_same_lm_training(losses, trainer.state_dict().get(timeout=60), *lm_single_process(tiny_gpt2, data))
+    procs.stop().get(timeout=30)
+
+
+class NotAChain(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.b(self.a(x) + x)
+
+
+@pytest.mark.timeout(240)
+def test_pipeline_refusals_name_the_fix(rt):
+    pytest.importorskip("transformers")
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    with pytest.raises(ValueError, match="needs an nn.Sequential model or a Hugging Face GPT-2 or Llama"):
+        parallel.Trainer(NotAChain, procs, Strategy(pp=2), optimizer=sgd, loss_fn=mse).ready().get(timeout=120)
+    trainer = parallel.Trainer(tiny_gpt2, procs, Strategy(pp=2), optimizer=sgd, loss_fn=lm_loss)
+    batch = lm_batches(1)[0]
+    padded = dict(batch, attention_mask=torch.ones_like(batch["input_ids"]))
+    padded["attention_mask"][0, -3:] = 0
+    with pytest.raises(ValueError, match="attention_mask pads some of them"):
+        trainer.step(padded)
+    with pytest.raises(ValueError, match="also has token_type_ids"):
+        trainer.step(dict(batch, token_type_ids=torch.zeros_like(batch["input_ids"])))
+    assert trainer.step(dict(batch, attention_mask=torch.ones_like(batch["input_ids"]))).get(timeout=120) > 0
+    procs.stop().get(timeout=30)
+
+
+@pytest.mark.timeout(300)
+def test_tiny_gpt2_auto_plan_matches_single_process(rt):
+    pytest.importorskip("transformers")
+    data = lm_batches(5)
+    procs = this_host().spawn_procs(per_host={"gpus": 4})
+    plan = parallel.plan(tiny_gpt2, procs, data[0], optimizer=sgd, loss_fn=lm_loss)
+    assert "transformer.h.0" in str(plan) or plan.strategy.pp == 1
+    trainer = parallel.Trainer(tiny_gpt2, procs, plan, optimizer=sgd, loss_fn=lm_loss)
+    losses = [trainer.step(b).get(timeout=120) for b in data]
+    assert_same_lm_training(losses, trainer.state_dict().get(timeout=60), *lm_single_process(tiny_gpt2, data))
+    procs.stop().get(timeout=30)
+
+
+@pytest.mark.timeout(240)
+def test_gpt2_pipeline_plan_keeps_embeddings_with_the_first_block(rt):
+    """A plan for GPT-2 cuts only between blocks, and the trainer follows it."""
+    pytest.importorskip("transformers")
+    data = lm_batches(6)
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    plan = parallel.plan(tiny_gpt2, procs, data[0], Strategy(pp=2, microbatches=2), optimizer=sgd,
+                         loss_fn=lm_loss)
+    first, last = plan.stages[0]["layers"], plan.stages[-1]["layers"]
+    assert first[0].startswith("transformer.wte+transformer.wpe+transformer.h.0")
+    assert last[-1].endswith("+transformer.ln_f+lm_head")
+    trainer = parallel.Trainer(tiny_gpt2, procs, plan, optimizer=sgd, loss_fn=lm_loss)
+    losses = [trainer.step(b).get(timeout=120) for b in data]
+    assert_same_lm_training(losses, trainer.state_dict().get(timeout=60), *lm_single_process(tiny_gpt2, data))
     procs.stop().get(timeout=30)
 
 
@@ -203,40 +278,39 @@ def test_compiled_stages_match_single_process(rt):
     procs.stop().get(timeout=30)
 
 
-def tiny_llama():
+def tiny_llama(tied=False, layers=2):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4,
-                         num_key_value_heads=4, vocab_size=64, max_position_embeddings=16,
-                         bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    config = LlamaConfig(num_hidden_layers=layers, hidden_size=32, intermediate_size=64, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=64, max_position_embeddings=16,
+                         bos_token_id=0, eos_token_id=0, pad_token_id=0, tie_word_embeddings=tied)
     return LlamaForCausalLM(config)
+
+
+def tied_llama():
+    return tiny_llama(tied=True, layers=4)
 
 
 @pytest.mark.timeout(240)
 def test_tiny_llama_with_tensor_parallelism_matches_single_process(rt):
     pytest.importorskip("transformers")
-    g = torch.Generator().manual_seed(4)
-    data = []
-    for _ in range(2):
-        ids = torch.randint(0, 64, (4, 16), generator=g)
-        data.append({"input_ids": ids, "labels": ids})
-    torch.manual_seed(0)
-    model = tiny_llama()
-    opt = sgd(model.parameters())
-    want = []
-    for b in data:
-        opt.zero_grad()
-        loss = model(**b).loss
-        loss.backward()
-        opt.step()
-        want.append(loss.item())
+    data = lm_batches(4)
     procs = this_host().spawn_procs(per_host={"gpus": 2})
     trainer = parallel.Trainer(tiny_llama, procs, Strategy(tp=2), optimizer=sgd, loss_fn=lm_loss)
     losses = [trainer.step(b).get(timeout=120) for b in data]
-    state = trainer.state_dict().get(timeout=60)
-    assert losses == pytest.approx(want, rel=1e-4)
-    for name, value in model.state_dict().items():
-        torch.testing.assert_close(state[name], value, rtol=1e-4, atol=1e-5, msg=name)
+    assert_same_lm_training(losses, trainer.state_dict().get(timeout=60), *lm_single_process(tiny_llama, data))
+    procs.stop().get(timeout=30)
+
+
+@pytest.mark.timeout(240)
+def test_tied_llama_pipeline_with_tensor_parallel_stages_matches_single_process(rt):
+    pytest.importorskip("transformers")
+    data = lm_batches(7)
+    procs = this_host().spawn_procs(per_host={"gpus": 4})
+    trainer = parallel.Trainer(tied_llama, procs, Strategy(pp=2, tp=2, microbatches=2), optimizer=sgd,
+                               loss_fn=lm_loss)
+    losses = [trainer.step(b).get(timeout=120) for b in data]
+    assert_same_lm_training(losses, trainer.state_dict().get(timeout=60), *lm_single_process(tied_llama, data))
     procs.stop().get(timeout=30)
 
 
@@ -249,3 +323,54 @@ def test_dp_tp_pp_together_on_eight_processes(rt):
     losses = [trainer.step(b).get(timeout=200) for b in data]
     assert_same_training(losses, trainer.state_dict().get(timeout=60), *single_process(deep_mlp, data))
     procs.stop().get(timeout=60)
+
+
+def lit_regressor():
+    import lightning as L
+
+    class LitRegressor(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = mlp()
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.net(x), y)
+            self.log("train_loss", loss)
+            return {"loss": loss}
+
+        def configure_optimizers(self):
+            opt = torch.optim.AdamW(self.parameters(), lr=1e-2)
+            sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    return LitRegressor()
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.filterwarnings("ignore::UserWarning")  # self.log outside a Lightning Trainer warns
+@pytest.mark.parametrize("degrees", [dict(dp=2), dict(fsdp=2), dict(tp=2)], ids=["dp2", "fsdp2", "tp2"])
+def test_lightning_module_trains_like_one_process(rt, degrees):
+    pytest.importorskip("lightning")
+    data = batches(3)
+    torch.manual_seed(0)
+    module = lit_regressor()
+    conf = module.configure_optimizers()
+    opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
+    want = []
+    for i, b in enumerate(data):
+        opt.zero_grad()
+        loss = module.training_step(b, i)["loss"]
+        loss.backward()
+        opt.step()
+        sched.step()
+        want.append(loss.item())
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    trainer = parallel.Trainer(parallel.lightning(lit_regressor), procs, Strategy(**degrees))
+    losses = [trainer.step(b).get(timeout=120) for b in data]
+    state = trainer.state_dict().get(timeout=60)
+    assert losses == pytest.approx(want, rel=1e-4)
+    assert set(state) == set(module.state_dict())  # the LightningModule's own names
+    for name, value in module.state_dict().items():
+        torch.testing.assert_close(state[name], value, rtol=1e-4, atol=1e-5, msg=name)
+    procs.stop().get(timeout=30)

@@ -11,8 +11,9 @@ from meshrt import parallel, this_host  # noqa: E402
 from meshrt.parallel import Plan, Strategy  # noqa: E402
 from meshrt.parallel.auto import choose, factorizations  # noqa: E402
 from meshrt.parallel.cost import Links  # noqa: E402
-from meshrt.parallel.layers import layer_units  # noqa: E402
-from meshrt.parallel.profile import LayerStats, profile_model  # noqa: E402
+from meshrt.parallel.layers import cut_groups, layer_units  # noqa: E402
+from meshrt.parallel.profile import LayerStats, merge_layers, profile_model  # noqa: E402
+from meshrt.parallel.tied import shared_weights  # noqa: E402
 
 from .test_parallel import (  # noqa: E402
     adamw,
@@ -36,6 +37,28 @@ def test_layers_of_sequential_and_block_models():
             self.head = torch.nn.Linear(4, 10)
 
     assert [n for n, _ in layer_units(Blocks())] == ["embed", "blocks.0", "blocks.1", "blocks.2", "head"]
+    # a pipeline stage starts at a block: the embedding rides with the first, the head with the last
+    assert cut_groups(Blocks()) == [[0, 1], [2], [3, 4]]
+    assert cut_groups(mlp()) == [[0], [1], [2], [3], [4]]
+
+
+def test_gpt2_groups_and_tied_weights_across_stages():
+    pytest.importorskip("transformers")
+    from .test_parallel import tiny_gpt2
+
+    model = tiny_gpt2()
+    names = [n for n, _ in layer_units(model)]
+    groups = cut_groups(model)
+    assert [names[k] for k in groups[0]] == ["transformer.wte", "transformer.wpe", "transformer.h.0"]
+    assert [names[k] for k in groups[-1]] == ["transformer.h.3", "transformer.ln_f", "lm_head"]
+    stats = [LayerStats(n, 1, 4, 4, 8, 1.0, 0.0, 1e-3, 2.0) for n in names]
+    merged = merge_layers(stats, groups)
+    assert [m.name for m in merged][0] == "transformer.wte+transformer.wpe+transformer.h.0"
+    assert sum(m.param_bytes for m in merged) == sum(s.param_bytes for s in stats)
+    # two stages: the token embedding (first) and the head (last) share one weight
+    starts = [groups[0][0], groups[2][0]]
+    assert shared_weights(model, starts) == [{0: "transformer.wte.weight", 1: "lm_head.weight"}]
+    assert shared_weights(model, [0]) == []
 
 
 def test_profile_counts_bytes_of_parameters_gradients_optimizer_and_activations():

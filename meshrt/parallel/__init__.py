@@ -3,6 +3,7 @@
     plan = parallel.plan(model_fn, mesh, sample_batch, strategy="auto")
     trainer = parallel.Trainer(model_fn, mesh, plan, optimizer=..., loss_fn=...)
     loss = await trainer.step(batch)
+    trainer = parallel.Trainer(parallel.lightning(MyLightningModule), mesh, plan)
 
 PyTorch's own machinery does the work (DDP, FSDP2 ``fully_shard``, DTensor
 ``parallelize_module``); this package chooses the layout, brings the processes up to
@@ -10,13 +11,14 @@ match and drives them as one.
 """
 
 from .auto import NoPlanError
+from .lightning_step import lightning
 from .plan import Plan
 from .planner import plan
 from .strategy import Strategy
 from .tensor_plan import TensorParallelError
 from .trainer import Trainer
 
-__all__ = ["NoPlanError", "Plan", "Strategy", "TensorParallelError", "Trainer", "plan"]
+__all__ = ["NoPlanError", "Plan", "Strategy", "TensorParallelError", "Trainer", "lightning", "plan"]
 
 for _name in __all__:
     _obj = globals()[_name]

@@ -52,7 +52,7 @@ def candidates(n: int, batch_size: int, tp_ok: set[int], layers: int,
 def choose(layers, n: int, batch_size: int, links: Links, cap: float, tp_split: dict[int, list[bool]],
            microbatches: int | None = None, schedule: str = "1f1b", pipelinable: bool = True) -> Plan:
     """The fastest strategy that fits and that Trainer can run: pipelines need an
-    ``nn.Sequential`` model (``pipelinable``) in this version."""
+    ``nn.Sequential`` model or a GPT-2/Llama-style language model (``pipelinable``)."""
     tp_ok = {t for t, split in tp_split.items() if any(split)} | {1}
     strategies, table = candidates(n, batch_size, tp_ok, len(layers), microbatches, schedule)
     priced: list[Estimate] = []
@@ -61,7 +61,7 @@ def choose(layers, n: int, batch_size: int, links: Links, cap: float, tp_split: 
         priced.append(e)
     def trainable(s: Strategy) -> str:
         if s.pp > 1 and not pipelinable:
-            return "pipelines need an nn.Sequential model in this version"
+            return "pipelines need an nn.Sequential model or a GPT-2/Llama-style language model"
         return ""
 
     runnable = [e for e in priced if e.fits and not trainable(e.strategy)]
@@ -144,8 +144,8 @@ def _no_plan_message(priced: list[Estimate], cap: float) -> str:
     if fitting:
         best = min(fitting, key=lambda e: e.step_s)
         return (f"the model fits this mesh only as {best.strategy}, which this version of "
-                "meshrt.parallel cannot train (pipelines need an nn.Sequential model); use more "
-                "processes or more memory per process")
+                "meshrt.parallel cannot train (pipelines need an nn.Sequential model or a "
+                "GPT-2/Llama-style language model); use more processes or more memory per process")
     reasons = [e.why_not for e in priced if e.why_not]
     # The pipeline partitioner's message names the layer; prefer it.
     named = [r for r in reasons if "layer" in r]

@@ -13,6 +13,10 @@ import torch
 
 
 def forward(model, batch: Any):
+    from .defaults import unwrap
+
+    if getattr(unwrap(model), "whole_batch", False):  # parallel.lightning: training_step(batch)
+        return model(batch)
     if isinstance(batch, dict):
         return model(**batch)
     if isinstance(batch, (tuple, list)):
@@ -34,7 +38,7 @@ def batch_size(batch: Any) -> int:
 def check_divisible(batch: Any, parts: int, what: str) -> int:
     n = batch_size(batch)
     if n % parts:
-        raise ValueError(f"a batch of {n} samples cannot be split evenly into {parts} {what}; "
+        raise ValueError(f"a batch of {n} samples cannot be split evenly into {what}; "
                          f"use a batch size that is a multiple of {parts}")
     return n
 

@@ -25,6 +25,26 @@ def layer_units(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return out
 
 
+def cut_groups(model: nn.Module) -> list[list[int]]:
+    """Indices into ``layer_units(model)`` grouped so that a pipeline stage may start at
+    any group: every layer of an ``nn.Sequential``; for a model of repeated blocks, the
+    blocks, with the layers before them joined to the first block and those after them
+    to the last (a stage of embeddings alone would not run: the model's forward joins
+    them in ways only its own code knows)."""
+    units = layer_units(model)
+    path = None if isinstance(model, nn.Sequential) else _main_block_list(model)
+    if path is None:
+        return [[i] for i in range(len(units))]
+    prefix = path + "."
+    blocks = [i for i, (name, _) in enumerate(units) if name.startswith(prefix)]
+    if not blocks:
+        return [list(range(len(units)))]
+    groups = [[i] for i in blocks]
+    groups[0] = list(range(0, blocks[0])) + groups[0]
+    groups[-1] = groups[-1] + list(range(blocks[-1] + 1, len(units)))
+    return groups
+
+
 def _expand(module: nn.Module, prefix: str) -> list[tuple[str, nn.Module]]:
     if isinstance(module, nn.Sequential):
         return [(_join(prefix, n), c) for n, c in module.named_children()]
@@ -50,7 +70,7 @@ def _main_block_list(module: nn.Module) -> str | None:
     total = sum(p.numel() for p in module.parameters())
     best, best_n = None, 0
     for name, sub in module.named_modules():
-        if isinstance(sub, nn.ModuleList) and len(sub) > 1:
+        if isinstance(sub, (nn.ModuleList, nn.ModuleDict)) and len(sub) > 1:
             n = sum(p.numel() for p in sub.parameters())
             if n > best_n:
                 best, best_n = name, n

@@ -3,8 +3,8 @@ GPipe or 1F1B schedule (``torch.distributed.pipelining``), which moves activatio
 and gradients between neighbouring stages with send/recv over the pp group.
 
 The stage module keeps the model's own parameter names (an ``nn.Sequential`` slice
-with its original child names), so state dicts and checkpoints of all stages
-together read like the unsplit model's.
+with its original child names, or a language model cut down by ``decoder``), so
+state dicts and checkpoints of all stages together read like the unsplit model's.
 
 The schedule's loss target is the microbatch's sample indices: the last stage looks
 the microbatch up in the step's batch and hands ``loss_fn(output, microbatch)`` the
@@ -21,22 +21,18 @@ import torch
 import torch.nn as nn
 
 from . import batch as batches
-from .layers import layer_units
-
-
-class PipelineLayoutError(ValueError):
-    """The model cannot be cut into the requested stages."""
+from .decoder import PipelineLayoutError, check_batch, decoder_stage, family_of
+from .layers import cut_groups, layer_units
 
 
 def stage_module(model: nn.Module, starts: list[int], stage: int) -> nn.Module:
-    if not isinstance(model, nn.Sequential):
-        raise PipelineLayoutError(
-            f"pipeline parallelism (pp > 1) needs an nn.Sequential model in this version, got "
-            f"{type(model).__name__}; wrap the layers in nn.Sequential or use dp/fsdp/tp"
-        )
+    """This stage's part of ``model``; ``starts`` index ``layer_units(model)``."""
     units = layer_units(model)
     ends = starts[1:] + [len(units)]
     mine = units[starts[stage]:ends[stage]]
+    if not isinstance(model, nn.Sequential):
+        family = check_pipelinable(model)
+        return decoder_stage(model, family, [n for n, _ in mine], stage == 0, stage == len(starts) - 1)
     if not any(True for _n, unit in mine for _ in unit.parameters()):
         raise PipelineLayoutError(
             f"pipeline stage {stage} would hold only parameter-free layers "
@@ -44,21 +40,36 @@ def stage_module(model: nn.Module, starts: list[int], stage: int) -> nn.Module:
     return nn.Sequential(collections.OrderedDict(mine))
 
 
+def check_pipelinable(model: nn.Module):
+    """The language-model family of a non-Sequential model; raises if it has none."""
+    family = None if isinstance(model, nn.Sequential) else family_of(model)
+    if family is None and not isinstance(model, nn.Sequential):
+        raise PipelineLayoutError(
+            f"pipeline parallelism (pp > 1) needs an nn.Sequential model or a Hugging Face "
+            f"GPT-2 or Llama-style language model in this version, got {type(model).__name__}; "
+            "wrap the layers in nn.Sequential or use dp/fsdp/tp")
+    return family
+
+
 def even_starts(model: nn.Module, stages: int) -> list[int]:
     """Stage boundaries balancing parameter counts, for a Strategy given without a Plan."""
     from .partition import partition
 
     units = layer_units(model)
-    if len(units) < stages:
-        raise PipelineLayoutError(f"{len(units)} layers cannot fill pp={stages} stages; lower pp")
-    sizes = [float(sum(p.numel() for p in u.parameters()) + 1) for _n, u in units]
-    return list(partition(sizes, [0.0] * len(sizes), [0.0] * len(sizes), stages, cap=float("inf")).starts)
+    groups = cut_groups(model)
+    if len(groups) < stages:
+        raise PipelineLayoutError(f"{len(groups)} layers cannot fill pp={stages} stages; lower pp")
+    sizes = [float(sum(p.numel() for k in g for p in units[k][1].parameters()) + 1) for g in groups]
+    zeros = [0.0] * len(sizes)
+    starts = partition(sizes, zeros, zeros, stages, cap=float("inf")).starts
+    return [groups[g][0] for g in starts]
 
 
 def starts_from_plan(model: nn.Module, stage_layers: list[list[str]]) -> list[int]:
     names = [n for n, _ in layer_units(model)]
     try:
-        return [names.index(layers[0]) for layers in stage_layers]
+        # a plan names the layers a stage cannot separate as one, "first+...+last"
+        return [names.index(layers[0].split("+")[0]) for layers in stage_layers]
     except ValueError as err:
         raise PipelineLayoutError(f"the plan's stages name a layer this model lacks ({err}); "
                                   "make the plan with this model_fn") from None
@@ -68,12 +79,13 @@ class PipelineRunner:
     """Runs one training step's forward and backward of this stage under the schedule."""
 
     def __init__(self, module: nn.Module, stage: int, stages: int, microbatches: int, schedule: str,
-                 group, device, loss_fn) -> None:
+                 group, device, loss_fn, output=None) -> None:
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
         self.stage, self.stages = stage, stages
         self.microbatches = microbatches
         self.user_loss = loss_fn
+        self.output = output  # (last stage's tensor, microbatch) -> what the whole model returns
         self.batch: Any = None
         pipe_stage = PipelineStage(module, stage, stages, device, group=group)
         kind = ScheduleGPipe if schedule == "gpipe" else Schedule1F1B
@@ -85,15 +97,18 @@ class PipelineRunner:
 
     def run(self, batch: Any) -> float | None:
         """Forward and backward of every microbatch; the mean loss on the last stage."""
-        n = batches.check_divisible(batch, self.microbatches, "microbatches")
+        n = batches.check_divisible(batch, self.microbatches, f"{self.microbatches} microbatches")
         self.batch = batch
         target = torch.arange(n)
         losses: list = []
         if self.stage == 0:
-            if isinstance(batch, dict):
+            if self.output is not None:
+                inputs = check_batch(batch)
+            elif isinstance(batch, dict):
                 raise PipelineLayoutError("a pipeline's first stage takes one input tensor; pass the "
                                           "batch as a tensor or as (inputs, targets)")
-            inputs = batch[0] if isinstance(batch, (tuple, list)) else batch
+            else:
+                inputs = batch[0] if isinstance(batch, (tuple, list)) else batch
             if self.is_last:
                 self.schedule.step(inputs, target=target, losses=losses)
             else:
@@ -109,4 +124,6 @@ class PipelineRunner:
 
     def _loss(self, output, index):
         mb = batches.select(self.batch, index)
+        if self.output is not None:
+            output = self.output(output, mb)
         return self.user_loss(output, mb)

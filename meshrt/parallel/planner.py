@@ -30,8 +30,9 @@ class _Prober(Actor):
                 tp_degrees) -> dict:
         import torch
 
-        from .layers import layer_units
-        from .profile import memory_per_process, profile_model
+        from .decoder import family_of
+        from .layers import cut_groups, layer_units
+        from .profile import memory_per_process, merge_layers, profile_model
         from .tensor_plan import TensorParallelError, plan_for
         from .worker import share_cpu_threads
 
@@ -39,21 +40,23 @@ class _Prober(Actor):
         torch.manual_seed(seed)
         model = model_fn()
         names = [name for name, _ in layer_units(model)]
+        groups = cut_groups(model)  # units a pipeline stage cannot separate are one layer here
         tp_split = {}
         for tp in tp_degrees:
             try:
                 planned = plan_for(model, tp)
             except TensorParallelError:
                 continue
-            tp_split[tp] = [any(p == n or p.startswith(n + ".") for p in planned) for n in names]
-        layers = profile_model(model_fn, sample_batch, optimizer_fn, loss_fn, seed)
+            split = [any(p == n or p.startswith(n + ".") for p in planned) for n in names]
+            tp_split[tp] = [any(split[k] for k in group) for group in groups]
+        layers = merge_layers(profile_model(model_fn, sample_batch, optimizer_fn, loss_fn, seed), groups)
         # Timed alone, but trained beside the host's other processes: on a CPU host with
         # fewer cores than processes they share the cores (the cost model's cpu_share).
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         share = 1.0 if torch.cuda.is_available() else max(1.0, processes_on_host / cores)
         return {"layers": layers, "cap": memory_per_process(processes_on_host), "tp_split": tp_split,
                 "cpu_share": share,
-                "pipelinable": isinstance(model, torch.nn.Sequential)}
+                "pipelinable": isinstance(model, torch.nn.Sequential) or family_of(model) is not None}
 
     @endpoint
     def links(self) -> dict:
@@ -96,16 +99,16 @@ def plan(model_fn, mesh, sample_batch, strategy="auto", *, optimizer=None, loss_
 
     ``sample_batch`` is one global batch, as ``trainer.step`` will get it.
     ``strategy="auto"`` picks the degrees; a ``Strategy`` is priced and checked instead.
-    ``optimizer`` and ``loss_fn`` are the Trainer's (defaults: AdamW, and ``out.loss``
-    or the output's mean); ``memory_per_process`` overrides the measured capacity.
+    ``optimizer`` and ``loss_fn`` are the Trainer's (defaults: see ``defaults``); ``memory_per_process`` overrides the measured capacity.
     """
     if not (strategy == "auto" or isinstance(strategy, Strategy)):
         raise TypeError(f"plan(strategy=...) takes 'auto' or a parallel.Strategy, got {strategy!r}")
     if isinstance(strategy, Strategy):
         strategy.check_size(len(mesh), f"the mesh {mesh.extent}")
     size = batches.batch_size(sample_batch)
-    optimizer = optimizer or _adamw
-    loss_fn = loss_fn or _default_loss
+    from .defaults import default_loss
+
+    loss_fn = loss_fn or default_loss
     done: concurrent.futures.Future = concurrent.futures.Future()
 
     def work():
@@ -146,14 +149,3 @@ def _measure(model_fn, mesh, sample_batch, optimizer, loss_fn, seed) -> dict:
                         "p2p": min(x["p2p"] for x in links if "p2p" in x),
                         "latency": max(x["latency"] for x in links)}
     return profile
-
-
-def _adamw(params):
-    import torch
-
-    return torch.optim.AdamW(params, lr=1e-3)
-
-
-def _default_loss(out, batch):
-    loss = getattr(out, "loss", None)
-    return loss if loss is not None else out.float().mean()

@@ -18,6 +18,7 @@ import time
 import torch
 
 from . import batch as batches
+from .defaults import make_optimizer
 from .layers import layer_units
 
 
@@ -51,7 +52,7 @@ def profile_model(model_fn, sample_batch, optimizer_fn, loss_fn, seed: int = 0,
     n_full = batches.batch_size(sample_batch)
     full = batches.to_device(sample_batch, device)
     sizes = [n_full] if n_full < 2 else [n_full, n_full // 2]
-    optimizer = optimizer_fn(model.parameters())
+    optimizer, _scheduler = make_optimizer(optimizer_fn, model)
     probe = _Probe(units, device)
     runs = {}
     for n in sizes:
@@ -188,3 +189,21 @@ def _layer_time(run, k: int) -> float:
     fwd, bwd, _act, _out = run
     total_fwd = sum(fwd) or 1.0
     return fwd[k] + bwd * fwd[k] / total_fwd
+
+
+def merge_layers(stats: list[LayerStats], groups: list[list[int]]) -> list[LayerStats]:
+    """One LayerStats per group of ``layers.cut_groups``: the units a pipeline cannot
+    separate are priced and placed together. Named ``first+...+last``."""
+    out = []
+    for group in groups:
+        members = [stats[k] for k in group]
+        if len(members) == 1:
+            out.append(members[0])
+            continue
+        out.append(LayerStats(
+            "+".join(m.name for m in members),
+            sum(m.params for m in members), sum(m.param_bytes for m in members),
+            sum(m.grad_bytes for m in members), sum(m.optim_bytes for m in members),
+            sum(m.act_bytes_per_sample for m in members), sum(m.time_fixed for m in members),
+            sum(m.time_per_sample for m in members), members[-1].out_bytes_per_sample))
+    return out

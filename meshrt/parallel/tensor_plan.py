@@ -5,8 +5,10 @@ second by input rows, so the pair needs one all-reduce forward and one backward,
 and whatever runs between them (an activation, attention over local heads) works on
 local shards. Pairs come from names in attention and MLP blocks
 (``q_proj/k_proj/v_proj`` -> ``o_proj``, ``gate_proj/up_proj`` -> ``down_proj``,
-``fc1`` -> ``fc2``, ``c_fc`` -> ``c_proj``, ``linear1`` -> ``linear2``) or, in an ``nn.Sequential``, from
-consecutive Linears with only parameter-free modules between them.
+``fc1`` -> ``fc2``, ``c_fc`` -> ``c_proj``, ``linear1`` -> ``linear2``), from GPT-2's
+``Conv1D`` blocks once ``gpt2_tp`` has made Linears of them, or, in an
+``nn.Sequential``, from consecutive Linears with only parameter-free modules between
+them.
 """
 
 from __future__ import annotations
@@ -57,14 +59,20 @@ def _sequential_pairs(seq: nn.Sequential, prefix: str) -> list[tuple[list[str], 
 
 
 def plan_for(model: nn.Module, tp: int) -> dict:
-    """The ``parallelize_module`` plan for degree ``tp``; raises naming what blocks it."""
+    """The ``parallelize_module`` plan for degree ``tp``; raises naming what blocks it.
+    GPT-2's entries name the Linears ``gpt2_tp.convert`` will make of its Conv1D blocks."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
+    from . import gpt2_tp
+
+    converted = gpt2_tp.pairs(model, tp)  # checked there
     pairs = linear_pairs(model)
     if not pairs:
+        if converted:
+            return _plan(converted, ColwiseParallel, RowwiseParallel)
         raise TensorParallelError(
             f"tp={tp}: found no Linear layers to split in {type(model).__name__} (looked for "
-            "q/k/v_proj->o_proj, gate/up_proj->down_proj, fc1->fc2, c_fc->c_proj and Linear "
+            "q/k/v_proj->o_proj, gate/up_proj->down_proj, fc1->fc2, c_fc->c_proj, GPT-2 blocks and Linear "
             "pairs in nn.Sequential); use dp/fsdp/pp instead"
         )
     modules = dict(model.named_modules())
@@ -75,7 +83,11 @@ def plan_for(model: nn.Module, tp: int) -> dict:
             plan[name] = ColwiseParallel()
         _check_divisible(row, modules[row].in_features, "input features", tp)
         plan[row] = RowwiseParallel()
-    return plan
+    return {**plan, **_plan(converted, ColwiseParallel, RowwiseParallel)}
+
+
+def _plan(pairs, col, row) -> dict:
+    return {**{c: col() for cols, _r in pairs for c in cols}, **{r: row() for _c, r in pairs}}
 
 
 def _check_divisible(name: str, n: int, what: str, tp: int) -> None:

@@ -37,16 +37,17 @@ class Trainer:
     from the same weights (and a single process seeded the same way is the reference).
     """
 
-    def __init__(self, model_fn, mesh, plan: Plan | Strategy, *, optimizer, loss_fn,
+    def __init__(self, model_fn, mesh, plan: Plan | Strategy, *, optimizer=None, loss_fn=None,
                  seed: int = 0, _resume_from: str | None = None) -> None:
         strategy = plan.strategy if isinstance(plan, Plan) else plan
         if not isinstance(strategy, Strategy):
             raise TypeError(f"Trainer(plan=...) takes a parallel.Plan or parallel.Strategy, "
                             f"got {type(plan).__name__}")
-        if not callable(model_fn) or not callable(optimizer) or not callable(loss_fn):
+        if not callable(model_fn) or any(f is not None and not callable(f) for f in (optimizer, loss_fn)):
             raise TypeError("Trainer(model_fn, mesh, plan, optimizer=, loss_fn=): model_fn, "
                             "optimizer (params -> torch.optim.Optimizer) and loss_fn "
-                            "((output, batch) -> loss tensor) must be callables")
+                            "((output, batch) -> loss tensor) must be callables; optimizer and "
+                            "loss_fn may be left out (see parallel.defaults)")
         strategy.check_size(len(mesh), f"the mesh {mesh.extent}")
         self.plan = plan if isinstance(plan, Plan) else None
         self.strategy = strategy
@@ -105,10 +106,14 @@ class Trainer:
         each process's peak tensor memory during this step (slower; see ``stats()``)."""
         s = self.strategy
         if s.pp > 1:
+            if isinstance(batch, dict):  # only language models' stages take dict batches
+                from .decoder import check_batch
+
+                check_batch(batch)
             batches.check_divisible(batch, s.replicas * s.microbatches,
                                     f"{s.replicas} data-parallel replicas x {s.microbatches} microbatches")
         else:
-            batches.check_divisible(batch, s.replicas, "data-parallel replicas (dp x fsdp)")
+            batches.check_divisible(batch, s.replicas, f"{s.replicas} data-parallel replicas (dp x fsdp)")
         args = (batch, True) if track_memory else (batch,)
         return self._call("step", args, lambda losses: _mean([v for v in losses if v is not None]))
 
@@ -133,7 +138,7 @@ class Trainer:
         return self._call("save", (path,), lambda values: None)
 
     @classmethod
-    def load(cls, path: str, mesh, model_fn, *, optimizer, loss_fn, plan=None,
+    def load(cls, path: str, mesh, model_fn, *, optimizer=None, loss_fn=None, plan=None,
              seed: int = 0) -> Trainer:
         """A Trainer on ``mesh`` resumed from ``save(path)`` (model and optimizer state):
         the saved plan unless ``plan`` is given (the checkpoint is resharded to fit)."""

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..mesh import Actor, current_rank, endpoint
 from . import batch as batches
+from .defaults import default_loss
 from .strategy import Strategy
 
 
@@ -19,7 +20,7 @@ class ParallelWorker(Actor):
         self.stage_layers = stage_layers  # a Plan's layer names per pipeline stage
         self.strategy = Strategy.from_dict(strategy)
         self.optimizer_fn = optimizer_fn
-        self.loss_fn = loss_fn
+        self.loss_fn = loss_fn or default_loss
         self.seed = seed
         self.model = None
 
@@ -29,6 +30,7 @@ class ParallelWorker(Actor):
         make the optimizer over this process's parameters."""
         import torch
 
+        from .defaults import make_optimizer
         from .wrap import device_mesh_for, parallelize
 
         s = self.strategy
@@ -43,28 +45,40 @@ class ParallelWorker(Actor):
         torch.manual_seed(self.seed)
         model = self.model_fn().to(self.device)
         self.pipeline = None
+        stage_output, shared = None, []
         if s.pp > 1:
-            model = self._my_stage(model)
+            model, shared = self._my_stage(model)
+            stage_output = getattr(model, "output", None)  # a language model's stage: logits -> outputs
         self.model, self.after_backward = parallelize(model, s, self.mesh)
-        self.optimizer = self.optimizer_fn(self.model.parameters())
+        if shared:
+            from .tied import TiedGradients
+
+            tied = TiedGradients(shared, s, self.rank, self.model)
+            if tied:
+                self.after_backward = _chain(tied, self.after_backward)
+        self.optimizer, self.scheduler = make_optimizer(self.optimizer_fn, self.model)
         if s.compile:
             self.model = torch.compile(self.model)
         if s.pp > 1:
             from .pipeline import PipelineRunner
 
             self.pipeline = PipelineRunner(self.model, self.coords["pp"], s.pp, s.microbatches, s.schedule,
-                                           self.mesh["pp"].get_group(), self.device, self.loss_fn)
+                                           self.mesh["pp"].get_group(), self.device, self.loss_fn,
+                                           output=stage_output)
         return {"rank": self.rank, "coords": self.coords, "pid": os.getpid(),
                 "local_params": sum(_local(p).numel() for p in self.model.parameters())}
 
     def _my_stage(self, model):
-        from .pipeline import even_starts, stage_module, starts_from_plan
+        from .pipeline import check_pipelinable, even_starts, stage_module, starts_from_plan
+        from .tied import shared_weights
 
+        check_pipelinable(model)
         if self.stage_layers:
             starts = starts_from_plan(model, self.stage_layers)
         else:
             starts = even_starts(model, self.strategy.pp)
-        return stage_module(model, starts, self.coords["pp"])
+        shared = shared_weights(model, starts)
+        return stage_module(model, starts, self.coords["pp"]), shared
 
     @endpoint
     def step(self, batch: Any, track_memory: bool = False) -> float | None:
@@ -87,6 +101,8 @@ class ParallelWorker(Actor):
         if self.after_backward is not None:
             self.after_backward()
         self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
         return value if self.coords["tp"] == 0 else None
 
     def _tracked(self, batch: Any) -> float | None:
@@ -114,11 +130,13 @@ class ParallelWorker(Actor):
         pipeline stage; None elsewhere. Every rank takes part: gathering is collective."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
+        from .gpt2_tp import hf_layout
+
         full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True))
         first_of_stage = all(v == 0 for d, v in self.coords.items() if d != "pp")
         if not first_of_stage:
             return None
-        return {k: v.detach().cpu().clone() for k, v in full.items()}
+        return hf_layout({k: v.detach().cpu().clone() for k, v in full.items()})
 
     @endpoint
     def save(self, path: str) -> None:
@@ -168,6 +186,16 @@ def _peak_rss() -> int:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def _chain(first, then):
+    if then is None:
+        return first
+
+    def both() -> None:
+        first()
+        then()
+    return both
 
 
 def _local(p):
