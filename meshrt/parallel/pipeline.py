@@ -2,6 +2,13 @@
 GPipe or 1F1B schedule (``torch.distributed.pipelining``), which moves activations
 and gradients between neighbouring stages with send/recv over the pp group.
 
+Why torch.distributed's send/recv and not the tensor engine: on GPUs it is NCCL,
+device to device, inside the schedule's own stream ordering. On a CPU host the
+engine copies faster (benchmarks/results/tensor.md: 7.0 GB/s against gloo's 1.2 GB/s
+at 1 MiB) but the activations are small beside the compute: the pipeline rows of
+benchmarks/parallel.py send 1.5 to 15 MiB per step, a few milliseconds of a step
+of hundreds, so a second transport beside the schedule's would not pay for itself.
+
 The stage module keeps the model's own parameter names (an ``nn.Sequential`` slice
 with its original child names, or a language model cut down by ``decoder``), so
 state dicts and checkpoints of all stages together read like the unsplit model's.

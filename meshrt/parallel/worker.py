@@ -94,8 +94,9 @@ class ParallelWorker(Actor):
         if self.pipeline is not None:
             value = self.pipeline.run(mine)
         else:
-            out = batches.forward(self.model, mine)
-            loss = self.loss_fn(out, mine)
+            # no name for the output: held here, it would outlive backward and add its
+            # size (the logits, often the largest activation) to the optimizer step's peak
+            loss = self.loss_fn(batches.forward(self.model, mine), mine)
             loss.backward()
             value = float(loss.detach().full_tensor() if hasattr(loss, "full_tensor") else loss.detach())
         if self.after_backward is not None:

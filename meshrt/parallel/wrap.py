@@ -1,6 +1,6 @@
 """Inside one process: turn the model into its parallel form with PyTorch's own machinery.
 
-- ``dp`` alone: ``DistributedDataParallel`` over the dp group.
+- ``dp`` alone: ``DistributedDataParallel`` over the dp group, gradients as bucket views.
 - ``fsdp``: FSDP2 ``fully_shard`` on every layer, then the root; with ``dp`` too, a
   2-D (replicate, shard) mesh: hybrid sharding.
 - ``tp``: DTensor ``parallelize_module`` with the pairs of ``tensor_plan``; then FSDP2
@@ -81,7 +81,11 @@ def parallelize(model: nn.Module, strategy: Strategy, mesh) -> tuple[nn.Module, 
     if strategy.dp > 1:
         from torch.nn.parallel import DistributedDataParallel
 
-        return DistributedDataParallel(model, process_group=mesh["dp"].get_group()), None
+        # Gradients as views into DDP's all-reduce buckets: no second copy of every
+        # gradient and no copy into and out of the buckets each step (off by default in
+        # PyTorch, which keeps grads their own tensors for code that detach_()es them).
+        return DistributedDataParallel(model, process_group=mesh["dp"].get_group(),
+                                       gradient_as_bucket_view=True), None
     return model, None
 
 
