@@ -374,3 +374,21 @@ def test_lightning_module_trains_like_one_process(rt, degrees):
     for name, value in module.state_dict().items():
         torch.testing.assert_close(state[name], value, rtol=1e-4, atol=1e-5, msg=name)
     procs.stop().get(timeout=30)
+
+
+@pytest.mark.timeout(240)
+def test_two_trainers_and_a_plan_on_one_mesh_take_turns(rt):
+    """Their collectives (process-group set-up, steps, link measurements) must reach every
+    process in one order: made at once, they would otherwise deadlock."""
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    data = batches()
+    first = parallel.Trainer(mlp, procs, Strategy(dp=2), optimizer=adamw, loss_fn=mse)
+    second = parallel.Trainer(mlp, procs, Strategy(fsdp=2), optimizer=adamw, loss_fn=mse)
+    steps = [t.step(b) for b in data for t in (first, second)]
+    plan = parallel.plan(mlp, procs, data[0], Strategy(tp=2), optimizer=adamw, loss_fn=mse)
+    want_losses, want_state = single_process(mlp, data)
+    losses = [f.get(timeout=120) for f in steps]
+    assert_same_training(losses[0::2], first.state_dict().get(timeout=60), want_losses, want_state)
+    assert_same_training(losses[1::2], second.state_dict().get(timeout=60), want_losses, want_state)
+    assert plan.strategy == Strategy(tp=2)
+    procs.stop().get(timeout=30)

@@ -9,9 +9,7 @@ library's own overheads.
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
-import threading
 import time
 
 from ..mesh import Actor, current_rank, endpoint
@@ -99,27 +97,22 @@ def plan(model_fn, mesh, sample_batch, strategy="auto", *, optimizer=None, loss_
 
     ``sample_batch`` is one global batch, as ``trainer.step`` will get it.
     ``strategy="auto"`` picks the degrees; a ``Strategy`` is priced and checked instead.
-    ``optimizer`` and ``loss_fn`` are the Trainer's (defaults: see ``defaults``); ``memory_per_process`` overrides the measured capacity.
+    ``optimizer`` and ``loss_fn`` are the Trainer's (defaults: see ``defaults``);
+    ``memory_per_process`` overrides the measured capacity.
     """
+    from . import lane
+    from .defaults import default_loss
+
     if not (strategy == "auto" or isinstance(strategy, Strategy)):
         raise TypeError(f"plan(strategy=...) takes 'auto' or a parallel.Strategy, got {strategy!r}")
     if isinstance(strategy, Strategy):
         strategy.check_size(len(mesh), f"the mesh {mesh.extent}")
     size = batches.batch_size(sample_batch)
-    from .defaults import default_loss
-
     loss_fn = loss_fn or default_loss
-    done: concurrent.futures.Future = concurrent.futures.Future()
-
-    def work():
-        try:
-            done.set_result(_measure(model_fn, mesh, sample_batch, optimizer, loss_fn, seed))
-        except BaseException as err:  # noqa: BLE001
-            done.set_exception(err)
-
-    # Blocking Future.get()s run on a thread of their own, so plan() may be called from
+    # Measured on the call thread of these processes (shared with any Trainer on them,
+    # whose collectives must not interleave with ours), so plan() may be called from
     # async code too (it blocks its caller, like any measurement would).
-    threading.Thread(target=work, name="meshrt-plan", daemon=True).start()
+    done = lane.submit(mesh, _measure, model_fn, mesh, sample_batch, optimizer, loss_fn, seed)
     measured = done.result()
     n = len(mesh)
     cap = memory_per_process or measured["cap"]

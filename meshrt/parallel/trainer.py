@@ -14,8 +14,6 @@ import concurrent.futures
 import itertools
 import json
 import os
-import queue
-import threading
 from typing import Any
 
 from .. import exceptions as exc
@@ -57,33 +55,18 @@ class Trainer:
         self._args = (model_fn, strategy.to_dict(), optimizer, loss_fn, seed, stage_layers)
         self._workers = None
         self._broken: BaseException | None = None
-        # One thread sends every call and waits for it, in the order they were made: the
-        # processes must all run the same collectives in the same order.
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=self._serve, name="meshrt-trainer", daemon=True).start()
+        # Calls go out one at a time, in the order they were made, from the call thread
+        # of these processes (shared with any other trainer on them): see lane.py.
         self._submit(self._bring_up, _resume_from)
 
-    # -- the calls' thread -------------------------------------------------------------------
-
-    def _serve(self) -> None:
-        while True:
-            job = self._queue.get()
-            if job is None:
-                return
-            fn, args, cf = job
-            if not cf.set_running_or_notify_cancel():
-                continue
-            try:
-                if self._broken is not None:
-                    raise self._broken
-                cf.set_result(fn(*args))
-            except BaseException as err:  # noqa: BLE001 - delivered to the caller
-                cf.set_exception(err)
-
     def _submit(self, fn, *args) -> concurrent.futures.Future:
-        cf: concurrent.futures.Future = concurrent.futures.Future()
-        self._queue.put((fn, args, cf))
-        return cf
+        from . import lane
+
+        def unless_broken(*a):
+            if self._broken is not None:
+                raise self._broken
+            return fn(*a)
+        return lane.submit(self._mesh, unless_broken, *args)
 
     def _bring_up(self, resume_from: str | None) -> list:
         try:
