@@ -255,7 +255,7 @@ def _merge(rows: list[dict], tokens: int) -> dict:
     """One row from a configuration's rounds: median step over all of them, peaks as maxima."""
     times = [t for r in rows for t in r["times"]]
     out = dict(rows[0])
-    out.update(times=times, step_s=statistics.median(times), tokens_per_s=tokens / statistics.median(times),
+    out.update(times=times, round_s=[r["step_s"] for r in rows], step_s=statistics.median(times), tokens_per_s=tokens / statistics.median(times),
                peak_mem=max(r["peak_mem"] for r in rows), peak_rss_growth=max(r["peak_rss_growth"] for r in rows),
                bytes_per_step=statistics.median(r["bytes_per_step"] for r in rows))
     chosen = sorted({r["chosen"] for r in rows if "chosen" in r})
@@ -302,7 +302,11 @@ def _report(rows, args, params) -> str:
         ("DP via meshrt vs plain DDP, bytes sent", dp["bytes_per_step"] / max(ddp["bytes_per_step"], 1), "info", None, False),
         ("FSDP via meshrt vs plain FSDP2, bytes sent", fs["bytes_per_step"] / max(fsdp["bytes_per_step"], 1), "info", None, False),
     ]
-    lines += ["", f"best hand-picked: {best['config']}; auto chose {auto.get('chosen', '?')}", "",
+    def per_round(a, b):  # tokens/s ratio a/b in each round: how much of a gap is the machine's noise
+        return ", ".join(f"{y / x:.2f}" for x, y in zip(a["round_s"], b["round_s"], strict=True))
+
+    lines += ["", f"best hand-picked: {best['config']}; auto chose {auto.get('chosen', '?')}",
+              f"per round, DP vs plain DDP: {per_round(dp, ddp)}; FSDP vs plain FSDP2: {per_round(fs, fsdp)}", "",
               "| target | measured | target |", "|---|--:|---|"]
     for name, value, text, bound, higher in checks:
         ok = "" if bound is None else " " + mark(value >= bound if higher else value <= bound)

@@ -50,6 +50,7 @@ class ParallelWorker(Actor):
             model, shared = self._my_stage(model)
             stage_output = getattr(model, "output", None)  # a language model's stage: logits -> outputs
         self.model, self.after_backward = parallelize(model, s, self.mesh)
+        self.grads_in_buckets = isinstance(self.model, torch.nn.parallel.DistributedDataParallel)
         if shared:
             from .tied import TiedGradients
 
@@ -90,7 +91,10 @@ class ParallelWorker(Actor):
         replica = self.coords["dp"] * s.fsdp + self.coords["fsdp"]
         mine = batches.to_device(batches.split(batch, s.replicas, replica), self.device)
         self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
+        # DDP's gradients are views into its all-reduce buckets: zeroing them in place lets
+        # backward accumulate straight into the buckets (set to None, each step would
+        # allocate fresh gradients and copy them in)
+        self.optimizer.zero_grad(set_to_none=not self.grads_in_buckets)
         if self.pipeline is not None:
             value = self.pipeline.run(mine)
         else:
