@@ -268,10 +268,11 @@ def test_gpt2_pipeline_plan_keeps_embeddings_with_the_first_block(rt):
 
 
 @pytest.mark.timeout(300)
-def test_compiled_stages_match_single_process(rt):
+@pytest.mark.parametrize("degrees", [dict(dp=2), dict(pp=2)], ids=["dp2", "pp2"])
+def test_compiled_stages_match_single_process(rt, degrees):
     pytest.importorskip("torch._inductor")
     procs = this_host().spawn_procs(per_host={"gpus": 2})
-    trainer = parallel.Trainer(mlp, procs, Strategy(dp=2, compile=True), optimizer=adamw, loss_fn=mse)
+    trainer = parallel.Trainer(mlp, procs, Strategy(**degrees, compile=True), optimizer=adamw, loss_fn=mse)
     data = batches()
     losses = [trainer.step(b).get(timeout=240) for b in data]
     assert_same_training(losses, trainer.state_dict().get(timeout=60), *single_process(mlp, data))
