@@ -190,6 +190,13 @@ def assert_same_lm_training(losses, state, want_losses, want_state):
         torch.testing.assert_close(state[name], want, rtol=1e-4, atol=1e-5, msg=name)
 
 
+def assert_lm_trains_like_one_process(model_fn, procs, plan, data):
+    trainer = parallel.Trainer(model_fn, procs, plan, optimizer=sgd, loss_fn=lm_loss)
+    losses = [trainer.step(b).get(timeout=120) for b in data]
+    assert_same_lm_training(losses, trainer.state_dict().get(timeout=60), *lm_single_process(model_fn, data))
+    procs.stop().get(timeout=30)
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("degrees", [dict(dp=4), dict(fsdp=4), dict(tp=2, dp=2), dict(tp=2, fsdp=2),
                                      dict(pp=2, dp=2, schedule="gpipe"), dict(pp=4, schedule="1f1b"),
@@ -204,10 +211,7 @@ def test_tiny_gpt2_matches_single_process(rt, degrees):
     procs = this_host().spawn_procs(per_host={"gpus": strategy.size})
     # SGD: Adam would turn the (mathematically zero) gradient of the key bias, noise at
     # the 1e-9 level that differs with the batch split, into full-size steps.
-    trainer = parallel.Trainer(tiny_gpt2, procs, strategy, optimizer=sgd, loss_fn=lm_loss)
-    losses = [trainer.step(b).get(timeout=120) for b in data]
-    assert_same_lm_training(losses, trainer.state_dict().get(timeout=60), *lm_single_process(tiny_gpt2, data))
-    procs.stop().get(timeout=30)
+    assert_lm_trains_like_one_process(tiny_gpt2, procs, strategy, data)
 
 
 class NotAChain(torch.nn.Module):
@@ -244,10 +248,7 @@ def test_tiny_gpt2_auto_plan_matches_single_process(rt):
     procs = this_host().spawn_procs(per_host={"gpus": 4})
     plan = parallel.plan(tiny_gpt2, procs, data[0], optimizer=sgd, loss_fn=lm_loss)
     assert "transformer.h.0" in str(plan) or plan.strategy.pp == 1
-    trainer = parallel.Trainer(tiny_gpt2, procs, plan, optimizer=sgd, loss_fn=lm_loss)
-    losses = [trainer.step(b).get(timeout=120) for b in data]
-    assert_same_lm_training(losses, trainer.state_dict().get(timeout=60), *lm_single_process(tiny_gpt2, data))
-    procs.stop().get(timeout=30)
+    assert_lm_trains_like_one_process(tiny_gpt2, procs, plan, data)
 
 
 @pytest.mark.timeout(240)
@@ -261,10 +262,7 @@ def test_gpt2_pipeline_plan_keeps_embeddings_with_the_first_block(rt):
     first, last = plan.stages[0]["layers"], plan.stages[-1]["layers"]
     assert first[0].startswith("transformer.wte+transformer.wpe+transformer.h.0")
     assert last[-1].endswith("+transformer.ln_f+lm_head")
-    trainer = parallel.Trainer(tiny_gpt2, procs, plan, optimizer=sgd, loss_fn=lm_loss)
-    losses = [trainer.step(b).get(timeout=120) for b in data]
-    assert_same_lm_training(losses, trainer.state_dict().get(timeout=60), *lm_single_process(tiny_gpt2, data))
-    procs.stop().get(timeout=30)
+    assert_lm_trains_like_one_process(tiny_gpt2, procs, plan, data)
 
 
 @pytest.mark.timeout(300)
@@ -297,10 +295,7 @@ def test_tiny_llama_with_tensor_parallelism_matches_single_process(rt):
     pytest.importorskip("transformers")
     data = lm_batches(4)
     procs = this_host().spawn_procs(per_host={"gpus": 2})
-    trainer = parallel.Trainer(tiny_llama, procs, Strategy(tp=2), optimizer=sgd, loss_fn=lm_loss)
-    losses = [trainer.step(b).get(timeout=120) for b in data]
-    assert_same_lm_training(losses, trainer.state_dict().get(timeout=60), *lm_single_process(tiny_llama, data))
-    procs.stop().get(timeout=30)
+    assert_lm_trains_like_one_process(tiny_llama, procs, Strategy(tp=2), data)
 
 
 @pytest.mark.timeout(240)
@@ -308,11 +303,7 @@ def test_tied_llama_pipeline_with_tensor_parallel_stages_matches_single_process(
     pytest.importorskip("transformers")
     data = lm_batches(7)
     procs = this_host().spawn_procs(per_host={"gpus": 4})
-    trainer = parallel.Trainer(tied_llama, procs, Strategy(pp=2, tp=2, microbatches=2), optimizer=sgd,
-                               loss_fn=lm_loss)
-    losses = [trainer.step(b).get(timeout=120) for b in data]
-    assert_same_lm_training(losses, trainer.state_dict().get(timeout=60), *lm_single_process(tied_llama, data))
-    procs.stop().get(timeout=30)
+    assert_lm_trains_like_one_process(tied_llama, procs, Strategy(pp=2, tp=2, microbatches=2), data)
 
 
 @pytest.mark.timeout(300)
