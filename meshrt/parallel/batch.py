@@ -13,7 +13,7 @@ import torch
 
 
 def forward(model, batch: Any):
-    from .defaults import unwrap
+    from .wrap import unwrap
 
     if getattr(unwrap(model), "whole_batch", False):  # parallel.lightning: training_step(batch)
         return model(batch)

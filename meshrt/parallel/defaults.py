@@ -13,6 +13,8 @@ import torch
 def make_optimizer(optimizer_fn, model: torch.nn.Module):
     """``(optimizer, lr scheduler or None)`` over the parameters as they are now (after
     sharding: FSDP and tensor parallelism replace them)."""
+    from .wrap import unwrap
+
     if optimizer_fn is not None:
         return optimizer_fn(model.parameters()), None
     inner = unwrap(model)
@@ -31,12 +33,6 @@ def default_loss(out: Any, batch: Any):
         raise TypeError(f"the model returned {type(out).__name__}, which has no loss; pass "
                         "loss_fn=(output, batch) -> loss tensor")
     return loss
-
-
-def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """The user's module inside DDP and torch.compile wrappers (FSDP2 keeps the module)."""
-    model = getattr(model, "module", model)  # DistributedDataParallel
-    return getattr(model, "_orig_mod", model)  # torch.compile
 
 
 def _lightning_optimizers(configured, owner: str):

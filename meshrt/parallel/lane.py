@@ -44,10 +44,14 @@ class Lane:
                 cf.set_exception(err)
 
 
-def submit(mesh, fn, *args) -> concurrent.futures.Future:
-    """Run ``fn(*args)`` on the mesh's processes' call thread, after every call already
-    submitted for them."""
-    key = tuple(sorted(id(mesh._procs[r]) for r in mesh._shape.ranks()))
+def key_of(mesh) -> tuple:
+    """Which processes a mesh holds: meshes (and slices) over the same ones share a lane."""
+    return tuple(sorted(id(mesh._procs[r]) for r in mesh._shape.ranks()))
+
+
+def submit(key: tuple, fn, *args) -> concurrent.futures.Future:
+    """Run ``fn(*args)`` on the call thread of the processes ``key`` names, after every
+    call already submitted for them."""
     cf: concurrent.futures.Future = concurrent.futures.Future()
     with _lock:
         lane = _lanes.get(key)

@@ -48,9 +48,11 @@ def stage_module(model: nn.Module, starts: list[int], stage: int) -> nn.Module:
 
 
 def check_pipelinable(model: nn.Module):
-    """The language-model family of a non-Sequential model; raises if it has none."""
-    family = None if isinstance(model, nn.Sequential) else family_of(model)
-    if family is None and not isinstance(model, nn.Sequential):
+    """None for an ``nn.Sequential``; a language model's family; raises for anything else."""
+    if isinstance(model, nn.Sequential):
+        return None
+    family = family_of(model)
+    if family is None:
         raise PipelineLayoutError(
             f"pipeline parallelism (pp > 1) needs an nn.Sequential model or a Hugging Face "
             f"GPT-2 or Llama-style language model in this version, got {type(model).__name__}; "

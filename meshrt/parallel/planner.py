@@ -112,7 +112,7 @@ def plan(model_fn, mesh, sample_batch, strategy="auto", *, optimizer=None, loss_
     # Measured on the call thread of these processes (shared with any Trainer on them,
     # whose collectives must not interleave with ours), so plan() may be called from
     # async code too (it blocks its caller, like any measurement would).
-    done = lane.submit(mesh, _measure, model_fn, mesh, sample_batch, optimizer, loss_fn, seed)
+    done = lane.submit(lane.key_of(mesh), _measure, model_fn, mesh, sample_batch, optimizer, loss_fn, seed)
     measured = done.result()
     n = len(mesh)
     cap = memory_per_process or measured["cap"]

@@ -65,29 +65,24 @@ def plan_for(model: nn.Module, tp: int) -> dict:
 
     from . import gpt2_tp
 
-    converted = gpt2_tp.pairs(model, tp)  # checked there
+    converted = gpt2_tp.pairs(model, tp)  # divisibility checked there
     pairs = linear_pairs(model)
-    if not pairs:
-        if converted:
-            return _plan(converted, ColwiseParallel, RowwiseParallel)
+    if not pairs and not converted:
         raise TensorParallelError(
             f"tp={tp}: found no Linear layers to split in {type(model).__name__} (looked for "
             "q/k/v_proj->o_proj, gate/up_proj->down_proj, fc1->fc2, c_fc->c_proj, GPT-2 blocks and Linear "
             "pairs in nn.Sequential); use dp/fsdp/pp instead"
         )
     modules = dict(model.named_modules())
-    plan: dict = {}
     for cols, row in pairs:
         for name in cols:
             _check_divisible(name, modules[name].out_features, "output features", tp)
-            plan[name] = ColwiseParallel()
         _check_divisible(row, modules[row].in_features, "input features", tp)
+    plan: dict = {}
+    for cols, row in pairs + converted:
+        plan.update({name: ColwiseParallel() for name in cols})
         plan[row] = RowwiseParallel()
-    return {**plan, **_plan(converted, ColwiseParallel, RowwiseParallel)}
-
-
-def _plan(pairs, col, row) -> dict:
-    return {**{c: col() for cols, _r in pairs for c in cols}, **{r: row() for _c, r in pairs}}
+    return plan
 
 
 def _check_divisible(name: str, n: int, what: str, tp: int) -> None:

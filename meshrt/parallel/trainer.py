@@ -20,6 +20,7 @@ from .. import exceptions as exc
 from .._private import state
 from ..mesh.future import Future
 from . import batch as batches
+from . import lane
 from .plan import Plan
 from .strategy import Strategy
 from .worker import ParallelWorker
@@ -57,16 +58,15 @@ class Trainer:
         self._broken: BaseException | None = None
         # Calls go out one at a time, in the order they were made, from the call thread
         # of these processes (shared with any other trainer on them): see lane.py.
+        self._lane = lane.key_of(mesh)
         self._submit(self._bring_up, _resume_from)
 
     def _submit(self, fn, *args) -> concurrent.futures.Future:
-        from . import lane
-
         def unless_broken(*a):
             if self._broken is not None:
                 raise self._broken
             return fn(*a)
-        return lane.submit(self._mesh, unless_broken, *args)
+        return lane.submit(self._lane, unless_broken, *args)
 
     def _bring_up(self, resume_from: str | None) -> list:
         try:

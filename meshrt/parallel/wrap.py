@@ -108,4 +108,7 @@ def _separately_shardable(model: nn.Module) -> list[nn.Module]:
 
 
 def unwrap(model: nn.Module) -> nn.Module:
-    return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+    """The user's module inside DDP and torch.compile wrappers (FSDP2 keeps the module)."""
+    if isinstance(model, nn.parallel.DistributedDataParallel):
+        model = model.module
+    return getattr(model, "_orig_mod", model)  # torch.compile
