@@ -33,19 +33,18 @@ class Family:
     blocks: str  # the ModuleList of repeated blocks
     first: tuple[str, ...]  # modules only the first stage runs
     last: tuple[str, ...]  # modules only the last stage runs
+    every: tuple[str, ...] = ()  # parameter-free modules every stage runs
 
 
 GPT2 = Family("GPT-2", "transformer.h", ("transformer.wte", "transformer.wpe"), ("transformer.ln_f", "lm_head"))
-LLAMA = Family("Llama", "model.layers", ("model.embed_tokens",), ("model.norm", "lm_head"))
+LLAMA = Family("Llama", "model.layers", ("model.embed_tokens",), ("model.norm", "lm_head"), ("model.rotary_emb",))
 
 
 def family_of(model: nn.Module) -> Family | None:
     if not hasattr(model, "config"):
         return None
     for family in (GPT2, LLAMA):
-        if all(_has(model, p) for p in (family.blocks, *family.first, *family.last)):
-            if family is LLAMA and not _has(model, "model.rotary_emb"):
-                continue
+        if all(_has(model, p) for p in (family.blocks, *family.first, *family.last, *family.every)):
             return family
     return None
 
