@@ -18,9 +18,10 @@ class ActorCalls:
     request_sync, send_controller, namespace, _make_returns, _note_child, _start_pending."""
 
     def call_actor(self, handle, method: str, args: tuple, kwargs: dict, num_returns: int,
-                   inline: bool = False) -> Any:
+                   inline: bool = False, direct: bool = True) -> Any:
         """``inline``: the actor is on another host, so large arguments travel in the
-        message instead of this host's store."""
+        message instead of this host's store. ``direct``: the call may leave from this
+        thread (False for a call to many actors behind one agent: one frame for all)."""
         if inline:
             payload, deps, pins = argpack.pack(args, kwargs, f"{handle._class_name}.{method}.remote()", None, None)
         else:
@@ -35,6 +36,11 @@ class ActorCalls:
         self.pending[task_id] = pt
         self._note_child(task_id)
         self.count_call(handle._actor_id, 1)
+        client = self.actor_clients.get(handle._actor_id)
+        if direct and client is not None and not deps and client.send_now(pt, self._unsubmitted):
+            return result
+        with self._calls_lock:
+            self._unsubmitted[handle._actor_id] = self._unsubmitted.get(handle._actor_id, 0) + 1
         self.io.post(self._submit_actor_call, handle._actor_id, handle._class_name, pt)
         return result
 
@@ -89,12 +95,26 @@ class ActorCalls:
         return ActorHandle(actor_id, meta, None, meta_blob)
 
     def kill_actor(self, actor_id: int, no_restart: bool) -> None:
+        client = self.actor_clients.get(actor_id)
+        if client is not None:
+            client.killed = True  # no call may leave ahead of the kill from now on
         self.io.post(self.send_controller, m.KillActor(actor_id, not no_restart, "it was killed by meshrt.kill()"))
 
     def _submit_actor_call(self, actor_id: int, class_name: str, pt: PendingTask) -> None:
         client = self.actor_client(actor_id, class_name)
         pt.client = client
-        client.submit(pt)
+        with client.lock:  # queued before send_now can see the count drop (call order)
+            with self._calls_lock:
+                left = self._unsubmitted[actor_id] - 1
+                if left:
+                    self._unsubmitted[actor_id] = left
+                else:
+                    del self._unsubmitted[actor_id]
+            client.submit(pt)
+
+    def direct_conn(self, peer: int):
+        """(connection, through_agent) a user thread may send to ``peer`` on, or None."""
+        return None
 
     def actor_client(self, actor_id: int, class_name: str = ""):
         client = self.actor_clients.get(actor_id)

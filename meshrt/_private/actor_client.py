@@ -10,6 +10,7 @@ incarnation if ``max_task_retries`` allows, and otherwise fail with ActorDiedErr
 from __future__ import annotations
 
 import collections
+import threading
 
 from . import messages as m
 
@@ -29,9 +30,32 @@ class ActorClient:
         self.creation_pins = None
         self.creation_args = None  # freed once the actor can never restart
         self.on_death = None  # (death payload, observed) -> None; meshes supervise through it
+        # The loop and, for send_now, user threads change inflight/queue/state: one at a
+        # time (reentrant: submit pumps, and a pump may fail calls that re-enter).
+        self.lock = threading.RLock()
+        self.killed = False  # kill() was called: later calls queue behind it on the loop
 
     def subscribe(self) -> None:
         self.core.send_controller(m.WatchActor(self.actor_id))
+
+    def send_now(self, pt, unsubmitted: dict) -> bool:
+        """Any thread: send a call with no ref arguments straight to the live actor,
+        without a turn of the core loop, when nothing of ours is ahead of it."""
+        with self.lock:
+            # (calls in flight: a burst, which the loop batches into fewer frames)
+            if (self.state != "alive" or self.queue or self.inflight or self.killed
+                    or unsubmitted.get(self.actor_id) or not self.core.io.caught_up()):
+                return False
+            route = self.core.direct_conn(self.worker_id)
+            if route is None:
+                return False
+            conn, through_agent = route
+            pt.client = self
+            pt.ready = pt.sent = True
+            self.inflight[pt.task_id] = pt
+            msg = m.ActorCall(pt.task_id, self.actor_id, pt.method, pt.args, (), pt.num_returns)
+            conn.send_from_thread(m.Relay(self.worker_id, self.core.worker_id, msg) if through_agent else msg)
+            return True
 
     def submit(self, pt) -> None:
         if self.state == "dead":
@@ -42,6 +66,10 @@ class ActorClient:
         self.core._start_pending(pt)
 
     def _pump(self) -> None:
+        with self.lock:
+            self._pump_locked()
+
+    def _pump_locked(self) -> None:
         if self.state != "alive":
             return
         core = self.core
@@ -75,12 +103,19 @@ class ActorClient:
         return True
 
     def on_state(self, st: m.ActorState) -> None:
+        with self.lock:
+            died = self._on_state_locked(st)
+        if died is not None and self.on_death is not None and not self.released:
+            self.on_death(*died)  # outside the lock: supervisors may call back in
+
+    def _on_state_locked(self, st: m.ActorState) -> None:
         if st.incarnation < self.incarnation:
             return
         if st.state == "alive":
             if self.state == "alive" and st.incarnation == self.incarnation:
                 return
             self.incarnation = st.incarnation
+            self.killed = False  # a new incarnation: the kill is behind us
             self.worker_id = st.worker_id
             self.core.note_address(st.worker_id, st.address)
             self.state = "alive"
@@ -108,8 +143,8 @@ class ActorClient:
             waiting, self.queue = list(self.queue), collections.deque()
             for pt in waiting:
                 self.core.fail_pending(pt, st.death)
-            if self.on_death is not None and not self.released:
-                self.on_death(st.death, bool(lost or waiting))
+            return st.death, bool(lost or waiting)
+        return None
 
     def release(self) -> None:
         """Every handle is gone: queue a terminate behind the calls already made."""

@@ -107,6 +107,13 @@ class DriverCore(Lending, Core):
         if conn is not None:
             conn.send(msg)
 
+    def direct_conn(self, peer: int):
+        agent = self.relay_for.get(peer)
+        conn = agent if agent is not None else self.worker_conns.get(peer)
+        if conn is None or not conn.open or conn.closed:
+            return None
+        return conn, agent is not None
+
     def worker_connected(self, worker_id: int, conn) -> None:
         self.worker_conns[worker_id] = conn
         w = self.controller.workers.get(worker_id)

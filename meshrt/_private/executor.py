@@ -37,6 +37,7 @@ from ..objstore.serialization import (
 from . import args as argpack
 from . import context, ids
 from . import messages as m
+from .helper_thread import HelperThread
 
 _CANCEL_SIGNAL = signal.SIGUSR1
 
@@ -80,7 +81,7 @@ class Executor:
         self.code: dict[int, Any] = {}
         self.instance: Any = None
         self.actor_spec: m.ActorSpec | None = None
-        self.pool: ThreadPoolExecutor | None = None
+        self.pool: ThreadPoolExecutor | HelperThread | None = None
         self.user_loop: asyncio.AbstractEventLoop | None = None
         self.async_tasks: dict[int, asyncio.Task] = {}
         self.semaphore: asyncio.Semaphore | None = None
@@ -127,7 +128,7 @@ class Executor:
                 # A plain method of an async actor: straight to its helper thread (one
                 # hop, not two through the loop), in arrival order like every call.
                 self.helper_submitted += 1
-                self.pool.submit(self._run_on_helper, call)
+                self.pool.post(self._run_on_helper, call)
                 return
             self._async_inbox.append(call)
             if not self._async_wake:
@@ -290,6 +291,8 @@ class Executor:
 
     def _finish(self, call: Call, packed, error=None) -> None:
         results, held = packed
+        if call.num_returns == 1 and self.core.reply_now(call, results, held):
+            return
         self.core.io.post(self.core.call_finished, call, results, held, error)
 
     # -- streaming ---------------------------------------------------------------------------
@@ -324,7 +327,7 @@ class Executor:
                 self.user_loop = _new_loop()
                 asyncio.set_event_loop(self.user_loop)
                 self.semaphore = asyncio.Semaphore(spec.max_concurrency)
-                self.pool = ThreadPoolExecutor(1, thread_name_prefix="meshrt-sync-method")
+                self.pool = HelperThread("meshrt-sync-method")
 
                 async def construct():
                     return cls(*args, **kwargs)

@@ -20,6 +20,9 @@ class MeshSupport:
         self.ports: dict[int, Any] = {}  # port id -> deliver(ref), for mesh Channels
         self.calls_out: dict[int, int] = {}  # actor id -> calls not answered yet (mesh choose())
         self._calls_lock = threading.Lock()
+        # actor id -> calls posted to the loop but not yet queued on their ActorClient:
+        # while any are, a user thread must not send a later call directly (order).
+        self._unsubmitted: dict[int, int] = {}
 
     def outstanding_calls(self, actor_id: int) -> int:
         """Calls this process made to an actor that have not been answered yet."""

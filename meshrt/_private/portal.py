@@ -30,6 +30,7 @@ class LoopThread:
         self.loop = _new_loop()
         self._inbox: collections.deque = collections.deque()
         self._wake_pending = False
+        self._draining = False
         self._ready = threading.Event()
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.thread_id: int | None = None
@@ -66,15 +67,23 @@ class LoopThread:
         # Clear the flag before emptying the inbox: a post that lands after the last
         # popleft sees the flag down and schedules another drain (no lost wake-up).
         self._wake_pending = False
+        self._draining = True
         inbox = self._inbox
-        while inbox:
-            fn, args = inbox.popleft()
-            try:
-                fn(*args)
-            except Exception:  # a bug in one handler must not stop the loop
-                import logging
+        try:
+            while inbox:
+                fn, args = inbox.popleft()
+                try:
+                    fn(*args)
+                except Exception:  # a bug in one handler must not stop the loop
+                    import logging
 
-                logging.getLogger("meshrt").exception("meshrt: error in core loop callback")
+                    logging.getLogger("meshrt").exception("meshrt: error in core loop callback")
+        finally:
+            self._draining = False
+
+    def caught_up(self) -> bool:
+        """Everything posted so far has run (so a message sent now cannot overtake it)."""
+        return not self._inbox and not self._draining
 
     def run_sync(self, coro, timeout: float | None = None) -> Any:
         """Run a coroutine on the loop and block the calling (non-loop) thread for it."""

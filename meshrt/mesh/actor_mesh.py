@@ -70,6 +70,14 @@ class ActorMesh(Shaped):
             points = self._point_cache = [Point(where[r], extent) for r in self._shape.ranks()]
         return points
 
+    def _dense(self) -> Shape:
+        """The replies' layout: this mesh's dims, densely numbered (made once)."""
+        dense = self.__dict__.get("_dense_cache")
+        if dense is None:
+            extent = self._shape.extent
+            dense = self._dense_cache = Shape.dense(extent.labels, extent.sizes)
+        return dense
+
     def _origin_index(self) -> dict[int, int]:
         """Process rank -> the actor's index in the mesh as spawned (computed once)."""
         where = self.__dict__.get("_origin_cache")
@@ -155,6 +163,7 @@ class Endpoint:
         # depending on its result.
         spawned = mesh._spawned if mesh._state is None else None
         where = mesh._origin_index() if spawned else None
+        batch = len(ranks) > 1 and any(remote)  # one frame per agent, made by the core loop
         refs = []
         for i, rank in enumerate(ranks):
             message_rank = i if local is None else local.index(rank)
@@ -163,7 +172,8 @@ class Endpoint:
             # (top-level) ref would be resolved here and its bytes sent in the message.
             sent = [packed] if shared and remote[i] else packed
             refs.append(core.call_actor(procs[rank], self._target, (mesh._name, self._name, message_rank, labels,
-                                                                    sizes, sent, ready), {}, 1, inline=remote[i]))
+                                                                    sizes, sent, ready), {}, 1, inline=remote[i],
+                                        direct=not batch))
         return refs
 
     def call(self, *args, **kwargs) -> Future:
@@ -171,9 +181,8 @@ class Endpoint:
         self._check(args, kwargs)
         mesh = self._mesh
         refs = self._send(mesh._shape.ranks(), args, kwargs)
-        extent = mesh.extent
-        return _gather(mesh, refs, mesh._points(), self._name,
-                       build=lambda values: ValueMesh(Shape.dense(extent.labels, extent.sizes), values))
+        dense = mesh._dense()
+        return _gather(mesh, refs, mesh._points(), self._name, build=lambda values: ValueMesh(dense, values))
 
     def call_one(self, *args, **kwargs) -> Future:
         """The mesh must hold exactly one actor; resolves to its reply."""
@@ -265,6 +274,10 @@ def _gather(mesh: ActorMesh, refs: list, points: list, endpoint: str | None, bui
     build = build or list
 
     def values_in_order(core) -> list:
+        try:
+            return core.get(refs, 0)  # all at once; on a failure, find which point failed
+        except Exception:  # noqa: BLE001
+            pass
         values = []
         for ref, point in zip(refs, points, strict=True):
             try:

@@ -9,6 +9,7 @@ the dimension; a Python slice keeps it, as in Monarch.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator, Mapping
 
 
@@ -132,7 +133,7 @@ class Shape:
         return self._extent
 
     def __len__(self) -> int:
-        return len(self.ranks())
+        return len(self._ranks) if self._ranks is not None else math.prod(self.sizes)
 
     def ranks(self) -> list[int]:
         """The underlying ranks this shape covers, in row-major order of its dims."""

@@ -137,6 +137,9 @@ class RemoteBackend:
     def unpin_later(self, key: int) -> None:
         self._unpins.append(key)
 
+    def has_unpins(self) -> bool:
+        return bool(self._unpins)
+
     def free(self, key: int) -> None:
         from .._private import messages as m
 
