@@ -121,12 +121,24 @@ def run_agent(args) -> int:
     agent = Agent("tcp:" + address.removeprefix("tcp:"), token, name, resources,
                   int(resources["object_store_memory"]))
     try:
-        return asyncio.run(agent.run())
+        # uvloop, as in every other meshrt process: the agent relays every message of
+        # its host, and the default loop's Python transports cost several times more.
+        with asyncio.Runner(loop_factory=_new_loop()) as runner:
+            return runner.run(agent.run())
     except KeyboardInterrupt:
         return 130
     except Exception as err:  # noqa: BLE001 - a clear line instead of a traceback
         print(f"meshrt agent: {err}", file=sys.stderr)
         return 1
+
+
+def _new_loop():
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
+        return asyncio.new_event_loop
 
 
 if __name__ == "__main__":

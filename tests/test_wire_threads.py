@@ -1,0 +1,75 @@
+"""Frames sent from a thread other than the connection's loop (an actor's reply from
+the thread that ran the call) arrive whole and in order, also when the socket cannot
+take a frame in one write."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import threading
+
+from meshrt._private import wire
+
+TOKEN = b"t" * 32
+
+
+async def _pair(received: list, enough: asyncio.Event, count: int):
+    address = wire.new_unix_address("threads")
+
+    def on_messages(conn, msgs):
+        received.extend(msgs)
+        if len(received) >= count:
+            enough.set()
+
+    server = await wire.listen(address, TOKEN, lambda: {"on_messages": on_messages})
+    client = await wire.connect(address, TOKEN)
+    return server, client
+
+
+async def test_thread_sends_interleave_with_loop_sends_in_order():
+    received: list = []
+    enough = asyncio.Event()
+    n = 400
+    server, client = await _pair(received, enough, n + 1)
+    try:
+        def from_thread():
+            for i in range(n):
+                client.send_from_thread(("thread", i))
+
+        worker = threading.Thread(target=from_thread)
+        worker.start()
+        await asyncio.to_thread(worker.join)
+        client.send(("loop", "last"))  # sent after every thread send: arrives after them
+        await asyncio.wait_for(enough.wait(), 30)
+        assert [m for m in received if m[0] == "thread"] == [("thread", i) for i in range(n)]
+        assert received[-1] == ("loop", "last")
+    finally:
+        client.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_thread_send_larger_than_the_socket_buffer_arrives_whole():
+    received: list = []
+    enough = asyncio.Event()
+    server, client = await _pair(received, enough, 3)
+    try:
+        big = bytes(range(256)) * (64 << 10)  # 16 MiB: more than one write takes
+        done = threading.Event()
+
+        def from_thread():
+            client.send_from_thread(("big", pickle.PickleBuffer(big)))
+            client.send_from_thread(("after", 1))  # queued behind the unsent tail
+            done.set()
+
+        threading.Thread(target=from_thread).start()
+        await asyncio.to_thread(done.wait, 30)
+        client.send(("loop", 2))
+        await asyncio.wait_for(enough.wait(), 30)
+        assert received[0][0] == "big" and bytes(received[0][1]) == big
+        assert received[1:] == [("after", 1), ("loop", 2)]
+        assert client._stalled is None and not client._outbox
+    finally:
+        client.close()
+        server.close()
+        await server.wait_closed()
