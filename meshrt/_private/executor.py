@@ -11,7 +11,9 @@ code runs:
   ``max_concurrency`` coroutines at once; their plain ``def`` methods go to one
   helper thread, so a slow sync method never stalls the loop.
 
-Results are serialized on the executing thread and handed to the core loop.
+Results are serialized on the executing thread. A plain reply (no refs, no store
+blocks) is written to the caller's connection from that thread (``reply_now``);
+anything else is handed to the core loop, which settles refs and pins first.
 """
 
 from __future__ import annotations
