@@ -238,6 +238,27 @@ async def test_channel_ports_deliver_later_and_from_elsewhere(rt):
     await procs.stop()
 
 
+class SendsThenReturns(Actor):
+    @endpoint
+    def send_then_return(self, port, n):
+        for i in range(n):
+            port.send(i)
+        return "done"
+
+
+async def test_port_values_sent_before_returning_arrive_before_the_reply(rt):
+    # One sender, one receiver: FIFO, even though a plain reply leaves from the
+    # endpoint's own thread while Port values go through the process's core loop.
+    port, receiver = Channel.open()
+    procs = this_host().spawn_procs(per_host={"procs": 1})
+    senders = procs.spawn("s", SendsThenReturns)
+    for _ in range(20):
+        assert await senders.send_then_return.call_one(port, 3) == "done"
+        got = await asyncio.to_thread(lambda: [receiver.recv().get(0) for _ in range(3)])
+        assert got == [0, 1, 2]
+    await procs.stop()
+
+
 async def test_big_arguments_travel_once_through_the_store(rt):
     import numpy as np
 

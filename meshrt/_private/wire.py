@@ -108,15 +108,24 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        # Our own descriptor of the socket for send_from_thread: the loop's may be closed
+        # (and its number reused by another file) before connection_lost tells us.
         sock = transport.get_extra_info("socket")
-        self._fd = sock.fileno() if sock is not None else None
+        try:
+            self._fd = os.dup(sock.fileno()) if sock is not None else None
+        except OSError:
+            self._fd = None
         self._hs_timer = self._loop.call_later(HANDSHAKE_TIMEOUT_S, self._handshake_timeout)
         if self.server_side:
             transport.write(MAGIC + self._nonce)
 
     def connection_lost(self, exc) -> None:
-        self.closed = True
-        self.open = False
+        with self._wlock:
+            self.closed = True
+            self.open = False
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
         if self._hs_timer is not None:
             self._hs_timer.cancel()
         if self.on_close is not None:

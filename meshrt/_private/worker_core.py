@@ -284,7 +284,8 @@ class WorkerCore(Core):
             if payload.refs or payload.shm is not None or (lending and payload.buffers):
                 return False
         call.held = None
-        if self.table.deltas or self._check or self._release_batch or (
+        # Whatever the call posted (a Port value, a ref release) must leave first.
+        if not self.io.caught_up() or self.table.deltas or self._check or self._release_batch or (
                 self.store is not None and self.store_backend.has_unpins()):
             return False
         conn = self._reply_conn(call.dest)
