@@ -427,6 +427,17 @@ def foreign_cpu_busy(interval=1.0):
         return None
 
 
+def wait_until_idle(limit_pct: float = 15.0, max_wait: float = 30.0) -> float | None:
+    """Wait (at most ``max_wait`` s) until the machine's CPU is mostly idle: a runtime
+    that just shut down (Ray's raylet and GCS, say) can keep a core busy for seconds
+    and slow whatever runs next. Returns the last busy % seen."""
+    end = time.monotonic() + max_wait
+    while True:
+        busy = foreign_cpu_busy(0.5)
+        if busy is None or busy < limit_pct or time.monotonic() > end:
+            return busy
+
+
 # ---------------------------------------------------------------------------
 # Report layout: the text table, its footer, the markdown page
 # ---------------------------------------------------------------------------

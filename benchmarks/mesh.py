@@ -5,8 +5,9 @@
     python benchmarks/mesh.py --backend meshrt --repeat 1
     python benchmarks/mesh.py --markdown benchmarks/results/mesh.md
 
-Each repetition runs each backend in a fresh child process
-(``benchmarks/mesh.py --child --backend X``). meshrt and Monarch run the very
+Each round runs each backend once, one after the other, in a fresh child process
+(``benchmarks/mesh.py --child --backend X``); ratios are taken within a round and
+the table shows their median and range. meshrt and Monarch run the very
 same Monarch-style code (``from meshrt import Actor, endpoint, this_host`` or
 ``from monarch.actor import ...``); Ray runs the closest equivalent: a list of
 actors, ``.remote()`` on each and ``ray.get``/``await`` on the refs.
@@ -244,28 +245,50 @@ def version(backend: str) -> str | None:
 
 
 def parent(args) -> dict:
+    """Repetitions interleave the backends (meshrt, monarch, ray, meshrt, ...), so each
+    round's runs are close in time and a ratio is taken within a round: this machine's
+    speed drifts by tens of percent over minutes."""
     report = {"command": "python benchmarks/mesh.py " + " ".join(sys.argv[1:]), "machine": bl.machine_info(),
               "args": {"repeat": args.repeat, "quick": False}, "backends": {}}
     for backend in args.backend:
-        runs = []
-        busy = bl.foreign_cpu_busy()
-        for rep in range(args.repeat):
+        report["backends"][backend] = {"version": version(backend), "runs": [],
+                                       "runs_meta": [{"cpu_busy_before_pct": bl.foreign_cpu_busy()}]}
+    for rep in range(args.repeat):
+        for backend in args.backend:
             out = os.path.join("/tmp", f"mesh-bench-{os.getpid()}-{backend}-{rep}.json")
             cmd = [sys.executable, __file__, "--child", "--backend", backend, "--json-out", out]
             env = dict(os.environ, MESHRT_TOKEN=os.urandom(16).hex())  # for the agents
             if backend == "meshrt" and rep == 0:
                 cmd.append("--scaling")
-            bl_log(f"{backend} repetition {rep + 1}/{args.repeat}")
+            busy = bl.wait_until_idle()  # the previous backend's processes may still be exiting
+            bl_log(f"round {rep + 1}/{args.repeat}: {backend} (CPU busy before: {busy}%)")
             proc = subprocess.run(cmd, timeout=args.timeout, stdout=sys.stderr, env=env)
             if proc.returncode != 0 or not os.path.exists(out):
                 bl_log(f"{backend} failed (exit {proc.returncode})")
                 continue
             with open(out) as f:
-                runs.append(json.load(f))
+                run = json.load(f)
             os.unlink(out)
-        report["backends"][backend] = {"version": version(backend), "runs": runs,
-                                       "runs_meta": [{"cpu_busy_before_pct": busy}]}
+            run["round"] = rep
+            if busy is not None:
+                run["cpu_busy_before_pct"] = busy
+            report["backends"][backend]["runs"].append(run)
     return report
+
+
+def round_ratios(report: dict, key: str, higher: bool) -> list[float]:
+    """meshrt's improvement over Monarch in each round where both ran."""
+    by_round = {}
+    for backend in ("meshrt", "monarch"):
+        for run in report["backends"].get(backend, {}).get("runs") or []:
+            if key in run and "round" in run:
+                by_round.setdefault(run["round"], {})[backend] = run[key]
+    ratios = []
+    for pair in by_round.values():
+        mine, theirs = pair.get("meshrt"), pair.get("monarch")
+        if mine and theirs:
+            ratios.append(mine / theirs if higher else theirs / mine)
+    return ratios
 
 
 def bl_log(msg: str) -> None:
@@ -281,15 +304,19 @@ def medians(report: dict, backend: str) -> dict:
 
 def rows(report: dict) -> tuple[list[str], list[list[str]]]:
     m = {b: medians(report, b) for b in report["backends"]}
-    header = ["metric", "meshrt", "monarch", "ray", "meshrt vs monarch (>1 = meshrt better)", "target"]
+    header = ["metric", "meshrt", "monarch", "ray", "meshrt vs monarch, median of rounds (range)", "target"]
     out = []
     for key, label, higher, target, text in METRICS:
         vals = [m.get(b, {}).get(key) for b in BACKENDS]
-        r = None
-        if vals[0] and vals[1]:
+        per_round = round_ratios(report, key, higher)
+        r = statistics.median(per_round) if per_round else None
+        if r is None and vals[0] and vals[1]:  # a report from before rounds were paired
             r = vals[0] / vals[1] if higher else vals[1] / vals[0]
         mark = "" if r is None else (" [ok]" if r >= target else " [MISS]")
-        out.append([label] + [_fmt(v) for v in vals] + ["-" if r is None else bl.ratio_text(r), text + mark])
+        cell = "-" if r is None else bl.ratio_text(r)
+        if len(per_round) > 1:
+            cell += f" ({min(per_round):.2f}-{max(per_round):.2f})"
+        out.append([label] + [_fmt(v) for v in vals] + [cell, text + mark])
     mine = m.get("meshrt", {})
     base = mine.get("scale_4_1_ms")
     for where, n_agents in [("this host", 0)] + [(f"{a} agent(s)", a) for a in AGENTS]:
@@ -328,8 +355,9 @@ def markdown(report: dict) -> str:
              f"- Date: {mi['date']}",
              f"- Machine: {mi['cores']} cores ({mi['cpu']}), {mi['mem_gib']} GiB RAM, {mi['platform']}",
              f"- Python: {mi['python']}; {versions}",
-             f"- Method: medians over {report['args']['repeat']} fresh child process(es) per backend; "
-             "see the docstring of benchmarks/mesh.py", "",
+             f"- Method: {report['args']['repeat']} rounds, each running every backend once in a fresh "
+             "child process; values are medians over rounds, the ratio (>1 = meshrt better) is the "
+             "median of the ratios within each round; see the docstring of benchmarks/mesh.py", "",
              "| " + " | ".join(header) + " |", "|---|--:|--:|--:|--:|---|"]
     for r in body:
         lines.append("| " + " | ".join(c.replace(">=", "≥").replace("[ok]", "✅").replace("[MISS]", "❌")
