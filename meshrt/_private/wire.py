@@ -373,13 +373,23 @@ class Connection(asyncio.BufferedProtocol):
 
     def close(self) -> None:
         if self.transport is not None and not self.closed:
-            if self._outbox and self.open:
+            if (self._outbox or self._stalled) and self.open:
                 self._flush()
+            self._drop_thread_fd()
             self.transport.close()
 
     def abort(self) -> None:
         if self.transport is not None and not self.closed:
+            self._drop_thread_fd()
             self.transport.abort()
+
+    def _drop_thread_fd(self) -> None:
+        """No more writes from other threads: close our duplicate of the socket now, so
+        the peer sees the end even if the loop stops before ``connection_lost``."""
+        with self._wlock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
 
 class _Reject(Exception):
