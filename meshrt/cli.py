@@ -123,8 +123,7 @@ def run_agent(args) -> int:
     try:
         # uvloop, as in every other meshrt process: the agent relays every message of
         # its host, and the default loop's Python transports cost several times more.
-        with asyncio.Runner(loop_factory=_new_loop()) as runner:
-            return runner.run(agent.run())
+        return _run(agent.run())
     except KeyboardInterrupt:
         return 130
     except Exception as err:  # noqa: BLE001 - a clear line instead of a traceback
@@ -132,13 +131,12 @@ def run_agent(args) -> int:
         return 1
 
 
-def _new_loop():
+def _run(coro):
     try:
         import uvloop
-
-        return uvloop.new_event_loop
     except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
-        return asyncio.new_event_loop
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 if __name__ == "__main__":

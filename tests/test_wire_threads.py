@@ -73,3 +73,28 @@ async def test_thread_send_larger_than_the_socket_buffer_arrives_whole():
         client.close()
         server.close()
         await server.wait_closed()
+
+
+async def test_thread_send_with_more_buffers_than_one_writev_takes():
+    received: list = []
+    enough = asyncio.Event()
+    server, client = await _pair(received, enough, 2)
+    try:
+        parts = [bytes([i % 256]) * (64 << 10) for i in range(1100)]  # > IOV_MAX pieces
+        done = threading.Event()
+
+        def from_thread():
+            client.send_from_thread(("parts", [pickle.PickleBuffer(p) for p in parts]))
+            client.send_from_thread(("after", 1))
+            done.set()
+
+        threading.Thread(target=from_thread).start()
+        await asyncio.to_thread(done.wait, 30)
+        await asyncio.wait_for(enough.wait(), 60)
+        tag, got = received[0]
+        assert tag == "parts" and [bytes(g) for g in got] == parts
+        assert received[1] == ("after", 1)
+    finally:
+        client.close()
+        server.close()
+        await server.wait_closed()

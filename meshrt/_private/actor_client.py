@@ -52,9 +52,14 @@ class ActorClient:
             conn, through_agent = route
             pt.client = self
             pt.ready = pt.sent = True
-            self.inflight[pt.task_id] = pt
+            self.inflight[pt.task_id] = pt  # before sending: the reply may come back at once
             msg = m.ActorCall(pt.task_id, self.actor_id, pt.method, pt.args, (), pt.num_returns)
-            conn.send_from_thread(m.Relay(self.worker_id, self.core.worker_id, msg) if through_agent else msg)
+            try:  # raises only before anything was written: the loop path then takes it
+                conn.send_from_thread(m.Relay(self.worker_id, self.core.worker_id, msg) if through_agent else msg)
+            except Exception:  # noqa: BLE001
+                self.inflight.pop(pt.task_id, None)
+                pt.ready = pt.sent = False
+                return False
             return True
 
     def submit(self, pt) -> None:

@@ -53,6 +53,7 @@ class Agent:
 
     async def run(self) -> int:
         """Serve until the head goes away; returns the process exit code."""
+        procutil.raise_open_file_limit()
         procutil.freeze_imports_out_of_gc()
         loop = asyncio.get_running_loop()
         self.loop = loop

@@ -64,10 +64,10 @@ class PeerChannel:
         self.connecting = False
         if self.conn is not None and not self.conn.closed:
             return  # keep the first: switching would reorder messages
-        self.conn = conn
         queued, self.queue = self.queue, []
-        for msg in queued:
+        for msg in queued:  # queued first: a reply sent from another thread comes after
             conn.send(msg)
+        self.conn = conn
 
     def closed(self, conn) -> None:
         if self.conn is conn:

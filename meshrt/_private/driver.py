@@ -279,9 +279,10 @@ def init(
 
             core = LocalCore(config)
         else:
-            from .procutil import freeze_imports_out_of_gc
+            from .procutil import freeze_imports_out_of_gc, raise_open_file_limit
             from .spawn import fork_zygote_if_safe
 
+            raise_open_file_limit()
             freeze_imports_out_of_gc()
             config["preforked_zygote"] = fork_zygote_if_safe()  # before our first thread
             io = LoopThread("meshrt-controller")

@@ -293,8 +293,11 @@ class Executor:
 
     def _finish(self, call: Call, packed, error=None) -> None:
         results, held = packed
-        if call.num_returns == 1 and self.core.reply_now(call, results, held):
-            return
+        try:  # reply_now raises only before writing anything: the loop then sends it
+            if call.num_returns == 1 and self.core.reply_now(call, results, held):
+                return
+        except Exception:  # noqa: BLE001
+            pass
         self.core.io.post(self.core.call_finished, call, results, held, error)
 
     # -- streaming ---------------------------------------------------------------------------

@@ -41,3 +41,18 @@ def freeze_imports_out_of_gc() -> None:
         import gc
 
         gc.freeze()
+
+
+def raise_open_file_limit(target: int = 65536) -> None:
+    """Raise the soft limit on open files towards the hard one: every connection holds
+    two descriptors (the event loop's and the duplicate other threads write through),
+    so a driver talking to a few hundred processes would pass the usual 1024."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = target if hard == resource.RLIM_INFINITY else min(hard, target)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (ImportError, ValueError, OSError):  # not POSIX, or not allowed: keep the limit
+        pass

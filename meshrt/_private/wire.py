@@ -44,6 +44,7 @@ HANDSHAKE_TIMEOUT_S = 10.0
 _PREFIX = struct.Struct("<II")
 _SMALL_FRAME = 1 << 20  # frames larger than this get a buffer of their own
 _INBAND_LIMIT = 64 * 1024
+_MAX_IOV = 512  # pieces one writev from a thread may take (Linux allows 1024)
 _MAX_HEADER = 1 << 30
 
 
@@ -91,6 +92,7 @@ class Connection(asyncio.BufferedProtocol):
         self._wlock = threading.Lock()
         self._stalled: list | None = None
         self._fd: int | None = None
+        self._closing = False  # close() or abort() was called
         # receive state
         self._buf = bytearray(256 * 1024)
         self._start = 0
@@ -316,32 +318,38 @@ class Connection(asyncio.BufferedProtocol):
         from this thread: the loop is not woken, which on a small machine costs more
         than the write itself. Otherwise the message queues behind the others."""
         with self._wlock:
-            if self.closed:
+            if self.closed or self._closing:
                 return
             if (self.open and self._fd is not None and not self._outbox and not self._flush_pending
                     and self._stalled is None and self.transport.get_write_buffer_size() == 0):
                 chunks = self._frame([msg])
-                try:
-                    written = os.writev(self._fd, chunks)
-                except (BlockingIOError, InterruptedError):
-                    written = 0
-                except OSError:  # the peer is gone: the loop sees the close and cleans up
-                    return
+                written = 0
+                if len(chunks) <= _MAX_IOV:  # (longer frames: the loop's transport splits them)
+                    try:
+                        written = os.writev(self._fd, chunks)
+                    except OSError:  # full, interrupted, or the peer is gone: the loop
+                        written = 0  # writes it, or reports the error and closes
                 rest = _unsent(chunks, written)
                 if rest:
                     self._stalled = rest
-                    self._flush_pending = True
-                    self._loop.call_soon_threadsafe(self._flush)
+                    self._schedule_flush()
                 return
             self._outbox.append(msg)
             if not self._flush_pending and self.open:
-                self._flush_pending = True
-                self._loop.call_soon_threadsafe(self._flush)
+                self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        """Off the loop, with the write lock held: have the loop flush soon."""
+        self._flush_pending = True
+        try:
+            self._loop.call_soon_threadsafe(self._flush)
+        except RuntimeError:  # the loop is closed: so is this connection
+            self._flush_pending = False
 
     def _flush(self) -> None:
         with self._wlock:
             self._flush_pending = False
-            if self.closed or not self.open:
+            if self.closed or self._closing or not self.open:
                 return
             if self._stalled is not None:
                 stalled, self._stalled = self._stalled, None
@@ -384,9 +392,10 @@ class Connection(asyncio.BufferedProtocol):
             self.transport.abort()
 
     def _drop_thread_fd(self) -> None:
-        """No more writes from other threads: close our duplicate of the socket now, so
-        the peer sees the end even if the loop stops before ``connection_lost``."""
+        """No more writes (a close was asked for): close our duplicate of the socket now,
+        so the peer sees the end even if the loop stops before ``connection_lost``."""
         with self._wlock:
+            self._closing = True
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
