@@ -5,6 +5,7 @@ take a frame in one write."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import pickle
 import threading
 
@@ -13,7 +14,12 @@ from meshrt._private import wire
 TOKEN = b"t" * 32
 
 
-async def _pair(received: list, enough: asyncio.Event, count: int):
+@contextlib.asynccontextmanager
+async def _connected(count: int):
+    """A client connection to a server that collects what it receives; ``enough`` is set
+    once ``count`` messages have arrived."""
+    received: list = []
+    enough = asyncio.Event()
     address = wire.new_unix_address("threads")
 
     def on_messages(conn, msgs):
@@ -23,78 +29,61 @@ async def _pair(received: list, enough: asyncio.Event, count: int):
 
     server = await wire.listen(address, TOKEN, lambda: {"on_messages": on_messages})
     client = await wire.connect(address, TOKEN)
-    return server, client
-
-
-async def test_thread_sends_interleave_with_loop_sends_in_order():
-    received: list = []
-    enough = asyncio.Event()
-    n = 400
-    server, client = await _pair(received, enough, n + 1)
     try:
-        def from_thread():
-            for i in range(n):
-                client.send_from_thread(("thread", i))
-
-        worker = threading.Thread(target=from_thread)
-        worker.start()
-        await asyncio.to_thread(worker.join)
-        client.send(("loop", "last"))  # sent after every thread send: arrives after them
-        await asyncio.wait_for(enough.wait(), 30)
-        assert [m for m in received if m[0] == "thread"] == [("thread", i) for i in range(n)]
-        assert received[-1] == ("loop", "last")
+        yield client, received, enough
     finally:
         client.close()
         server.close()
         await server.wait_closed()
 
 
+async def _on_a_thread(fn) -> None:
+    """Run ``fn`` on a thread of its own (not the loop's) and wait for it."""
+    thread = threading.Thread(target=fn)
+    thread.start()
+    await asyncio.to_thread(thread.join, 30)
+
+
+async def test_thread_sends_interleave_with_loop_sends_in_order():
+    n = 400
+    async with _connected(n + 1) as (client, received, enough):
+        def from_thread():
+            for i in range(n):
+                client.send_from_thread(("thread", i))
+
+        await _on_a_thread(from_thread)
+        client.send(("loop", "last"))  # sent after every thread send: arrives after them
+        await asyncio.wait_for(enough.wait(), 30)
+        assert [m for m in received if m[0] == "thread"] == [("thread", i) for i in range(n)]
+        assert received[-1] == ("loop", "last")
+
+
 async def test_thread_send_larger_than_the_socket_buffer_arrives_whole():
-    received: list = []
-    enough = asyncio.Event()
-    server, client = await _pair(received, enough, 3)
-    try:
+    async with _connected(3) as (client, received, enough):
         big = bytes(range(256)) * (64 << 10)  # 16 MiB: more than one write takes
-        done = threading.Event()
 
         def from_thread():
             client.send_from_thread(("big", pickle.PickleBuffer(big)))
             client.send_from_thread(("after", 1))  # queued behind the unsent tail
-            done.set()
 
-        threading.Thread(target=from_thread).start()
-        await asyncio.to_thread(done.wait, 30)
+        await _on_a_thread(from_thread)
         client.send(("loop", 2))
         await asyncio.wait_for(enough.wait(), 30)
         assert received[0][0] == "big" and bytes(received[0][1]) == big
         assert received[1:] == [("after", 1), ("loop", 2)]
         assert client._stalled is None and not client._outbox
-    finally:
-        client.close()
-        server.close()
-        await server.wait_closed()
 
 
 async def test_thread_send_with_more_buffers_than_one_writev_takes():
-    received: list = []
-    enough = asyncio.Event()
-    server, client = await _pair(received, enough, 2)
-    try:
+    async with _connected(2) as (client, received, enough):
         parts = [bytes([i % 256]) * (64 << 10) for i in range(1100)]  # > IOV_MAX pieces
-        done = threading.Event()
 
         def from_thread():
             client.send_from_thread(("parts", [pickle.PickleBuffer(p) for p in parts]))
             client.send_from_thread(("after", 1))
-            done.set()
 
-        threading.Thread(target=from_thread).start()
-        await asyncio.to_thread(done.wait, 30)
+        await _on_a_thread(from_thread)
         await asyncio.wait_for(enough.wait(), 60)
         tag, got = received[0]
         assert tag == "parts" and [bytes(g) for g in got] == parts
         assert received[1] == ("after", 1)
-    finally:
-        client.close()
-        server.close()
-        await server.wait_closed()

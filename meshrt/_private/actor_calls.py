@@ -37,10 +37,9 @@ class ActorCalls:
         self._note_child(task_id)
         self.count_call(handle._actor_id, 1)
         client = self.actor_clients.get(handle._actor_id)
-        if direct and client is not None and not deps and client.send_now(pt, self._unsubmitted):
+        if direct and client is not None and not deps and client.send_now(pt):
             return result
-        with self._calls_lock:
-            self._unsubmitted[handle._actor_id] = self._unsubmitted.get(handle._actor_id, 0) + 1
+        self.count_unsubmitted(handle._actor_id, 1)
         self.io.post(self._submit_actor_call, handle._actor_id, handle._class_name, pt)
         return result
 
@@ -104,12 +103,7 @@ class ActorCalls:
         client = self.actor_client(actor_id, class_name)
         pt.client = client
         with client.lock:  # queued before send_now can see the count drop (call order)
-            with self._calls_lock:
-                left = self._unsubmitted[actor_id] - 1
-                if left:
-                    self._unsubmitted[actor_id] = left
-                else:
-                    del self._unsubmitted[actor_id]
+            self.count_unsubmitted(actor_id, -1)
             client.submit(pt)
 
     def direct_conn(self, peer: int):

@@ -38,13 +38,13 @@ class ActorClient:
     def subscribe(self) -> None:
         self.core.send_controller(m.WatchActor(self.actor_id))
 
-    def send_now(self, pt, unsubmitted: dict) -> bool:
+    def send_now(self, pt) -> bool:
         """Any thread: send a call with no ref arguments straight to the live actor,
         without a turn of the core loop, when nothing of ours is ahead of it."""
         with self.lock:
             # (calls in flight: a burst, which the loop batches into fewer frames)
             if (self.state != "alive" or self.queue or self.inflight or self.killed
-                    or unsubmitted.get(self.actor_id) or not self.core.io.caught_up()):
+                    or self.core.unsubmitted_calls(self.actor_id) or not self.core.io.caught_up()):
                 return False
             route = self.core.direct_conn(self.worker_id)
             if route is None:

@@ -28,14 +28,25 @@ class MeshSupport:
         """Calls this process made to an actor that have not been answered yet."""
         return self.calls_out.get(actor_id, 0)
 
+    def unsubmitted_calls(self, actor_id: int) -> int:
+        """Calls to ``actor_id`` posted to the core loop and not yet queued there."""
+        return self._unsubmitted.get(actor_id, 0)
+
     def count_call(self, actor_id: int, delta: int) -> None:
         """Any thread: a call to ``actor_id`` was made (+1) or answered (-1)."""
+        self._count(self.calls_out, actor_id, delta)
+
+    def count_unsubmitted(self, actor_id: int, delta: int) -> None:
+        """Any thread: a call was posted to the core loop (+1) or queued there (-1)."""
+        self._count(self._unsubmitted, actor_id, delta)
+
+    def _count(self, counts: dict, actor_id: int, delta: int) -> None:
         with self._calls_lock:
-            n = self.calls_out.get(actor_id, 0) + delta
+            n = counts.get(actor_id, 0) + delta
             if n > 0:
-                self.calls_out[actor_id] = n
+                counts[actor_id] = n
             else:
-                self.calls_out.pop(actor_id, None)
+                counts.pop(actor_id, None)
 
     async def wait_all_async(self, refs: list) -> None:
         """Await until every ref has a value or an error, with one wake-up at the end."""
