@@ -13,8 +13,8 @@ import pytest
 
 import meshrt
 from meshrt._private import state
-from meshrt.exceptions import ObjectLostError, ObjectStoreFullError
-from tests.helpers import wait_until
+from meshrt.exceptions import ObjectLostError, ObjectStoreFullError, TaskCancelledError
+from tests.helpers import gate, wait_until
 
 MiB = 1 << 20
 
@@ -288,6 +288,72 @@ def test_bytes_bytearray_memoryview_and_containers(rt):
 
     assert meshrt.get(sizes.remote(ref)) == (4 * MiB, 2 * MiB, MiB)
     assert meshrt.get(sizes.remote(value)) == (4 * MiB, 2 * MiB, MiB)  # as a large argument
+
+
+def test_large_bytes_are_copied_out_without_a_mapping_of_their_own(rt):
+    # bytes(...) copies anyway: a reader copies straight from its long-lived mapping of
+    # the store and unpins at once, instead of mapping the block privately.
+    blob = os.urandom(4 * MiB)
+    ref = meshrt.put(blob)
+    payload = state.core().table.entries[ref._id].payload
+    assert payload.shm is not None and payload.copied_out
+    out = meshrt.get(ref)
+    assert type(out) is bytes and out == blob
+    store().drain_unpins()
+    assert not store().objects[payload.shm[0]].pins
+
+    # Beside a numpy array, the array stays a zero-copy view: its block stays pinned.
+    mixed = meshrt.put((blob, np.ones(MiB)))
+    payload = state.core().table.entries[mixed._id].payload
+    assert not payload.copied_out
+    got_bytes, array = meshrt.get(mixed)
+    store().drain_unpins()
+    assert got_bytes == blob and store().objects[payload.shm[0]].pins
+    del array
+
+    @meshrt.remote
+    def echo(x):
+        return x
+
+    assert meshrt.get(echo.remote(blob)) == blob  # an argument and a result, both ways
+    grown = meshrt.get(echo.remote(bytearray(blob)))
+    assert type(grown) is bytearray and grown == blob
+
+
+def test_large_actor_arguments_come_pinned_and_every_pin_goes_back(rt):
+    # The driver owns the store: it pins a call's argument block for the actor's process
+    # as it sends the call (no store round trip before the actor can read it), and the
+    # actor gives every such pin back, a call cancelled before it ran included.
+    g = gate()
+
+    @meshrt.remote
+    class Holder:
+        def size(self, x):
+            return len(x)
+
+        def total(self, a):
+            return float(a.sum())
+
+        def hold(self, g):
+            return meshrt.get(g.wait.remote())
+
+    h = Holder.remote()
+    blob = os.urandom(2 * MiB)
+    assert meshrt.get(h.size.remote(blob)) == 2 * MiB
+    assert meshrt.get(h.total.remote(np.ones(MiB))) == MiB
+    busy = h.hold.remote(g)
+    queued = h.size.remote(blob)
+    meshrt.cancel(queued)
+    meshrt.get(g.open.remote())
+    assert meshrt.get(busy, timeout=30) is True
+    with pytest.raises(TaskCancelledError):
+        meshrt.get(queued, timeout=30)
+
+    def pins_left():
+        store().drain_unpins()
+        return sum(sum(o.pins.values()) for o in list(store().objects.values()))
+
+    assert wait_until(lambda: pins_left() == 0, timeout=10)
 
 
 def test_future_of_a_shared_memory_value_inside_a_worker(rt):

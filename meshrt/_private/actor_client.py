@@ -53,12 +53,14 @@ class ActorClient:
             pt.client = self
             pt.ready = pt.sent = True
             self.inflight[pt.task_id] = pt  # before sending: the reply may come back at once
-            msg = m.ActorCall(pt.task_id, self.actor_id, pt.method, pt.args, (), pt.num_returns)
+            pins = () if through_agent else self.core.pin_for(self.worker_id, pt.args)
+            msg = m.ActorCall(pt.task_id, self.actor_id, pt.method, pt.args, (), pt.num_returns, pins)
             try:  # raises only before anything was written: the loop path then takes it
                 conn.send_from_thread(m.Relay(self.worker_id, self.core.worker_id, msg) if through_agent else msg)
             except Exception:  # noqa: BLE001
                 self.inflight.pop(pt.task_id, None)
                 pt.ready = pt.sent = False
+                self.core.unpin_for(self.worker_id, pins)
                 return False
             return True
 
@@ -92,7 +94,7 @@ class ActorClient:
             core.send_to(
                 self.worker_id,
                 m.ActorCall(pt.task_id, self.actor_id, pt.method, pt.args,
-                            core._dep_payloads(pt), pt.num_returns),
+                            core._dep_payloads(pt), pt.num_returns, core.pin_for(self.worker_id, pt.args)),
             )
 
     def replied(self, pt) -> None:

@@ -337,6 +337,14 @@ class Core(Ownership, ActorCalls, MeshSupport):
         """True when ``peer`` runs on another host (no shared store between us)."""
         return False
 
+    def pin_for(self, peer: int, payload) -> tuple:
+        """Pins taken on ``peer``'s behalf for the store blocks of ``payload`` (only the
+        store's owner can); see ActorCall.pins."""
+        return ()
+
+    def unpin_for(self, peer: int, pins: tuple) -> None:
+        """Give back pin_for's pins when the message carrying them was never sent."""
+
     def namespace(self) -> str:
         from . import context
 

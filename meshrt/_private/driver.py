@@ -155,6 +155,22 @@ class DriverCore(Lending, Core):
         w = self.controller.workers.get(peer) if peer else None
         return w is not None and w.host != 0
 
+    def pin_for(self, peer: int, payload) -> tuple:
+        # A call's large argument would otherwise cost the actor's process one store
+        # round trip (a pin) before it can read it: pinned here, as it is sent.
+        shm = payload.shm
+        if shm is None or shm[0] is None or self.store is None or not peer or self.remote_peer(peer):
+            return ()
+        try:
+            offset, size = self.controller.store.pin(shm[0], peer)
+        except Exception:  # noqa: BLE001 - lost or freed: the reader asks, and hears why
+            return ()
+        return ((shm[0], offset, size),)
+
+    def unpin_for(self, peer: int, pins: tuple) -> None:
+        for key, _offset, _size in pins:
+            self.controller.store.unpin(key, peer)
+
     def note_address(self, peer: int, address) -> None:
         pass
 

@@ -57,7 +57,7 @@ class Call:
     """One unit of work for the executor: a pool task or an actor method call."""
 
     __slots__ = ("task_id", "name", "method", "args", "deps", "num_returns", "dest", "held",
-                 "arg_refs", "spec", "is_task")
+                 "arg_refs", "spec", "is_task", "granted")
 
     def __init__(self, task_id, name, method, args, deps, num_returns, dest, held, arg_refs, spec=None):
         self.task_id = task_id
@@ -71,6 +71,7 @@ class Call:
         self.arg_refs = arg_refs
         self.spec = spec
         self.is_task = spec is not None
+        self.granted: tuple = ()  # store keys the caller pinned for us (ActorCall.pins)
 
 
 class Executor:

@@ -193,6 +193,9 @@ class ActorCall(NamedTuple):
     args: Payload
     deps: tuple
     num_returns: int  # -1 streaming
+    # ((key, offset, size), ...): the args' store blocks, already pinned for the actor's
+    # process by the sender (the store's owner), so it maps them without asking.
+    pins: tuple = ()
 
 
 class ActorState(NamedTuple):

@@ -230,31 +230,38 @@ def _inherited_thread_pool_broken() -> bool:
     A driver that already ran a parallel torch op owns a GNU OpenMP thread pool, which
     a forked child inherits as a list of threads that were never copied: the child's
     first parallel op waits for them forever. There is no way to ask libgomp, so a
-    throw-away child tries one op, with a deadline.
+    throw-away child tries one op (just big enough to be split across threads) and
+    says so through a pipe the moment it is done: waiting for it to exit would add
+    the tear-down of a torch-sized address space to the first spawn.
     """
     torch = sys.modules.get("torch")
     if torch is None:
         return False
-    import time
+    import select
 
+    done_r, done_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
+            os.close(done_r)
             torch.set_num_threads(max(2, torch.get_num_threads()))  # as a worker may
-            torch.ones(1 << 20).sum()
+            torch.ones(1 << 17).sum()  # four grains of at::internal::GRAIN_SIZE
+            os.write(done_w, b"1")
         finally:
             os._exit(0)
-    # Polled (no pidfd needed): it takes ~10 ms when it works.
-    deadline = time.monotonic() + 1.0
-    ready = False
-    while not ready and time.monotonic() < deadline:
-        ready = os.waitpid(pid, os.WNOHANG)[0] != 0
-        if not ready:
-            time.sleep(0.002)
-    if not ready:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    return not ready
+    os.close(done_w)
+    try:
+        ready, _, _ = select.select([done_r], [], [], 1.0)
+        ok = bool(ready) and os.read(done_r, 1) == b"1"
+    finally:
+        os.close(done_r)
+    if not ok:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    os.waitpid(pid, 0)  # it has finished its op (or been killed): exit is on its way
+    return not ok
 
 
 def _max_fd() -> int:

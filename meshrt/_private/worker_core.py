@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import os
 import sys
@@ -36,7 +37,7 @@ class WorkerCore(Core):
         self.addresses: dict[int, str] = {}
         self.code_blobs: dict[int, bytes] = {}
         self._req_ids = itertools.count(1)
-        self._requests: dict[int, asyncio.Future] = {}
+        self._requests: dict[int, asyncio.Future | concurrent.futures.Future] = {}
         self._welcome: asyncio.Future | None = None
         self.config: dict = {}
         self.executor = Executor(self)
@@ -174,8 +175,18 @@ class WorkerCore(Core):
         return await fut
 
     def store_request_sync(self, method: str, *args):
-        """A request to whoever owns this host's store: the agent, or the controller."""
-        return self.io.run_sync(self.request(method, *args, conn=self.agent), 60.0)
+        """A request to whoever owns this host's store: the agent, or the controller.
+
+        Sent from the asking thread when nothing posted to the loop is still ahead of it
+        (an allocation must not overtake the free that makes room for it): a turn of the
+        core loop would add a thread wake-up to both ends of the round trip."""
+        if not self.io.caught_up() or self.io.in_loop():
+            return self.io.run_sync(self.request(method, *args, conn=self.agent), 60.0)
+        req_id = next(self._req_ids)
+        answer: concurrent.futures.Future = concurrent.futures.Future()
+        self._requests[req_id] = answer
+        (self.agent or self.ctl).send_from_thread(m.Request(req_id, method, args))
+        return answer.result(60.0)
 
     def send_store(self, msg) -> None:
         (self.agent or self.ctl).send(msg)
@@ -242,6 +253,9 @@ class WorkerCore(Core):
         name = f"{spec.class_name}.{msg.method}" if spec is not None else msg.method
         call = Call(msg.task_id, name, msg.method, msg.args, msg.deps, msg.num_returns,
                     conn.peer_id, held, arg_refs)
+        if msg.pins and self.store is not None:
+            self.store_backend.grant(msg.pins)
+            call.granted = tuple(key for key, _offset, _size in msg.pins)
         self.executor.submit(call)
 
     def on_cancel(self, conn, msg: m.CancelTask) -> None:
@@ -257,6 +271,8 @@ class WorkerCore(Core):
     def call_finished(self, call: Call, results: tuple, result_held, error) -> None:
         self.children.pop(call.task_id, None)
         call.held = None
+        if call.granted:
+            self._release_grants(call)
         if self.store is not None:
             # The call's argument views are gone: say so before the reply, on the same
             # connection, so the caller's free finds the block unpinned and reusable.
@@ -279,6 +295,8 @@ class WorkerCore(Core):
         queued ref releases or unpins that belong before the reply."""
         if call.is_task or call.deps or call.arg_refs or result_held or self.executor.exiting:
             return False  # (exiting: calls after exit_actor() must not answer)
+        if call.granted:
+            self._release_grants(call)  # (then has_unpins() below sends it through the loop)
         lending = self.lend_to_driver and call.dest == 0
         for payload in results:
             if payload.refs or payload.shm is not None or (lending and payload.buffers):
@@ -295,6 +313,12 @@ class WorkerCore(Core):
         msg = m.TaskReturn(call.task_id, results, ())
         conn.send_from_thread(m.Relay(0, self.worker_id, msg) if conn is self.agent else msg)
         return True
+
+    def _release_grants(self, call: Call) -> None:
+        """Pins the caller took for this call that its arguments did not use (a cancelled
+        call, say) go back, so nothing stays pinned for good."""
+        keys, call.granted = call.granted, ()
+        self.store_backend.release_grants(keys)
 
     def _reply_conn(self, dest: int):
         """The open connection send_to(dest) would use, or None."""

@@ -170,6 +170,13 @@ class Arena:
             self._ensure_mapped(shared, offset, size)
         return memoryview(shared)[offset:offset + size]
 
+    def shared_view(self, offset: int, size: int) -> memoryview:
+        """The block read-only through the long-lived shared mapping (pages stay mapped)."""
+        shared, _base = self._mapping()
+        if size:
+            self._ensure_mapped(shared, offset, size)
+        return memoryview(shared)[offset:offset + size].toreadonly()
+
     def view_private(self, offset: int, size: int) -> mmap.mmap:
         """A private, copy-on-write mapping of one block (offset is page-aligned)."""
         length = max(size, 1)

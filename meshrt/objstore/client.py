@@ -14,6 +14,8 @@ lock, so they are queued and applied later, never directly.
 from __future__ import annotations
 
 import collections
+import contextlib
+import threading
 import weakref
 
 from .arena import Arena
@@ -58,6 +60,24 @@ class StoreClient:
         whole = memoryview(self._map_pinned(desc[0]))
         writable = [whole[rel : rel + n] for rel, n in layout]
         return [v.toreadonly() for v in writable], writable
+
+    @contextlib.contextmanager
+    def reading(self, desc: tuple):
+        """Read-only views of each buffer of a stored value for a reader that copies them
+        before the block ends: over this process's shared mapping, pinned meanwhile."""
+        key, total, layout = desc
+        offset, _size = self.backend.pin(key)
+        try:
+            whole = self.arena.shared_view(offset, total)
+            views = [whole[rel : rel + n] for rel, n in layout]
+            try:
+                yield views
+            finally:
+                for view in views:
+                    view.release()  # raises if the reader kept one: never unpin under a view
+                whole.release()
+        finally:
+            self.backend.unpin_later(key)
 
     def open_block(self, desc: tuple) -> memoryview:
         """The whole block, mapped privately; pinned while the view lives."""
@@ -122,9 +142,37 @@ class RemoteBackend:
     def __init__(self, core) -> None:
         self.core = core
         self._unpins: collections.deque = collections.deque()
+        # key -> [offset, size, count]: pins the store's owner took for us (ActorCall.pins),
+        # each spent by one pin() or given back by release_grants.
+        self._grants: dict[int, list] = {}
+        self._grants_lock = threading.Lock()
 
     def allocate(self, key: int, size: int, owner: int) -> int:
         return self.core.store_request_sync("store_allocate", key, size, owner)
+
+    def grant(self, pins: tuple) -> None:
+        with self._grants_lock:
+            for key, offset, size in pins:
+                granted = self._grants.get(key)
+                if granted is None:
+                    self._grants[key] = [offset, size, 1]
+                else:  # still pinned, so still in the same place
+                    granted[2] += 1
+
+    def _spend(self, key: int) -> tuple[int, int] | None:
+        with self._grants_lock:
+            granted = self._grants.get(key)
+            if granted is None:
+                return None
+            granted[2] -= 1
+            if not granted[2]:
+                del self._grants[key]
+            return granted[0], granted[1]
+
+    def release_grants(self, keys: tuple) -> None:
+        for key in keys:
+            if self._spend(key) is not None:
+                self.unpin_later(key)
 
     def seal(self, key: int) -> None:
         from .._private import messages as m
@@ -132,6 +180,9 @@ class RemoteBackend:
         self.core.io.post(self.core.send_store, m.StoreUpdate((key,), (), ()))
 
     def pin(self, key: int) -> tuple[int, int]:
+        granted = self._spend(key)
+        if granted is not None:
+            return granted
         return self.core.store_request_sync("store_pin", key)
 
     def unpin_later(self, key: int) -> None:

@@ -47,24 +47,28 @@ class Payload:
     Large buffers live either beside the pickle bytes (``buffers``) or in the host's
     shared-memory store (``shm``: (key, size, ((offset, nbytes), ...), stream_in_block);
     with ``stream_in_block`` the pickle bytes are the block's first part and ``data``
-    is empty).
+    is empty). ``copied_out``: every shared-memory buffer is copied by whoever
+    unpickles it (a large ``bytes``), so a reader needs no mapping of its own.
     """
 
-    __slots__ = ("data", "buffers", "refs", "is_error", "shm")
+    __slots__ = ("data", "buffers", "refs", "is_error", "shm", "copied_out")
 
     def __init__(self, data: bytes, buffers: tuple = (), refs: tuple = (), is_error: bool = False,
-                 shm: tuple | None = None):
+                 shm: tuple | None = None, copied_out: bool = False):
         self.data = data
         self.buffers = buffers
         # ((object_id, owner_worker_id), ...) of refs pickled inside the value.
         self.refs = refs
         self.is_error = is_error
         self.shm = shm
+        self.copied_out = copied_out
 
     def __reduce__(self):
         if self.buffers:
             bufs = tuple(pickle.PickleBuffer(b) for b in self.buffers)
             return (_rebuild_payload, (self.data, bufs, self.refs, self.is_error, self.shm))
+        if self.copied_out:
+            return (Payload, (self.data, (), self.refs, self.is_error, self.shm, True))
         return (Payload, (self.data, (), self.refs, self.is_error, self.shm))
 
     @property
@@ -102,20 +106,24 @@ def serialize(value: Any, place=None) -> tuple[Payload, list]:
     """
     sink: list = []
     buffers: list = []
+    copied: set = set()  # ids of the PickleBuffers of large bytes (see _BigBytes)
+    n_copied = 0
 
     def keep(pb: pickle.PickleBuffer):
+        nonlocal n_copied
         raw = pb.raw()
         if raw.nbytes < INBAND_LIMIT:
             return True
         buffers.append(raw)
+        n_copied += id(pb) in copied
         return False
 
-    previous = getattr(_tls, "sink", None)
-    _tls.sink = sink
+    previous, previous_copied = getattr(_tls, "sink", None), getattr(_tls, "copied", None)
+    _tls.sink, _tls.copied = sink, copied
     try:
         data = _pickle_value(big_bytes_out_of_band(value), keep, sink, buffers)
     finally:
-        _tls.sink = previous
+        _tls.sink, _tls.copied = previous, previous_copied
     refs: tuple = ()
     if sink:
         seen: dict = {}
@@ -129,7 +137,7 @@ def serialize(value: Any, place=None) -> tuple[Payload, list]:
             if len(data) >= INBAND_LIMIT:
                 return Payload(b"", (), refs, shm=place([data, *buffers]) + (True,)), sink
             if buffers:
-                return Payload(data, (), refs, shm=place(buffers) + (False,)), sink
+                return Payload(data, (), refs, shm=place(buffers) + (False,), copied_out=n_copied == len(buffers)), sink
     if not buffers:
         return Payload(data, (), refs), sink
     return Payload(data, tuple(memoryview(bytes(b)) for b in buffers), refs), sink
@@ -152,7 +160,11 @@ class _BigBytes:
     def __reduce_ex__(self, protocol):
         if protocol < 5:
             return (type(self.value), (bytes(self.value),))
-        return (type(self.value), (pickle.PickleBuffer(self.value),))
+        buffer = pickle.PickleBuffer(self.value)
+        copied = getattr(_tls, "copied", None)
+        if copied is not None:  # bytes(buffer) on the other side copies it out
+            copied.add(id(buffer))
+        return (type(self.value), (buffer,))
 
 
 def big_bytes_out_of_band(value: Any) -> Any:
@@ -262,6 +274,12 @@ def deserialize(payload: Payload) -> Any:
     if payload.shm is not None:
         if _client is None:
             raise RuntimeError("this value lives in a shared-memory store this process cannot reach")
+        if payload.copied_out:
+            # A large bytes: copied straight out of this process's long-lived mapping of
+            # the store, pinned only meanwhile. A private mapping of its own would fault
+            # every page in again (about half the cost of the copy) for nothing.
+            with _client.reading(payload.shm[:3]) as views:
+                return pickle.loads(payload.data, buffers=views)
         readonly, writable = _client.open(payload.shm[:3])
         data = payload.data
         if payload.shm[3]:  # the pickle stream itself lives in the block, first
