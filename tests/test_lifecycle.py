@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 import meshrt
-from tests.helpers import wait_until
+from tests.helpers import run_python, wait_until
 
 
 @meshrt.remote
@@ -164,3 +164,37 @@ def test_a_killed_zygote_is_replaced_and_work_continues(rt):
     old.kill()
     assert wait_until(lambda: controller.zygote.proc is not old, timeout=10)
     assert meshrt.get([square.remote(i) for i in range(8)], timeout=60) == [i * i for i in range(8)]
+
+
+_LET_GO = """
+import os, socket
+from meshrt._private import spawn
+
+r, w = os.pipe()
+stale = socket.socket()  # one of the driver's objects, which may be collected in the copy
+ours, theirs = socket.socketpair()
+pid = os.fork()
+if pid == 0:
+    spawn._let_go_of_driver_files(theirs.fileno())
+    taken = {w, r, stale.fileno()}
+    ok = all(os.readlink(f"/proc/self/fd/{fd}") == "/dev/null" for fd in taken)
+    new_r, new_w = os.pipe()  # a new file never gets a number an old object holds
+    ok = ok and not {new_r, new_w} & taken
+    stale.close()  # the old object closes its number: the new pipe is untouched
+    os.write(new_w, b"x")
+    ok = ok and os.read(new_r, 1) == b"x"
+    theirs.send(b"ok" if ok else b"no")
+    os._exit(0)
+os.close(w)
+theirs.close()
+print(ours.recv(2).decode(), os.read(r, 1) == b"")  # the copy let go of the write end
+os.waitpid(pid, 0)
+"""
+
+
+def test_the_zygote_lets_go_of_the_drivers_files_without_freeing_their_numbers():
+    """A driver's object collected in its forked copy (the zygote) closes its old
+    descriptor number: that number must not have been reused for a worker's file."""
+    done = run_python(_LET_GO, 30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ok", "True"]

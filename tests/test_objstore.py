@@ -356,6 +356,38 @@ def test_large_actor_arguments_come_pinned_and_every_pin_goes_back(rt):
     assert wait_until(lambda: pins_left() == 0, timeout=10)
 
 
+def test_an_actor_result_arrives_sealed_and_after_its_arguments_unpins(rt):
+    # A large result to the driver leaves the actor's thread in one frame behind the
+    # unpins of its arguments (so the argument block is reclaimed as the reply lands),
+    # and the driver, which keeps the store, seals the result's block on arrival (so
+    # it may be spilled later).
+    @meshrt.remote
+    class Doubler:
+        def double(self, a):
+            return a * 2
+
+    d = Doubler.remote()
+    assert meshrt.get(d.double.remote(np.ones(10))).sum() == 20
+    baseline = used()
+    ref = d.double.remote(np.ones(MiB))
+    out = meshrt.get(ref)
+    assert out.sum() == 2 * MiB
+    key = state.core().table.entries[ref._id].payload.shm[0]
+    assert store().objects[key].sealed
+    assert used() == baseline + 8 * MiB  # the result alone: the argument's block is back
+
+
+def test_allocator_knows_when_used_pages_have_room():
+    from meshrt.objstore.allocator import PAGE, Allocator
+
+    blocks = Allocator(64 * PAGE)
+    first = blocks.alloc(8 * PAGE)
+    assert not blocks.fits_in_used(PAGE)  # everything below the high-water mark is taken
+    blocks.free(first, 8 * PAGE)
+    assert blocks.fits_in_used(8 * PAGE) and not blocks.fits_in_used(9 * PAGE)
+    assert blocks.alloc(8 * PAGE) == first
+
+
 def test_future_of_a_shared_memory_value_inside_a_worker(rt):
     @meshrt.remote
     def inner():

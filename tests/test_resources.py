@@ -135,3 +135,42 @@ def test_workers_run_torch_in_parallel_after_the_driver_did():
     done = run_python(_PARALLEL_AFTER_DRIVER, 90)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(float(1 << 22))
+
+
+_POOL_SEEN = """
+import sys, torch
+from meshrt._private import spawn
+torch.set_num_threads(2)
+print(spawn._gnu_openmp_threads_may_run())
+if sys.argv[-1] == "run":
+    float(torch.ones(1 << 22).sum())  # starts this process's OpenMP pool
+    print(spawn._gnu_openmp_threads_may_run())
+"""
+
+
+def test_an_openmp_pool_is_seen_before_forking_the_zygote():
+    """The zygote's (slow) OpenMP probe is skipped only when no pool can exist: a process
+    that never ran a parallel op has none, one that did is seen to have one."""
+    pytest.importorskip("torch")
+    done = run_python(_POOL_SEEN.replace("sys.argv[-1]", "'run'"), 60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
+
+
+def test_the_zygote_forks_actor_processes_before_a_pool_prestart():
+    import pickle
+    import socket
+
+    from meshrt._private import zygote
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        for worker_id, kind in ((1, "task"), (2, "actor"), (3, "task"), (4, "actor")):
+            ours.send(pickle.dumps(("spawn", worker_id, {}, kind)))
+        requests = zygote._waiting_requests(theirs)
+        assert [r[0][1] for r in requests] == [2, 4, 1, 3]
+        ours.close()
+        assert zygote._waiting_requests(theirs) is None  # the driver is gone
+    finally:
+        ours.close()
+        theirs.close()

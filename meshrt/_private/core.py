@@ -23,6 +23,7 @@ from functools import partial
 from typing import Any
 
 from .. import exceptions as exc
+from ..objstore.client import layout_of
 from ..objstore.serialization import (
     SHM_THRESHOLD,
     Payload,
@@ -404,8 +405,14 @@ class Core(Ownership, ActorCalls, MeshSupport):
         return partial(self._place, key, owner)
 
     def _place(self, key: int | None, owner: int, buffers: list) -> tuple:
-        self.flush_frees()
-        return self.store.put(ids.new_put_id() if key is None else key, owner, buffers)
+        if self.table.deltas and not self.store.backend.has_used_room(layout_of(buffers)[0]):
+            self.flush_frees()  # blocks dropped meanwhile may be what makes room
+        return self.store.put(ids.new_put_id() if key is None else key, owner, buffers,
+                              seal=not self.owner_seals(owner))
+
+    def owner_seals(self, owner: int) -> bool:
+        """Does ``owner`` keep this host's store, sealing a block when the value arrives?"""
+        return False
 
     def stored_arg(self, value: Any) -> ObjectRef | None:
         """A large torch tensor passed again, unchanged, reuses the copy stored the
@@ -440,10 +447,7 @@ class Core(Ownership, ActorCalls, MeshSupport):
         """Before taking a large block: apply refs dropped since the last drain, so
         ``del ref; put(x)`` reuses the block (and its already-mapped pages) at once."""
         if self.table.deltas and not self.io.in_loop():
-            async def drain_now():
-                self.drain()
-
-            self.io.run_sync(drain_now(), timeout=30)
+            self.io.call_sync(self.drain, timeout=30)
 
     def release_payload(self, payload: Payload | None) -> None:
         """The owner is done with a value: give its shared-memory block back."""
@@ -505,8 +509,13 @@ class Core(Ownership, ActorCalls, MeshSupport):
         if self.table.deltas or self._check:
             self.drain()
 
+    def seal_arrived(self, payload) -> None:
+        """A value whose block its writer left for us to seal (see owner_seals)."""
+
     def on_task_return(self, conn, msg: m.TaskReturn) -> None:
         sender = conn.peer_id
+        for payload in msg.results:
+            self.seal_arrived(payload)
         pt = self.pending.pop(msg.task_id, None)
         if pt is None:  # cancelled or failed meanwhile: nobody wants these values
             for payload in msg.results:
@@ -527,6 +536,7 @@ class Core(Ownership, ActorCalls, MeshSupport):
         pt.deps = []
 
     def on_stream_item(self, conn, msg: m.StreamItem) -> None:
+        self.seal_arrived(msg.payload)
         stream = self.streams.get(msg.task_id)
         held = self.adopt(msg.payload)
         if stream is None or stream.closed or msg.index < stream.next_index:

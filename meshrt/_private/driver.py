@@ -155,6 +155,11 @@ class DriverCore(Lending, Core):
         w = self.controller.workers.get(peer) if peer else None
         return w is not None and w.host != 0
 
+    def seal_arrived(self, payload) -> None:
+        shm = getattr(payload, "shm", None)  # (a LentPayload has none)
+        if shm is not None and shm[0] is not None and self.controller.store is not None:
+            self.controller.store.seal(shm[0])
+
     def pin_for(self, peer: int, payload) -> tuple:
         # A call's large argument would otherwise cost the actor's process one store
         # round trip (a pin) before it can read it: pinned here, as it is sent.

@@ -85,6 +85,33 @@ class LoopThread:
         """Everything posted so far has run (so a message sent now cannot overtake it)."""
         return not self._inbox and not self._draining
 
+    def call_sync(self, fn: Callable, *args: Any, timeout: float | None = None) -> Any:
+        """Run a plain ``fn(*args)`` on the loop and block the calling (non-loop) thread
+        for its result: one turn of the loop, where run_sync's coroutine takes a task
+        and several."""
+        if self.in_loop():
+            return fn(*args)
+        done = threading.Lock()
+        done.acquire()
+        outcome: list = []
+
+        def run() -> None:
+            try:
+                outcome.append((True, fn(*args)))
+            except BaseException as err:  # noqa: BLE001 - re-raised in the caller
+                outcome.append((False, err))
+            finally:
+                done.release()
+
+        self.post(run)
+        if not done.acquire(timeout=-1 if timeout is None else timeout):
+            raise TimeoutError(f"meshrt's event loop did not run {getattr(fn, '__name__', fn)} "
+                               f"within {timeout} s")
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return value
+
     def run_sync(self, coro, timeout: float | None = None) -> Any:
         """Run a coroutine on the loop and block the calling (non-loop) thread for it."""
         if self.in_loop():

@@ -179,6 +179,7 @@ def fork_zygote_if_safe() -> tuple[int, socket.socket] | None:
     torch = sys.modules.get("torch")
     if torch is not None and getattr(getattr(torch, "cuda", None), "is_initialized", lambda: False)():
         return None
+    probe = _gnu_openmp_threads_may_run()
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     parent = os.getpid()
     import warnings
@@ -189,7 +190,7 @@ def fork_zygote_if_safe() -> tuple[int, socket.socket] | None:
     if pid == 0:  # the zygote: never returns into the driver's program
         code = 1
         try:
-            _become_zygote(theirs.fileno(), parent, keep=ours.fileno())
+            _become_zygote(theirs.fileno(), parent, keep=ours.fileno(), probe=probe)
             code = 0
         finally:
             os._exit(code)
@@ -197,7 +198,7 @@ def fork_zygote_if_safe() -> tuple[int, socket.socket] | None:
     return pid, ours
 
 
-def _become_zygote(channel_fd: int, parent: int, keep: int) -> None:
+def _become_zygote(channel_fd: int, parent: int, keep: int, probe: bool = True) -> None:
     os.setsid()  # Ctrl-C in the terminal reaches the driver only
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, signal.SIG_DFL)
@@ -205,16 +206,14 @@ def _become_zygote(channel_fd: int, parent: int, keep: int) -> None:
     os.dup2(devnull, 0)
     os.close(devnull)
     os.close(keep)
-    # Nothing of the driver's stays open here but stdout/stderr and our channel.
-    os.closerange(3, channel_fd)
-    os.closerange(channel_fd + 1, _max_fd())
+    _let_go_of_driver_files(channel_fd)
     # The driver's log handlers may write to files just closed: workers start clean.
     import logging
 
     for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
         if isinstance(logger, logging.Logger):
             logger.handlers.clear()
-    if _inherited_thread_pool_broken():
+    if probe and _inherited_thread_pool_broken():
         # Start over as a fresh interpreter (same pid, same channel): slower workers'
         # first start, but workers that can run torch in parallel.
         os.set_inheritable(channel_fd, True)
@@ -222,6 +221,70 @@ def _become_zygote(channel_fd: int, parent: int, keep: int) -> None:
     from . import zygote
 
     zygote.serve(channel_fd, parent)
+
+
+def _let_go_of_driver_files(channel_fd: int) -> None:
+    """Nothing of the driver's stays open here but stdout/stderr and our channel.
+
+    The driver's Python objects that own a descriptor (sockets, files, a test runner's
+    capture files) live on in this copy of its memory, and close their descriptor
+    number when collected. Were that number reused meanwhile (the pipe of a worker
+    about to be forked, the store's memory file), the close would hit the wrong file.
+    So each descriptor is pointed at /dev/null instead of closed: the driver's file is
+    let go, the number stays taken (and is closed on exec, should we start over).
+    """
+    try:
+        numbers = [int(n) for n in os.listdir("/proc/self/fd")]
+    except OSError:  # no /proc: close them, as best we can
+        os.closerange(3, channel_fd)
+        os.closerange(channel_fd + 1, _max_fd())
+        return
+    devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    for fd in numbers:
+        if fd > 2 and fd not in (channel_fd, devnull):
+            try:
+                os.dup2(devnull, fd, inheritable=False)
+            except OSError:  # (the listing's own descriptor, closed by now)
+                pass
+    os.close(devnull)
+
+
+def _gnu_openmp_threads_may_run() -> bool:
+    """Might this process hold a GNU OpenMP thread pool (see _inherited_thread_pool_broken)?
+
+    Asked in the driver before the fork, where the threads still are: no when every
+    other thread sleeps in a system call made outside libgomp (libgomp's idle workers
+    wait on a futex from its own code, so an existing pool shows up there). A thread
+    running, or anything unreadable, counts as maybe: then the zygote's probe decides.
+    Other OpenMP runtimes (LLVM's, Intel's) re-create their pool in a forked child.
+    """
+    if sys.modules.get("torch") is None:
+        return False
+    try:
+        gomp = []
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                if "libgomp" in line:
+                    start, end = line.split(None, 1)[0].split("-")
+                    gomp.append((int(start, 16), int(end, 16)))
+        if not gomp:
+            return False
+        import threading
+
+        me = threading.get_native_id()
+        for tid in os.listdir("/proc/self/task"):
+            if int(tid) == me:
+                continue
+            with open(f"/proc/self/task/{tid}/syscall") as f:
+                fields = f.read().split()
+            if not fields or fields[0] == "running":
+                return True
+            pc = int(fields[-1], 16)
+            if any(start <= pc < end for start, end in gomp):
+                return True
+        return False
+    except (OSError, ValueError):
+        return True
 
 
 def _inherited_thread_pool_broken() -> bool:

@@ -312,17 +312,17 @@ class Connection(asyncio.BufferedProtocol):
             self._flush_pending = True
             self._loop.call_soon(self._flush)
 
-    def send_from_thread(self, msg) -> None:
+    def send_from_thread(self, *msgs) -> None:
         """``send`` for a thread other than the loop's (an actor's reply from the thread
-        that ran the call). When nothing is queued ahead, the frame is written at once
-        from this thread: the loop is not woken, which on a small machine costs more
-        than the write itself. Otherwise the message queues behind the others."""
+        that ran the call). When nothing is queued ahead, the messages are written at
+        once, as one frame, from this thread: the loop is not woken, which on a small
+        machine costs more than the write itself. Otherwise they queue behind the others."""
         with self._wlock:
             if self.closed or self._closing:
                 return
             if (self.open and self._fd is not None and not self._outbox and not self._flush_pending
                     and self._stalled is None and self.transport.get_write_buffer_size() == 0):
-                chunks = self._frame([msg])
+                chunks = self._frame(list(msgs))
                 written = 0
                 if len(chunks) <= _MAX_IOV:  # (longer frames: the loop's transport splits them)
                     try:
@@ -334,7 +334,7 @@ class Connection(asyncio.BufferedProtocol):
                     self._stalled = rest
                     self._schedule_flush()
                 return
-            self._outbox.append(msg)
+            self._outbox.extend(msgs)
             if not self._flush_pending and self.open:
                 self._schedule_flush()
 

@@ -191,6 +191,15 @@ class WorkerCore(Core):
     def send_store(self, msg) -> None:
         (self.agent or self.ctl).send(msg)
 
+    def owner_seals(self, owner: int) -> bool:
+        # The driver keeps the head host's store: it seals a result's block as the reply
+        # arrives, so the reply needs no seal message ahead of it.
+        return owner == 0 and self.agent is None
+
+    def store_conn(self):
+        """The connection to this host's store owner (the agent, or the controller)."""
+        return self.agent or self.ctl
+
     def remote_peer(self, peer: int) -> bool:
         return self.peer_hosts.get(peer, self.host_id) != self.host_id
 
@@ -291,27 +300,37 @@ class WorkerCore(Core):
     def reply_now(self, call: Call, results: tuple, result_held) -> bool:
         """From the thread that ran an actor call: send a plain reply at once, without
         waking the core loop (each wake-up costs more than the call on a small machine).
-        Only when nothing must be settled first: no refs in or out, no store blocks, no
-        queued ref releases or unpins that belong before the reply."""
+        Only when nothing must be settled first: no refs in or out, no queued ref
+        releases. Results in store blocks, and the unpins of the call's arguments, only
+        for the driver on this host: they share the connection to the store's owner
+        with the reply, so the block's seal and the unpins still arrive first."""
         if call.is_task or call.deps or call.arg_refs or result_held or self.executor.exiting:
             return False  # (exiting: calls after exit_actor() must not answer)
         if call.granted:
-            self._release_grants(call)  # (then has_unpins() below sends it through the loop)
+            self._release_grants(call)
         lending = self.lend_to_driver and call.dest == 0
+        via_store_conn = call.dest == 0 and not lending
         for payload in results:
-            if payload.refs or payload.shm is not None or (lending and payload.buffers):
+            if payload.refs or (payload.shm is not None and not via_store_conn) or (lending and payload.buffers):
                 return False
         call.held = None
         # Whatever the call posted (a Port value, a ref release) must leave first.
-        if not self.io.caught_up() or self.table.deltas or self._check or self._release_batch or (
-                self.store is not None and self.store_backend.has_unpins()):
+        if not self.io.caught_up() or self.table.deltas or self._check or self._release_batch:
+            return False
+        unpins = self.store is not None and self.store_backend.has_unpins()
+        if unpins and not via_store_conn:
             return False
         conn = self._reply_conn(call.dest)
         if conn is None:
             return False
         self.children.pop(call.task_id, None)
         msg = m.TaskReturn(call.task_id, results, ())
-        conn.send_from_thread(m.Relay(0, self.worker_id, msg) if conn is self.agent else msg)
+        msg = m.Relay(0, self.worker_id, msg) if conn is self.agent else msg
+        update = self.store_backend.take_unpins() if unpins else None
+        if update is not None:  # (conn is the store's connection: the unpins go first)
+            conn.send_from_thread(update, msg)
+        else:
+            conn.send_from_thread(msg)
         return True
 
     def _release_grants(self, call: Call) -> None:

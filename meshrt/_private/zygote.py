@@ -77,19 +77,17 @@ def serve(channel_fd: int, parent: int) -> None:
                 pass
             reap()
         if channel in readable:
-            try:
-                data, fds, _flags, _addr = socket.recv_fds(channel, _MAX_PACKET, 4)
-            except (ConnectionError, OSError):
-                data, fds = b"", []
-            if not data:  # the driver is gone: take every child with us
+            requests = _waiting_requests(channel)
+            if requests is None:  # the driver is gone: take every child with us
                 for pid in children:
                     try:
                         os.kill(pid, signal.SIGKILL)
                     except ProcessLookupError:
                         pass
                 os._exit(0)
-            request = pickle.loads(data)
-            if request[0] == "spawn":
+            for request, fds in requests:
+                if request[0] != "spawn":
+                    continue
                 _, worker_id, env, kind = request
                 procutil.freeze_imports_out_of_gc()
                 pid = os.fork()
@@ -103,6 +101,26 @@ def serve(channel_fd: int, parent: int) -> None:
                     os.close(fd)
                 children.add(pid)
                 send(("spawned", worker_id, pid))
+
+
+def _waiting_requests(channel: socket.socket) -> list | None:
+    """Every request waiting on the channel (None once the driver is gone), processes for
+    actors first: a task pool's prestart, asked for at init, must not hold up the
+    processes of a mesh asked for a moment later (each fork takes milliseconds)."""
+    requests = []
+    while True:  # (readable: the first receive does not block)
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(channel, _MAX_PACKET, 4)
+        except (ConnectionError, OSError):
+            data, fds = b"", []
+        if not data:
+            return None
+        requests.append((pickle.loads(data), fds))
+        # (recv_fds ignores MSG_DONTWAIT before Python 3.12: ask select instead)
+        if not select.select([channel], [], [], 0)[0]:
+            break
+    requests.sort(key=lambda r: r[0][0] == "spawn" and r[0][3] == "task")  # stable
+    return requests
 
 
 def _child(worker_id: int, env: dict, kind: str, fds: list[int]) -> None:

@@ -63,6 +63,17 @@ class Allocator:
         self.high_water = max(self.high_water, best + size)
         return best
 
+    def fits_in_used(self, size: int) -> bool:
+        """Would ``alloc(size)`` be served from pages used before (no spill, no fresh pages)?"""
+        size = max(round_up(size), PAGE)
+        high = self.high_water
+        for start in self._starts:
+            if start >= high:
+                return False
+            if min(self._sizes[start], high - start) >= size:
+                return True
+        return False
+
     def free(self, offset: int, size: int) -> None:
         size = max(round_up(size), PAGE)
         self.used -= size

@@ -42,8 +42,9 @@ class StoreClient:
         self.arena = arena
         self.backend = backend
 
-    def put(self, key: int, owner: int, buffers: list) -> tuple:
-        """Write buffers into a new block; returns the descriptor payloads carry."""
+    def put(self, key: int, owner: int, buffers: list, seal: bool = True) -> tuple:
+        """Write buffers into a new block; returns the descriptor payloads carry.
+        ``seal=False``: the owner seals it when the value reaches it (one message less)."""
         total, layout = layout_of(buffers)
         offset = self.backend.allocate(key, total, owner)
         try:
@@ -51,7 +52,8 @@ class StoreClient:
         except BaseException:
             self.backend.free(key)
             raise
-        self.backend.seal(key)
+        if seal:
+            self.backend.seal(key)
         return (key, total, layout)
 
     def open(self, desc: tuple) -> tuple[list, list]:
@@ -118,6 +120,9 @@ class LocalBackend:
         self.drain()
         return self.store.allocate(key, size, owner)
 
+    def has_used_room(self, size: int) -> bool:
+        return self.store.has_used_room(size)
+
     def seal(self, key: int) -> None:
         self.store.seal(key)
 
@@ -150,6 +155,9 @@ class RemoteBackend:
     def allocate(self, key: int, size: int, owner: int) -> int:
         return self.core.store_request_sync("store_allocate", key, size, owner)
 
+    def has_used_room(self, size: int) -> bool:
+        return False  # (asking would cost what it saves)
+
     def grant(self, pins: tuple) -> None:
         with self._grants_lock:
             for key, offset, size in pins:
@@ -177,7 +185,17 @@ class RemoteBackend:
     def seal(self, key: int) -> None:
         from .._private import messages as m
 
-        self.core.io.post(self.core.send_store, m.StoreUpdate((key,), (), ()))
+        self._send(m.StoreUpdate((key,), (), ()))
+
+    def _send(self, update) -> None:
+        """From a user thread straight to the store's owner when nothing posted to the
+        loop is still ahead of it (a reply that follows on the same connection then
+        needs no turn of the loop either); otherwise through the loop, in order."""
+        io = self.core.io
+        if io.caught_up() and not io.in_loop():
+            self.core.store_conn().send_from_thread(update)
+        else:
+            io.post(self.core.send_store, update)
 
     def pin(self, key: int) -> tuple[int, int]:
         granted = self._spend(key)
@@ -198,11 +216,18 @@ class RemoteBackend:
 
     def flush(self) -> None:
         """Core loop: send queued unpins in one message."""
+        update = self.take_unpins()
+        if update is not None:
+            self.core.send_store(update)
+
+    def take_unpins(self):
+        """The queued unpins as one StoreUpdate (None if there are none): for the core
+        loop, or for a thread that sends it ahead of a reply on the store's connection."""
         if not self._unpins:
-            return
+            return None
         from .._private import messages as m
 
         keys = []
         while self._unpins:
             keys.append(self._unpins.popleft())
-        self.core.send_store(m.StoreUpdate((), tuple(keys), ()))
+        return m.StoreUpdate((), tuple(keys), ())

@@ -84,6 +84,11 @@ class SharedStore:
             raise ObjectStoreFullError(str(err)) from None
         return offset
 
+    def has_used_room(self, size: int) -> bool:
+        """Room for ``size`` bytes in pages used before (see Allocator.fits_in_used)."""
+        with self.lock:
+            return self.blocks.fits_in_used(size)
+
     def seal(self, key: int) -> None:
         with self.lock:
             obj = self.objects.get(key)

@@ -188,6 +188,11 @@ class Trainer:
     def _stop_processes(self) -> None:
         from .._private.toplevel import kill
 
+        mesh_state = getattr(self._mesh, "_state", None)
+        if mesh_state is not None:
+            # On purpose, after the caller heard of the failure: the deaths that follow
+            # are not failures for the mesh's supervisor (which would end the driver).
+            mesh_state.stopping = True
         for handle in self._mesh._procs:
             try:
                 kill(handle)
