@@ -246,6 +246,31 @@ class SendsThenReturns(Actor):
         return "done"
 
 
+class Big(Actor):
+    @endpoint
+    def through_port(self, port):
+        import numpy as np
+
+        port.send(np.ones(1 << 18))
+        return np.ones(1 << 18)
+
+
+async def test_large_values_from_a_mesh_arrive_sealed(rt):
+    # A worker leaves the block of a value for the driver unsealed (one message less):
+    # the driver, which keeps the store, seals it on arrival, whichever way it came.
+    from meshrt._private import state
+
+    port, receiver = Channel.open()
+    procs = this_host().spawn_procs(per_host={"procs": 1})
+    big = procs.spawn("big", Big)
+    returned = await big.through_port.call_one(port)
+    sent = await receiver.recv()
+    assert returned.sum() == sent.sum() == 1 << 18
+    store = state.core().controller.store
+    assert store.objects and all(o.sealed for o in store.objects.values())
+    await procs.stop()
+
+
 async def test_port_values_sent_before_returning_arrive_before_the_reply(rt):
     # One sender, one receiver: FIFO, even though a plain reply leaves from the
     # endpoint's own thread while Port values go through the process's core loop.
