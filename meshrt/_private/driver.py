@@ -155,10 +155,14 @@ class DriverCore(Lending, Core):
         w = self.controller.workers.get(peer) if peer else None
         return w is not None and w.host != 0
 
-    def seal_arrived(self, payload) -> None:
-        shm = getattr(payload, "shm", None)  # (a LentPayload has none)
+    def adopt(self, payload, count: bool = True):
+        # Every payload that arrives comes through here: a block its writer left for us
+        # to seal (a worker's result or Port value, see WorkerCore.owner_seals) is
+        # sealed now. Sealing a sealed block again changes nothing.
+        shm = payload.shm
         if shm is not None and shm[0] is not None and self.controller.store is not None:
             self.controller.store.seal(shm[0])
+        return super().adopt(payload, count)
 
     def pin_for(self, peer: int, payload) -> tuple:
         # A call's large argument would otherwise cost the actor's process one store

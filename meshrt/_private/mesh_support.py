@@ -77,7 +77,6 @@ class MeshSupport:
 
     def on_port_value(self, conn, msg: m.PortValue) -> None:
         """A value sent through a Port: owned here like a put, then handed to its receiver."""
-        self.seal_arrived(msg.payload)
         self._port_deliver(msg.port_id, msg.payload, self.adopt(msg.payload))
 
     def _port_deliver(self, port_id: int, payload: Payload, held) -> None:

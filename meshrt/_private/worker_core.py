@@ -180,16 +180,25 @@ class WorkerCore(Core):
         Sent from the asking thread when nothing posted to the loop is still ahead of it
         (an allocation must not overtake the free that makes room for it): a turn of the
         core loop would add a thread wake-up to both ends of the round trip."""
-        if not self.io.caught_up() or self.io.in_loop():
-            return self.io.run_sync(self.request(method, *args, conn=self.agent), 60.0)
+        if self.io.in_loop():
+            return self.io.run_sync(self.request(method, *args, conn=self.agent), 60.0)  # (raises)
         req_id = next(self._req_ids)
         answer: concurrent.futures.Future = concurrent.futures.Future()
         self._requests[req_id] = answer
-        (self.agent or self.ctl).send_from_thread(m.Request(req_id, method, args))
+        self.to_store(m.Request(req_id, method, args))
         return answer.result(60.0)
 
     def send_store(self, msg) -> None:
-        (self.agent or self.ctl).send(msg)
+        self.store_conn().send(msg)
+
+    def to_store(self, msg) -> None:
+        """``send_store`` from any thread: straight from this one when nothing posted to
+        the loop is still ahead of it (a turn of the loop would add a wake-up), else
+        through the loop, in order."""
+        if self.io.caught_up() and not self.io.in_loop():
+            self.store_conn().send_from_thread(msg)
+        else:
+            self.io.post(self.send_store, msg)
 
     def owner_seals(self, owner: int) -> bool:
         # The driver keeps the head host's store: it seals a result's block as the reply
@@ -342,7 +351,7 @@ class WorkerCore(Core):
     def _reply_conn(self, dest: int):
         """The open connection send_to(dest) would use, or None."""
         if dest == 0:
-            conn = self.agent if self.agent is not None else self.ctl
+            conn = self.store_conn()
         else:
             channel = self.channels.get(dest)
             conn = channel.conn if channel is not None else None

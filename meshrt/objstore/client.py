@@ -185,17 +185,7 @@ class RemoteBackend:
     def seal(self, key: int) -> None:
         from .._private import messages as m
 
-        self._send(m.StoreUpdate((key,), (), ()))
-
-    def _send(self, update) -> None:
-        """From a user thread straight to the store's owner when nothing posted to the
-        loop is still ahead of it (a reply that follows on the same connection then
-        needs no turn of the loop either); otherwise through the loop, in order."""
-        io = self.core.io
-        if io.caught_up() and not io.in_loop():
-            self.core.store_conn().send_from_thread(update)
-        else:
-            io.post(self.core.send_store, update)
+        self.core.to_store(m.StoreUpdate((key,), (), ()))
 
     def pin(self, key: int) -> tuple[int, int]:
         granted = self._spend(key)
@@ -212,7 +202,7 @@ class RemoteBackend:
     def free(self, key: int) -> None:
         from .._private import messages as m
 
-        self.core.io.post(self.core.send_store, m.StoreUpdate((), (), (key,)))
+        self.core.to_store(m.StoreUpdate((), (), (key,)))
 
     def flush(self) -> None:
         """Core loop: send queued unpins in one message."""

@@ -1,0 +1,91 @@
+"""How a process uses its host's object store: where a value's large buffers go, which
+blocks a call's receiver gets pinned, and when a block goes back.
+
+A mixin of Core (which provides ``store``, ``table``, ``io``, ``worker_id``, ``put``,
+``drain`` and ``remote_peer``); the driver, which keeps the head host's store,
+overrides the pinning and sealing hooks.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from functools import partial
+from typing import Any
+
+from ..objstore.client import layout_of
+from ..objstore.serialization import SHM_THRESHOLD, Payload
+from . import ids
+from .refs import ObjectRef
+
+
+class StoreSide:
+    """Core's side of the host store (see the module docstring)."""
+
+    def placer(self, key: int, owner: int):
+        """Where a value's large buffers go: a block in the host store owned by ``owner``.
+
+        Called for every value sent, so it only binds arguments; the work happens in
+        ``_place`` for the few values large enough to go to the store.
+        """
+        if self.store is None or self.remote_peer(owner):
+            return None  # inline: the owner's host cannot map this host's store
+        return partial(self._place, key, owner)
+
+    def _place(self, key: int | None, owner: int, buffers: list) -> tuple:
+        if self.table.deltas and not self.store.backend.has_used_room(layout_of(buffers)[0]):
+            self.flush_frees()  # blocks dropped meanwhile may be what makes room
+        return self.store.put(ids.new_put_id() if key is None else key, owner, buffers,
+                              seal=not self.owner_seals(owner))
+
+    def owner_seals(self, owner: int) -> bool:
+        """Does ``owner`` keep this host's store, sealing a block when the value arrives?"""
+        return False
+
+    def stored_arg(self, value: Any) -> ObjectRef | None:
+        """A large torch tensor passed again, unchanged, reuses the copy stored the
+        first time: ``[f.remote(w) for _ in range(8)]`` stores ``w`` once, not 8 times.
+
+        "Unchanged" is exact: torch bumps ``_version`` on every in-place write, so a
+        tensor written between calls is stored again (each call still sees the value
+        as it was when the call was made). Numpy arrays have no such counter and are
+        copied per call, as in Ray.
+        """
+        torch = sys.modules.get("torch")
+        if torch is None or self.store is None or not isinstance(value, torch.Tensor):
+            return None
+        if value.device.type != "cpu" or value.numel() * value.element_size() < SHM_THRESHOLD:
+            return None
+        key = id(value)
+        signature = (value._version, value.data_ptr(), tuple(value.shape), value.stride(), value.dtype)
+        cached = self._arg_cache.get(key)
+        if cached is not None and cached[0]() is value and cached[1] == signature:
+            return cached[2]
+        ref = self.put(value)
+        cache = self._arg_cache
+        cache[key] = (weakref.ref(value, lambda _, k=key: cache.pop(k, None)), signature, ref)
+        return ref
+
+    def arg_placer(self):
+        """Large call arguments get a block of their own (keyed when placed), freed when
+        the call is done."""
+        return self.placer(None, self.worker_id)
+
+    def flush_frees(self) -> None:
+        """Before taking a large block: apply refs dropped since the last drain, so
+        ``del ref; put(x)`` reuses the block (and its already-mapped pages) at once."""
+        if self.table.deltas and not self.io.in_loop():
+            self.io.call_sync(self.drain, timeout=30)
+
+    def release_payload(self, payload: Payload | None) -> None:
+        """The owner is done with a value: give its shared-memory block back."""
+        if payload is not None and payload.shm is not None and self.store is not None:
+            self.store.free(payload.shm)
+
+    def pin_for(self, peer: int, payload) -> tuple:
+        """Pins taken on ``peer``'s behalf for the store blocks of ``payload`` (only the
+        store's owner can); see ActorCall.pins."""
+        return ()
+
+    def unpin_for(self, peer: int, pins: tuple) -> None:
+        """Give back pin_for's pins when the message carrying them was never sent."""
