@@ -9,6 +9,7 @@ from ..objstore.table import KIND_ACTOR_HANDLE, ObjectEntry
 from . import args as argpack
 from . import ids
 from . import messages as m
+from .lent_payloads import lend_args
 from .pending import PendingTask
 from .refs import ObjectRef
 
@@ -19,11 +20,13 @@ class ActorCalls:
 
     def call_actor(self, handle, method: str, args: tuple, kwargs: dict, num_returns: int,
                    inline: bool = False, direct: bool = True) -> Any:
-        """``inline``: the actor is on another host, so large arguments travel in the
-        message instead of this host's store. ``direct``: the call may leave from this
-        thread (False for a call to many actors behind one agent: one frame for all)."""
-        if inline:
+        """``inline``: the actor is on another host, so large arguments are lent
+        (lent_payloads.py) instead of placed in this host's store. ``direct``: the
+        call may leave from this thread (False for a call to many actors behind one
+        agent: one frame for all)."""
+        if inline:  # large ones lent: the actor pulls them through the tensor engine
             payload, deps, pins = argpack.pack(args, kwargs, f"{handle._class_name}.{method}.remote()", None, None)
+            payload = lend_args(payload)
         else:
             payload, deps, pins = argpack.pack(args, kwargs, f"{handle._class_name}.{method}.remote()",
                                                 self.arg_placer(), self.stored_arg)
@@ -31,6 +34,7 @@ class ActorCalls:
         pt = PendingTask(task_id, f"{handle._class_name}.{method}", payload, deps, pins, num_returns)
         pt.method = method
         pt.kind = "call"
+        pt.remote = inline
         pt.retries_left = handle._max_task_retries
         result = self._make_returns(pt, num_returns)
         self.pending[task_id] = pt
@@ -47,8 +51,12 @@ class ActorCalls:
         from .api import ActorHandle
 
         self.define_code(actor_cls.code_id, actor_cls.code_blob)
-        payload, deps, pins = argpack.pack(args, kwargs, f"{actor_cls._name}.remote()", self.arg_placer(),
-                                            self.stored_arg)
+        if opts.host != self.host_id:  # the actor runs on another host: large arguments are lent
+            payload, deps, pins = argpack.pack(args, kwargs, f"{actor_cls._name}.remote()", None, None)
+            payload = lend_args(payload)
+        else:
+            payload, deps, pins = argpack.pack(args, kwargs, f"{actor_cls._name}.remote()", self.arg_placer(),
+                                                self.stored_arg)
         actor_id = ids.new_task_id()
         namespace = opts.namespace or self.namespace()
         if opts.name is not None:
@@ -67,6 +75,7 @@ class ActorCalls:
             handle_ref = ObjectRef(handle_oid, self.worker_id, self.table.deltas)
         pt = PendingTask(actor_id, actor_cls._name, payload, deps, pins, 0)
         pt.kind = "create"
+        pt.remote = opts.host != self.host_id
 
         def create(pt=pt):
             spec = m.ActorSpec(

@@ -250,7 +250,11 @@ class ActorMethod:
 
     def remote(self, *args, **kwargs):
         self._checker.check(args, kwargs)
-        return state.core().call_actor(self._handle, self._name, args, kwargs, self._num_returns)
+        core = state.core()
+        if getattr(core, "host_id", 0):  # Ray-style actors run on the head host: from
+            # another host, large arguments are lent to it, not put in this host's store
+            return core.call_actor(self._handle, self._name, args, kwargs, self._num_returns, inline=True)
+        return core.call_actor(self._handle, self._name, args, kwargs, self._num_returns)
 
     def options(self, num_returns: Any = None, **other) -> ActorMethod:
         unknown = set(other) - {"name", "concurrency_group", "max_task_retries", "retry_exceptions",

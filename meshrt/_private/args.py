@@ -167,6 +167,25 @@ def _name_bad_argument(args: tuple, kwargs: dict, what: str) -> None:
             ) from None
 
 
+class FetchedThere:
+    """A dependency whose value sits in the caller's host store, sent to a callee on
+    another host as its ref: the callee fetches it (a pull through the tensor engine)."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, ref) -> None:
+        self.ref = ref
+
+    def __reduce__(self):
+        return (FetchedThere, (self.ref,))
+
+
+def fetched_there(ref) -> Payload:
+    """The caller's side: the payload standing for ``ref``'s value (its caller keeps the
+    ref pinned until the call is over)."""
+    return serialize(FetchedThere(ref))[0]
+
+
 def unpack(payload: Payload, deps: tuple, deserialize: Callable[[Payload], Any]) -> tuple[tuple, dict]:
     """The callee's side of :func:`pack`: arguments with dependency values put back."""
     args, kwargs = deserialize(payload)
@@ -174,6 +193,10 @@ def unpack(payload: Payload, deps: tuple, deserialize: Callable[[Payload], Any])
         args = list(args)
         for pos, value_payload in deps:
             value = deserialize(value_payload)
+            if type(value) is FetchedThere:
+                from . import state
+
+                value = state.core().get([value.ref], None)[0]
             if isinstance(pos, int):
                 args[pos] = value
             else:

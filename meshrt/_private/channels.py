@@ -55,9 +55,10 @@ class PeerChannel:
                 log.debug("meshrt: cannot reach worker %s: %s", self.peer, err)
                 self.dead = True
                 self.queue.clear()
+                core.unreachable(self.peer)
             return
         conn.peer_id = self.peer
-        conn.send(m.Hello(core.worker_id, os.getpid(), core.listen_address))
+        conn.send(m.Hello(core.worker_id, os.getpid(), core.listen_address, core.host_id))
         self.attach(conn)
 
     def attach(self, conn) -> None:

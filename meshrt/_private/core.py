@@ -33,10 +33,12 @@ from . import ids
 from . import messages as m
 from .actor_calls import ActorCalls
 from .context import current_call
+from .lent_payloads import lend_args, lendable
 from .mesh_support import MeshSupport
 from .ownership import Ownership
 from .pending import PendingTask
 from .portal import AsyncWaiter, CountdownWaiter, LoopThread, Wakeup, bridge_for
+from .pulls import LENT_TYPES, Pulls, carries_lent
 from .refs import ObjectRef, ObjectRefGenerator
 from .store_side import StoreSide
 from .streams import Stream
@@ -47,7 +49,7 @@ DRAIN_INTERVAL_S = 0.05
 _NONE_PAYLOAD, _ = serialize(None)
 
 
-class Core(Ownership, ActorCalls, MeshSupport, StoreSide):
+class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
     is_driver = False
 
     def __init__(self, worker_id: int, io: LoopThread, token: bytes) -> None:
@@ -79,6 +81,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide):
             m.Relay: self.on_relay,
         }
         MeshSupport.__init__(self)
+        Pulls.__init__(self)
         self.closed = False
         self.closing = False  # shutdown has begun: deaths from here on are expected
 
@@ -138,10 +141,15 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide):
 
     def submit_task(self, fn, args: tuple, kwargs: dict, opts) -> Any:
         self.define_code(fn.code_id, fn.code_blob)
-        payload, deps, pins = argpack.pack(args, kwargs, f"{opts.name}.remote()", self.arg_placer(),
-                                           self.stored_arg)
+        if self.host_id != 0:  # tasks run on the head host: large arguments are lent to it
+            payload, deps, pins = argpack.pack(args, kwargs, f"{opts.name}.remote()", None, None)
+            payload = lend_args(payload)
+        else:
+            payload, deps, pins = argpack.pack(args, kwargs, f"{opts.name}.remote()", self.arg_placer(),
+                                               self.stored_arg)
         task_id = ids.new_task_id()
         pt = PendingTask(task_id, opts.name, payload, deps, pins, opts.num_returns)
+        pt.remote = self.host_id != 0
         result = self._make_returns(pt, opts.num_returns)
         pt.retries_left = opts.max_retries
 
@@ -149,7 +157,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide):
             spec = m.TaskSpec(
                 task_id, fn.code_id, opts.name, pt.args, self._dep_payloads(pt), pt.num_returns,
                 self.worker_id, self.address(), opts.resources, opts.max_retries,
-                opts.retry_exceptions,
+                opts.retry_exceptions, owner_host=self.host_id,
             )
             pt.sent = True
             self.send_controller(m.SubmitTask(spec))
@@ -334,6 +342,9 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide):
         """True when ``peer`` runs on another host (no shared store between us)."""
         return False
 
+    def note_peer_host(self, peer: int, host: int) -> None:
+        """``peer`` runs on ``host`` (learnt from a handle that says so)."""
+
     def namespace(self) -> str:
         from . import context
 
@@ -378,7 +389,11 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide):
         if not pt.deps:
             return ()
         entries = self.table.entries
-        return tuple((pos, entries[ref._id].payload) for pos, ref in pt.deps)
+        out = tuple((pos, entries[ref._id].payload) for pos, ref in pt.deps)
+        if pt.remote:  # a large value (maybe in this host's store): the callee fetches and pulls it
+            out = tuple((pos, argpack.fetched_there(ref) if payload.shm is not None or lendable(payload) else payload)
+                        for (pos, payload), (_, ref) in zip(out, pt.deps, strict=True))
+        return out
 
     def fail_pending(self, pt: PendingTask, error: Payload) -> None:
         """Resolve every return of ``pt`` with ``error`` and forget it."""
@@ -422,18 +437,39 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide):
     # loop side: incoming
 
     def on_messages(self, conn, msgs: list) -> None:
+        if self.held and self.hold_if_waiting(conn, msgs):
+            return  # behind a message of the same sender whose bytes are being pulled
         handlers = self.handlers
-        for msg in msgs:
-            handler = handlers.get(type(msg))
+        for i, msg in enumerate(msgs):
+            kind = type(msg)
+            if kind in LENT_TYPES and carries_lent(msg):
+                if self.start_pull(conn, msg, msgs[i + 1:]):  # pulls.py: then the rest, in order
+                    break
+                continue
+            if kind is m.PeerGone and msg.worker_id in self.held:
+                self.held[msg.worker_id].append((conn, msg))  # after what that peer sent before dying
+                continue
+            handler = handlers.get(kind)
             if handler is None:
-                log.warning("meshrt: %s sent an unexpected %s", _who(conn), type(msg).__name__)
+                log.warning("meshrt: %s sent an unexpected %s", _who(conn), kind.__name__)
                 continue
             try:
                 handler(conn, msg)
             except Exception:
-                log.exception("meshrt: error handling %s from %s", type(msg).__name__, _who(conn))
+                log.exception("meshrt: error handling %s from %s", kind.__name__, _who(conn))
         if self.table.deltas or self._check:
             self.drain()
+
+    def handle_message(self, conn, msg) -> None:
+        """One message, outside a batch (pulls.py hands them over one by one)."""
+        handler = self.handlers.get(type(msg))
+        if handler is None:
+            log.warning("meshrt: %s sent an unexpected %s", _who(conn), type(msg).__name__)
+            return
+        try:
+            handler(conn, msg)
+        except Exception:
+            log.exception("meshrt: error handling %s from %s", type(msg).__name__, _who(conn))
 
     def on_task_return(self, conn, msg: m.TaskReturn) -> None:
         sender = conn.peer_id

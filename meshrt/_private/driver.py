@@ -22,7 +22,6 @@ from . import messages as m
 from .controller import Controller
 from .core import Core
 from .lending import Lending
-from .lent_results import pull_results, pull_value
 from .portal import LoopThread
 
 log = logging.getLogger("meshrt")
@@ -130,18 +129,6 @@ class DriverCore(Lending, Core):
         if w is not None and w.host:
             self.host_copies.setdefault(entry.id, set()).add(w.host)
 
-    def on_object_value(self, conn, msg: m.ObjectValue) -> None:
-        if type(msg.payload) is m.LentPayload:
-            pull_value(self, conn, msg)  # comes back here once the bytes are in our store
-            return
-        super().on_object_value(conn, msg)
-
-    def on_task_return(self, conn, msg: m.TaskReturn) -> None:
-        if any(type(p) is m.LentPayload for p in msg.results):
-            pull_results(self, conn, msg)  # comes back here once the bytes are in our store
-            return
-        super().on_task_return(conn, msg)
-
     def forget_copies(self, oid: int) -> None:
         if self.lent:
             self.stop_lending(oid)
@@ -167,7 +154,7 @@ class DriverCore(Lending, Core):
     def pin_for(self, peer: int, payload) -> tuple:
         # A call's large argument would otherwise cost the actor's process one store
         # round trip (a pin) before it can read it: pinned here, as it is sent.
-        shm = payload.shm
+        shm = getattr(payload, "shm", None)  # (lent arguments have none)
         if shm is None or shm[0] is None or self.store is None or not peer or self.remote_peer(peer):
             return ()
         try:

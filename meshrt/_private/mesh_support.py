@@ -94,7 +94,7 @@ class MeshSupport:
             self._port_deliver(port_id, payload, self.adopt(payload, count=False))
             return
         self.account_outgoing(payload, owner)
-        self.send_to(owner, m.PortValue(port_id, payload))
+        self.send_to(owner, m.PortValue(port_id, self.lend_out(payload, owner)))
 
 
 class Relayed:

@@ -64,6 +64,7 @@ class TaskSpec(NamedTuple):
     max_retries: int
     retry_exceptions: Any  # bool or tuple of exception classes (pickled by reference)
     attempt: int = 0
+    owner_host: int = 0  # where results go: another host's owner cannot map this one's store
 
 
 class SubmitTask(NamedTuple):
@@ -369,9 +370,10 @@ class PullValue(NamedTuple):
 
 
 class LentPayload(NamedTuple):
-    """In a TaskReturn from another host to the driver: a large result left where it
-    is, as TensorBuffers (one per out-of-band buffer) the driver reads into its store
-    (see lent_results.py); ``data`` is the pickle stream."""
+    """In place of a large Payload sent to another host (a result, a fetched value,
+    a stream item, a Port value, a call's arguments): the value left where it is, as
+    TensorBuffers (one per out-of-band buffer) the receiver reads (lent_payloads.py,
+    pulls.py); ``data`` is the pickle stream. ``token`` 0: no ``PullDone`` wanted."""
 
     data: bytes
     handles: tuple
@@ -379,7 +381,7 @@ class LentPayload(NamedTuple):
 
 
 class PullDone(NamedTuple):
-    """Agent -> owner: the block lent as ``token`` has been read (or failed to be)."""
+    """Receiver -> lender: what was lent as ``token`` has been read (or failed to be)."""
 
     object_id: int
     token: int

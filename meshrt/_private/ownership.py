@@ -49,10 +49,17 @@ class Ownership:
                 self.note_copy(entry, borrower)
                 self.send_inline(entry, borrower, payload)
             return
-        self.send_to(borrower, m.ObjectValue(entry.id, payload))
+        self.send_to(borrower, m.ObjectValue(entry.id, self.lend_out(payload, borrower)))
 
     def lend(self, entry: ObjectEntry, borrower: int, payload: Payload) -> bool:
-        return False  # only the driver lends blocks to other hosts (lending.py)
+        """Lend a stored value's block to a borrower on another host (lending.py,
+        lent_payloads.py); False: send the bytes inline."""
+        return False
+
+    def lend_out(self, payload: Payload, dest: int) -> Payload:
+        """``payload`` for ``dest``, its large in-memory buffers lent when ``dest`` is
+        on another host (workers, lent_payloads.py)."""
+        return payload
 
     def send_inline(self, entry: ObjectEntry, borrower: int, payload: Payload) -> None:
         """The value with its bytes copied in (off the loop, which must not wait on a

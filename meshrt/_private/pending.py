@@ -17,6 +17,7 @@ class PendingTask:
     __slots__ = (
         "task_id", "name", "entries", "stream", "pins", "deps", "waiting", "cancelled",
         "client", "method", "num_returns", "retries_left", "args", "then", "sent", "ready", "kind",
+        "remote",
     )
 
     def __init__(self, task_id: int, name: str, args: Payload, deps: list, pins: list, num_returns: int):
@@ -37,3 +38,4 @@ class PendingTask:
         self.sent = False
         self.ready = False
         self.kind = "task"  # "task" | "call" | "create"
+        self.remote = False  # runs on another host: this host's store blocks mean nothing there

@@ -16,6 +16,7 @@ from typing import Any
 from ..objstore.client import layout_of
 from ..objstore.serialization import SHM_THRESHOLD, Payload
 from . import ids
+from .lent_payloads import drop_lent
 from .refs import ObjectRef
 
 
@@ -78,8 +79,12 @@ class StoreSide:
             self.io.call_sync(self.drain, timeout=30)
 
     def release_payload(self, payload: Payload | None) -> None:
-        """The owner is done with a value: give its shared-memory block back."""
-        if payload is not None and payload.shm is not None and self.store is not None:
+        """The owner is done with a value: give its shared-memory block back (or the
+        buffers a call's arguments were lent from, lent_payloads.py)."""
+        if type(payload) is not Payload:
+            if payload is not None:
+                drop_lent(payload)
+        elif payload.shm is not None and self.store is not None:
             self.store.free(payload.shm)
 
     def pin_for(self, peer: int, payload) -> tuple:

@@ -14,7 +14,7 @@ from . import messages as m
 from .channels import PeerChannel
 from .core import Core
 from .executor import Call, Executor
-from .lent_results import lend_results, lend_value, on_result_pulled
+from .lent_payloads import forget_lent, lend_out, lend_value, lendable, on_pulled
 
 
 class WorkerCore(Core):
@@ -25,7 +25,6 @@ class WorkerCore(Core):
         # On an agent's host: listen on TCP (peers may be on other hosts), and ask the
         # agent, not the controller, for store blocks.
         self.host_id = int(os.environ.get("MESHRT_HOST_ID", "0"))
-        self.lend_to_driver = self.host_id != 0  # on an agent's host: large results are pulled
         listen_host = os.environ.get("MESHRT_LISTEN_HOST")
         self.listen_address = f"tcp:{listen_host}:0" if listen_host else wire.new_unix_address(f"w{worker_id}")
         self.agent_address = os.environ.get("MESHRT_AGENT")
@@ -43,9 +42,10 @@ class WorkerCore(Core):
         self.executor = Executor(self)
         self.main_ident = threading.main_thread().ident
         self._attach_store()
-        self.lent_results: dict = {}  # token -> TensorBuffers of results lent to the driver
+        self.lent_out: dict = {}  # token -> (peer, TensorBuffers, their memory) lent to another host
+        self.gone_peers: set = set()  # peers known dead: nothing is lent to them
         self.handlers.update({
-            m.PullDone: lambda conn, msg: on_result_pulled(self, msg),
+            m.PullDone: lambda conn, msg: on_pulled(self, msg),
             m.Welcome: self.on_welcome,
             m.Hello: self.on_hello,
             m.DefineCode: self.on_define_code,
@@ -148,6 +148,8 @@ class WorkerCore(Core):
         conn.peer_id = msg.worker_id
         conn.peer_pid = msg.pid
         self.peer_hosts[msg.worker_id] = msg.host
+        if conn.server_side and msg.worker_id != 0:  # a worker dialled us: say which host we are on
+            conn.send(m.Hello(self.worker_id, os.getpid(), self.listen_address, self.host_id))
         self.note_address(msg.worker_id, msg.address)
         channel = self.channels.get(msg.worker_id)
         if channel is None:
@@ -159,7 +161,13 @@ class WorkerCore(Core):
         if channel is not None:
             channel.closed(conn)
 
+    def unreachable(self, peer: int) -> None:
+        """Nothing sent to ``peer`` will arrive: what was lent to it goes, and nothing more is."""
+        self.gone_peers.add(peer)
+        forget_lent(self, peer)
+
     def forget_peer(self, peer: int) -> None:
+        self.unreachable(peer)
         channel = self.channels.pop(peer, None)
         if channel is not None:
             channel.dead = True
@@ -212,6 +220,9 @@ class WorkerCore(Core):
     def remote_peer(self, peer: int) -> bool:
         return self.peer_hosts.get(peer, self.host_id) != self.host_id
 
+    def note_peer_host(self, peer: int, host: int) -> None:
+        self.peer_hosts.setdefault(peer, host)
+
     def on_response(self, conn, msg: m.Response) -> None:
         fut = self._requests.pop(msg.req_id, None)
         if fut is None or fut.done():
@@ -258,6 +269,7 @@ class WorkerCore(Core):
         dest = spec.owner
         if dest != 0 and spec.owner_address:
             self.note_address(dest, spec.owner_address)
+            self.note_peer_host(dest, spec.owner_host)
         call = Call(spec.task_id, spec.name, None, spec.args, spec.deps, spec.num_returns,
                     dest, held, arg_refs, spec)
         self.executor.submit(call)
@@ -300,8 +312,8 @@ class WorkerCore(Core):
         dest = call.dest
         for payload in results:
             self.account_outgoing(payload, dest)
-        if self.lend_to_driver and dest == 0:
-            results = lend_results(self, results, dest)
+        if self.remote_peer(dest):  # large results are pulled from here, not sent
+            results = tuple(lend_out(self, payload, dest) for payload in results)
         self.send_to(dest, m.TaskReturn(call.task_id, results, borrowed))
         if call.is_task:
             self.send_controller(m.TaskDone(call.task_id))
@@ -317,10 +329,10 @@ class WorkerCore(Core):
             return False  # (exiting: calls after exit_actor() must not answer)
         if call.granted:
             self._release_grants(call)
-        lending = self.lend_to_driver and call.dest == 0
+        lending = self.remote_peer(call.dest)
         via_store_conn = call.dest == 0 and not lending
         for payload in results:
-            if payload.refs or (payload.shm is not None and not via_store_conn) or (lending and payload.buffers):
+            if payload.refs or (payload.shm is not None and not via_store_conn) or (lending and lendable(payload)):
                 return False
         call.held = None
         # Whatever the call posted (a Port value, a ref release) must leave first.
@@ -358,7 +370,10 @@ class WorkerCore(Core):
         return conn if conn is not None and conn.open and not conn.closed else None
 
     def lend(self, entry, borrower: int, payload) -> bool:
-        return self.lend_to_driver and lend_value(self, entry, borrower, payload)
+        return lend_value(self, entry, borrower, payload)
+
+    def lend_out(self, payload, dest: int):
+        return lend_out(self, payload, dest) if self.remote_peer(dest) else payload
 
     def _still_borrowed(self, arg_refs: list) -> tuple:
         if not arg_refs:
@@ -380,7 +395,7 @@ class WorkerCore(Core):
 
     def stream_item(self, call: Call, index: int, payload, held) -> None:
         self.account_outgoing(payload, call.dest)
-        self.send_to(call.dest, m.StreamItem(call.task_id, index, payload))
+        self.send_to(call.dest, m.StreamItem(call.task_id, index, self.lend_out(payload, call.dest)))
 
     def stream_end(self, call: Call, count: int, error) -> None:
         self.send_to(call.dest, m.StreamEnd(call.task_id, count, error))

@@ -27,14 +27,16 @@ _port_ids = itertools.count(1)
 class Port:
     """Where to send: ``port.send(value)`` or ``port.exception(err)``, from any process."""
 
-    __slots__ = ("_owner", "_port_id")
+    __slots__ = ("_owner", "_port_id", "_host")
 
-    def __init__(self, owner: int, port_id: int) -> None:
+    def __init__(self, owner: int, port_id: int, host: int = 0) -> None:
         self._owner = owner
         self._port_id = port_id
+        self._host = host  # the receiver's host: a sender on another one cannot use its own store
 
     def send(self, value: Any) -> None:
         core = state.core()
+        core.note_peer_host(self._owner, self._host)
         try:
             payload, held = serialize(value, core.placer(None, self._owner))
         except TypeError as err:
@@ -48,7 +50,7 @@ class Port:
                      None)
 
     def __reduce__(self):
-        return (Port, (self._owner, self._port_id))
+        return (Port, (self._owner, self._port_id, self._host))
 
     def __repr__(self) -> str:
         return f"<Port {self._port_id} of worker {self._owner}>"
@@ -127,7 +129,7 @@ class Channel:
 
         core.io.post(core.ports.__setitem__, port_id, on_value)
         weakref.finalize(receiver, _forget, core, port_id)
-        return Port(core.worker_id, port_id), receiver
+        return Port(core.worker_id, port_id, core.host_id), receiver
 
 
 def _forget(core, port_id: int) -> None:

@@ -1,0 +1,160 @@
+"""The receiving side of lent values (lent_payloads.py, lending.py): a message
+carrying ``LentPayload`` handles waits while its bytes are read through the tensor
+engine, and so does everything its sender sent after it, so each sender's messages
+are still handled in the order they were sent (a call's lent arguments before its
+next call, stream items before the stream's end). Other senders go on meanwhile.
+
+The driver reads results and fetched values into its store (the head host's), other
+processes into their own memory, as they would have received inline bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+
+from ..objstore.client import layout_of_sizes
+from ..objstore.serialization import Payload, system_error_payload
+from . import ids
+from . import messages as m
+from .portal import in_background
+
+# message type -> the field that may hold a lent payload (TaskReturn: results, a tuple;
+# ExecuteTask, StartActor: the spec's args)
+_FIELDS = {m.TaskReturn: "results", m.ObjectValue: "payload", m.StreamItem: "payload",
+           m.PortValue: "payload", m.ActorCall: "args", m.ExecuteTask: "spec", m.StartActor: "spec"}
+LENT_TYPES = frozenset(_FIELDS)
+
+
+def carries_lent(msg) -> bool:
+    kind = type(msg)
+    if kind is m.TaskReturn:
+        return any(type(p) is m.LentPayload for p in msg.results)
+    if kind is m.ExecuteTask or kind is m.StartActor:  # (the arguments inside the spec)
+        return type(msg.spec.args) is m.LentPayload
+    return type(getattr(msg, _FIELDS[kind])) is m.LentPayload
+
+
+def _sender(conn):
+    return conn.peer_id if conn.peer_id is not None else id(conn)
+
+
+class Pulls:
+    """Mixed into Core (which provides handle_message, drain, send_to, is_driver)."""
+
+    def __init__(self) -> None:
+        self.held: dict = {}  # sender -> deque of (conn, msg) waiting behind a pull
+
+    def hold_if_waiting(self, conn, msgs: list) -> bool:
+        """Messages from a sender whose earlier message is still being pulled queue up."""
+        backlog = self.held.get(_sender(conn))
+        if backlog is None:
+            return False
+        backlog.extend((conn, msg) for msg in msgs)
+        return True
+
+    def start_pull(self, conn, msg, rest: list) -> bool:
+        """Pull ``msg``'s bytes, then handle it; True: ``rest`` (the sender's later
+        messages) waits for it too. A task or actor to start (from the controller) is
+        pulled on its own: nothing else the controller says waits for it, and tasks
+        and actors are not ordered among themselves."""
+        if type(msg) is m.ExecuteTask or type(msg) is m.StartActor:
+            in_background(self._pull_alone(conn, msg))
+            return False
+        key = _sender(conn)
+        self.held[key] = collections.deque((conn, later) for later in rest)
+        in_background(self._pull_in_order(key, conn, msg))
+        return True
+
+    async def _pull_alone(self, conn, msg) -> None:
+        self.handle_message(conn, await self._pulled(conn, msg))
+        if self.table.deltas or self._check:
+            self.drain()
+
+    async def _pull_in_order(self, key, conn, msg) -> None:
+        backlog = self.held[key]
+        try:
+            while True:
+                self.handle_message(conn, await self._pulled(conn, msg))
+                while backlog:
+                    conn, msg = backlog.popleft()
+                    if type(msg) in LENT_TYPES and carries_lent(msg):
+                        break
+                    self.handle_message(conn, msg)
+                else:
+                    return
+        finally:
+            if self.held.get(key) is backlog:
+                del self.held[key]
+            while backlog:  # (only if something above raised): the rest, as if just arrived
+                conn, msg = backlog.popleft()
+                self.on_messages(conn, [msg])
+            if self.table.deltas or self._check:
+                self.drain()
+
+    async def _pulled(self, conn, msg):
+        """``msg`` with its lent payloads read into payloads of our own."""
+        if type(msg) is m.TaskReturn:
+            results = []
+            for i, payload in enumerate(msg.results):
+                if type(payload) is m.LentPayload:
+                    payload = await self._pull(conn, ids.object_id(msg.task_id, i + 1), payload)
+                results.append(payload)
+            return msg._replace(results=tuple(results))
+        if type(msg) is m.ExecuteTask or type(msg) is m.StartActor:
+            return msg._replace(spec=msg.spec._replace(args=await self._pull(conn, None, msg.spec.args)))
+        field = _FIELDS[type(msg)]
+        key = msg.object_id if type(msg) is m.ObjectValue else None
+        return msg._replace(**{field: await self._pull(conn, key, getattr(msg, field))})
+
+    async def _pull(self, conn, key: int | None, lent: m.LentPayload) -> Payload:
+        try:
+            return await pull_payload(key if self.is_driver else None, lent)
+        finally:
+            if lent.token:  # (arguments, token 0: the caller keeps them until the call ends)
+                self.send_to(conn.peer_id, m.PullDone(0, lent.token))
+
+
+async def pull_payload(key: int | None, lent: m.LentPayload) -> Payload:
+    """The bytes behind ``lent``, read into a new block of this host's store under
+    ``key`` (when given and there is room) or into memory. Never raises: a failed
+    pull is an ObjectLostError payload."""
+    import numpy as np  # (here: a worker imports numpy only when a payload needs it)
+
+    from ..objstore import serialization
+
+    total, layout = layout_of_sizes([h.nbytes for h in lent.handles])
+    client = serialization._client
+    in_store = False
+    try:
+        block = None
+        if key is not None and client is not None:
+            try:
+                block = client.reserve(key, 0, total)
+                in_store = True
+            except Exception:  # noqa: BLE001 - the store is full: into memory instead
+                block = None
+        if block is None:
+            block = memoryview(np.empty(total, dtype=np.uint8))  # (no zero-filling pass)
+        timeout = max(60.0, total / 50e6)  # a slow link still finishes; a dead owner fails sooner
+        # Every read settles before anything is decided: the block must not be freed
+        # (and reused) while another read still writes into it.
+        outcomes = await asyncio.gather(*(h.read_into(block[rel:rel + n], timeout=timeout) for h, (rel, n) in
+                                          zip(lent.handles, layout, strict=True)), return_exceptions=True)
+        failed = next((o for o in outcomes if isinstance(o, BaseException)), None)
+        if failed is not None:
+            raise failed
+        if in_store:
+            client.seal(key)
+            return Payload(lent.data, (), (), False, (key, total, layout, False))
+        return Payload(lent.data, tuple(block[rel:rel + n] for rel, n in layout))
+    except Exception as err:  # noqa: BLE001 - the receiver gets the error
+        if in_store:
+            client.free((key, total, layout))
+        from .. import exceptions as exc
+
+        what = ids.to_hex(key, 36) if key is not None else "a large value"
+        return system_error_payload(exc.ObjectLostError(what, f"pulling it from the sender's host failed: {err}"))
+    finally:
+        for handle in lent.handles:
+            handle.drop()  # our copies of the handles: their unpacked keys go
