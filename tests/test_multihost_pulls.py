@@ -90,10 +90,10 @@ class Peer(Actor):
         return float(meshrt.get(fn.remote(n), timeout=60).sum())
 
     @endpoint
-    def pass_refs(self, handle, fn, n):
-        """A value stored on this host, passed as a ref to a head-host actor and task."""
+    def pass_refs(self, handles, fn, n):
+        """A value stored on this host, passed as a ref to head-host actors and a task."""
         ref = meshrt.put(np.arange(n, dtype=np.float64))
-        return meshrt.get([handle.total.remote(ref), fn.remote(ref)], timeout=60)
+        return meshrt.get([h.total.remote(ref) for h in handles] + [fn.remote(ref)], timeout=60)
 
 
 @meshrt.remote
@@ -103,6 +103,12 @@ class Streamer:
             yield value * (i + 1)
 
     def total(self, value):
+        return float(value.sum())
+
+
+@meshrt.remote
+class AsyncSummer:
+    async def total(self, value):
         return float(value.sum())
 
 
@@ -177,4 +183,5 @@ def test_head_host_actors_and_tasks_called_from_another_host(pull_path, peers): 
     assert b.task_result.call_one(arange, N).get(timeout=90) == base
     # top-level ref arguments: the value sits in the agent host's store, so the head
     # host's processes fetch it from its owner (and pull it) instead of mapping it
-    assert b.pass_refs.call_one(streamer, total, N).get(timeout=90) == [base, base]
+    handles = [streamer, AsyncSummer.remote()]
+    assert b.pass_refs.call_one(handles, total, N).get(timeout=90) == [base, base, base]

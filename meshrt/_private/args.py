@@ -180,20 +180,32 @@ class FetchedThere:
         return (FetchedThere, (self.ref,))
 
 
+async def fetched_async(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """An async actor's arguments with FetchedThere values awaited (not fetched by
+    blocking its event loop)."""
+    if any(type(v) is FetchedThere for v in args):
+        args = tuple([(await v.ref) if type(v) is FetchedThere else v for v in args])
+    if any(type(v) is FetchedThere for v in kwargs.values()):
+        kwargs = {k: (await v.ref) if type(v) is FetchedThere else v for k, v in kwargs.items()}
+    return args, kwargs
+
+
 def fetched_there(ref) -> Payload:
     """The caller's side: the payload standing for ``ref``'s value (its caller keeps the
     ref pinned until the call is over)."""
     return serialize(FetchedThere(ref))[0]
 
 
-def unpack(payload: Payload, deps: tuple, deserialize: Callable[[Payload], Any]) -> tuple[tuple, dict]:
-    """The callee's side of :func:`pack`: arguments with dependency values put back."""
+def unpack(payload: Payload, deps: tuple, deserialize: Callable[[Payload], Any],
+           fetch: bool = True) -> tuple[tuple, dict]:
+    """The callee's side of :func:`pack`: arguments with dependency values put back.
+    ``fetch=False`` leaves FetchedThere in place for ``fetched_async``."""
     args, kwargs = deserialize(payload)
     if deps:
         args = list(args)
         for pos, value_payload in deps:
             value = deserialize(value_payload)
-            if type(value) is FetchedThere:
+            if fetch and type(value) is FetchedThere:
                 from . import state
 
                 value = state.core().get([value.ref], None)[0]

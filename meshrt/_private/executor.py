@@ -374,7 +374,9 @@ class Executor:
     async def _run_coroutine(self, call: Call, fn) -> None:
         ctx = context.enter(call, self.core)
         try:
-            args, kwargs = argpack.unpack(call.args, call.deps, deserialize)
+            args, kwargs = argpack.unpack(call.args, call.deps, deserialize, fetch=False)
+            if call.deps:
+                args, kwargs = await argpack.fetched_async(args, kwargs)
             if call.num_returns == -1:
                 await self._stream_async(call, fn(*args, **kwargs))
                 return
