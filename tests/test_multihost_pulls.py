@@ -16,7 +16,7 @@ import meshrt
 from meshrt import Actor, Channel, endpoint
 
 from .helpers import wait_until
-from .test_multihost import cluster, pull_path  # noqa: F401 - fixtures
+from .test_multihost import Worker, cluster, pull_path  # noqa: F401 - fixtures
 
 N = 1 << 20  # float64s: 8 MiB
 SMALL = 256 * 1024  # what the connection may carry when the bytes are pulled
@@ -159,6 +159,27 @@ def test_objects_fetched_between_hosts_are_pulled(pull_path, peers):  # noqa: F8
     assert value == float(np.arange(N, dtype=np.float64).sum())
     _check(pull_path, moved, N * 8)
     assert wait_until(lambda: a.still_lent.call_one().get(timeout=30) == 0, 15)
+
+
+def test_objects_owned_on_another_host_are_pulled_once_per_host(pull_path, cluster):  # noqa: F811
+    """Two processes of one host read an object a process on another host owns: its
+    host's agent pulls it once into the host's store, both read that copy, and it goes
+    when the owner frees the object."""
+    hosts, _, _, remember = cluster
+    owner = hosts.slice(hosts=0).spawn_procs(per_host={"gpus": 1}).spawn("owner", Worker)
+    readers = hosts.slice(hosts=1).spawn_procs(per_host={"gpus": 2}).spawn("readers", Worker)
+    readers.where.call().get(timeout=60)
+    remember()
+    refs = owner.put_big.call_one(N).get(timeout=60)
+    base = float(np.arange(N, dtype=np.float64).sum())
+    for i in range(2):
+        shared, value = readers.slice(gpus=i).in_shared_memory.call_one(refs).get(timeout=60)
+        assert value == base and shared == (pull_path != "inline")
+    one = readers.slice(gpus=0)
+    if pull_path != "inline":
+        assert N * 8 <= one.host_store_used.call_one().get(timeout=30) < 2 * N * 8
+    del refs
+    assert wait_until(lambda: one.host_store_used.call_one().get(timeout=30) == 0, 15)
 
 
 def test_port_values_between_hosts_are_pulled(pull_path, peers):  # noqa: F811

@@ -195,6 +195,8 @@ class Agent:
                 self.local_conns[msg.worker_id] = conn
                 for early in self.early_relays.pop(msg.worker_id, ()):
                     conn.send(early)
+            elif kind is m.Request and msg.method == "host_pull":
+                self.cache.pull_lent(conn, msg)  # answers once the value is here
             elif kind is m.Request:
                 try:
                     value = store.serve(conn.peer_id, msg.method, msg.args)

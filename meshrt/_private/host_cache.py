@@ -31,6 +31,7 @@ class HostCache:
         self.client = StoreClient(store.arena, LocalBackend(store, AGENT_OWNER))
         self.copies: dict[int, Payload] = {}  # object id -> its shared-memory payload here
         self.pulling: dict[int, list] = {}  # object id -> relays waiting for the pull under way
+        self.lent_pulls: dict[int, list] = {}  # object id -> answers waiting for a worker's lent value
         self.dropped_while_pulling: set = set()
 
     def arrived(self, relay: m.Relay) -> m.Relay:
@@ -99,6 +100,43 @@ class HostCache:
         for relay in waiting:
             deliver(m.Relay(relay.dest, relay.src, m.ObjectValue(oid, result)))
 
+    def pull_lent(self, conn, request: m.Request) -> None:
+        """A process here got a large value lent by its owner, a process on another host
+        (lent_payloads.py): read it into this host's store once; every process here that
+        fetches it gets the copy. The owner tells us when to drop it (``DropCopy``, sent
+        on by the controller)."""
+        oid, lent = request.args
+
+        def answer(payload, req_id=request.req_id) -> None:
+            if not conn.closed:
+                conn.send(m.Response(req_id, True, payload))
+
+        cached = self.copies.get(oid)
+        if cached is not None or oid in self.lent_pulls:
+            for handle in lent.handles:
+                handle.drop()  # (unread: the owner lent it again)
+            if cached is not None:
+                answer(cached)
+            else:
+                self.lent_pulls[oid].append(answer)
+            return
+        self.lent_pulls[oid] = [answer]
+        in_background(self._pull_lent(oid, lent))
+
+    async def _pull_lent(self, oid: int, lent: m.LentPayload) -> None:
+        from .pulls import pull_payload
+
+        result = await pull_payload(oid, lent, self.client, AGENT_OWNER)
+        if result.shm is not None:
+            if oid in self.dropped_while_pulling:
+                self.client.free(result.shm)
+                result = system_error_payload(_lost(oid, "the owner freed it while it was being pulled"))
+            else:
+                self.copies[oid] = result
+        self.dropped_while_pulling.discard(oid)
+        for answer in self.lent_pulls.pop(oid, ()):
+            answer(result)
+
     def serve(self, conn, relay: m.Relay) -> bool:
         """A process here asks the driver for an object: answer from our copy if we have one."""
         cached = self.copies.get(relay.msg.object_id)
@@ -109,7 +147,7 @@ class HostCache:
 
     def drop(self, oid: int) -> None:
         """The owner freed the object."""
-        if oid in self.pulling:
+        if oid in self.pulling or oid in self.lent_pulls:
             self.dropped_while_pulling.add(oid)
         cached = self.copies.pop(oid, None)
         if cached is not None:
@@ -127,4 +165,4 @@ def _lost(oid: int, err: BaseException):
     from .. import exceptions as exc
     from . import ids
 
-    return exc.ObjectLostError(ids.to_hex(oid, 36), f"pulling the value from the driver's host failed: {err}")
+    return exc.ObjectLostError(ids.to_hex(oid, 36), f"pulling the value from its owner's host failed: {err}")

@@ -48,7 +48,14 @@ class HostDirectory:
             m.WorkerSpawned: self.on_worker_spawned,
             m.WorkerExited: self.on_worker_exited,
             m.WorkerOutput: self.on_worker_output,
+            m.DropHostCopies: self.on_drop_host_copies,
         }
+
+    def on_drop_host_copies(self, conn, msg: m.DropHostCopies) -> None:
+        for host_id in msg.hosts:
+            host = self.hosts.get(host_id)
+            if host is not None and host.alive:
+                host.conn.send(m.DropCopy(msg.object_id))
 
     def on_agent_hello(self, conn, msg: m.AgentHello) -> None:
         if getattr(conn, "peer_id", None) is not None or self.tcp_address is None:

@@ -112,6 +112,7 @@ def lend_value(core, entry, borrower: int, payload: Payload) -> bool:
         if borrower in core.gone_peers:  # died meanwhile
             on_pulled(core, m.PullDone(0, lent.token))
             return
+        core.note_copy(entry, borrower)  # its host's agent keeps a copy until we free it
         core.send_to(borrower, m.ObjectValue(entry.id, lent))
 
     in_background(lend_now())

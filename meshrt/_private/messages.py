@@ -391,3 +391,11 @@ class DropCopy(NamedTuple):
     """Driver -> agent: the object is freed; drop this host's copy of it."""
 
     object_id: int
+
+
+class DropHostCopies(NamedTuple):
+    """Owner (a worker) -> controller: the object is freed; the agents of ``hosts``,
+    which pulled it for their processes, drop their copies (``DropCopy``)."""
+
+    object_id: int
+    hosts: tuple

@@ -104,33 +104,42 @@ class Pulls:
         if type(msg) is m.ExecuteTask or type(msg) is m.StartActor:
             return msg._replace(spec=msg.spec._replace(args=await self._pull(conn, None, msg.spec.args)))
         field = _FIELDS[type(msg)]
-        key = msg.object_id if type(msg) is m.ObjectValue else None
-        return msg._replace(**{field: await self._pull(conn, key, getattr(msg, field))})
+        if type(msg) is m.ObjectValue:  # an object: the host keeps one copy for all its readers
+            return msg._replace(payload=await self._pull(conn, msg.object_id, msg.payload, for_host=True))
+        return msg._replace(**{field: await self._pull(conn, None, getattr(msg, field))})
 
-    async def _pull(self, conn, key: int | None, lent: m.LentPayload) -> Payload:
+    async def _pull(self, conn, key: int | None, lent: m.LentPayload, for_host: bool = False) -> Payload:
         try:
-            return await pull_payload(key if self.is_driver else None, lent)
+            if self.is_driver:
+                return await pull_payload(key, lent)
+            payload = await self.host_pull(key, lent) if for_host else None
+            return payload if payload is not None else await pull_payload(None, lent)
         finally:
             if lent.token:  # (arguments, token 0: the caller keeps them until the call ends)
                 self.send_to(conn.peer_id, m.PullDone(0, lent.token))
 
+    async def host_pull(self, key: int, lent: m.LentPayload) -> Payload | None:
+        """The object pulled by this host's agent into the host's store (or found there);
+        None: pull it yourself (the worker overrides)."""
+        return None
 
-async def pull_payload(key: int | None, lent: m.LentPayload) -> Payload:
+
+async def pull_payload(key: int | None, lent: m.LentPayload, client=None, owner: int = 0) -> Payload:
     """The bytes behind ``lent``, read into a new block of this host's store under
-    ``key`` (when given and there is room) or into memory. Never raises: a failed
-    pull is an ObjectLostError payload."""
+    ``key`` (when given and there is room; through ``client``, for ``owner``) or into
+    memory. Never raises: a failed pull is an ObjectLostError payload."""
     import numpy as np  # (here: a worker imports numpy only when a payload needs it)
 
     from ..objstore import serialization
 
     total, layout = layout_of_sizes([h.nbytes for h in lent.handles])
-    client = serialization._client
+    client = client or serialization._client
     in_store = False
     try:
         block = None
         if key is not None and client is not None:
             try:
-                block = client.reserve(key, 0, total)
+                block = client.reserve(key, owner, total)
                 in_store = True
             except Exception:  # noqa: BLE001 - the store is full: into memory instead
                 block = None

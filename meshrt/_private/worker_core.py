@@ -44,6 +44,7 @@ class WorkerCore(Core):
         self._attach_store()
         self.lent_out: dict = {}  # token -> (peer, TensorBuffers, their memory) lent to another host
         self.gone_peers: set = set()  # peers known dead: nothing is lent to them
+        self.host_copies: dict = {}  # object id -> hosts whose agents keep a copy of it
         self.handlers.update({
             m.PullDone: lambda conn, msg: on_pulled(self, msg),
             m.Welcome: self.on_welcome,
@@ -374,6 +375,27 @@ class WorkerCore(Core):
 
     def lend_out(self, payload, dest: int):
         return lend_out(self, payload, dest) if self.remote_peer(dest) else payload
+
+    async def host_pull(self, key: int, lent):
+        if self.agent is None:  # (the head host: its store is the driver's; read it ourselves)
+            return None
+        try:  # host_cache.py: one pull per host, the copy shared by the host's processes
+            payload = await self.request("host_pull", key, lent, conn=self.agent)
+        except Exception:  # noqa: BLE001 - an agent that cannot: read it ourselves
+            return None
+        for handle in lent.handles:
+            handle.drop()  # (our copies of them, unread)
+        return payload
+
+    def note_copy(self, entry, borrower: int) -> None:
+        host = self.peer_hosts.get(borrower)
+        if host and host != self.host_id:
+            self.host_copies.setdefault(entry.id, set()).add(host)
+
+    def forget_copies(self, oid: int) -> None:
+        hosts = self.host_copies.pop(oid, None) if self.host_copies else None
+        if hosts:
+            self.send_controller(m.DropHostCopies(oid, tuple(hosts)))
 
     def _still_borrowed(self, arg_refs: list) -> tuple:
         if not arg_refs:
