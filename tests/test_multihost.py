@@ -2,7 +2,8 @@
 
 Each agent is a separate ``python -m meshrt agent`` process with its own zygote
 and shared-memory store, so calls, arguments and results between the driver and
-its processes really cross hosts (TCP, inline bytes) instead of sharing memory.
+its processes really cross hosts (TCP, and the tensor engine's pulls) instead of
+sharing memory.
 """
 
 from __future__ import annotations
@@ -242,8 +243,7 @@ def test_large_results_from_other_hosts_are_pulled_not_sent(pull_path, cluster):
 
 def test_objects_owned_on_other_hosts_are_pulled_by_the_driver(pull_path, cluster):
     """The driver gets an 8 MiB array owned by a process on another host: the driver
-    reads it into its own store through the tensor engine, the bytes stay off the
-    control connection."""
+    reads it through the tensor engine, the bytes stay off the control connection."""
     hosts, _, _, remember = cluster
     workers = hosts.spawn_procs(per_host={"gpus": 1}).spawn("w", Worker)
     remember()

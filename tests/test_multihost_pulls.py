@@ -180,6 +180,16 @@ def test_objects_owned_on_another_host_are_pulled_once_per_host(pull_path, clust
         assert N * 8 <= one.host_store_used.call_one().get(timeout=30) < 2 * N * 8
     del refs
     assert wait_until(lambda: one.host_store_used.call_one().get(timeout=30) == 0, 15)
+    if pull_path == "inline":
+        return
+    # an owner that goes away without freeing: the copies of what it owned go too
+    owner_procs = hosts.slice(hosts=0).spawn_procs(per_host={"gpus": 1})
+    refs = owner_procs.spawn("owner2", Worker).put_big.call_one(N).get(timeout=60)
+    remember()
+    assert one.in_shared_memory.call_one(refs).get(timeout=60) == (True, base)
+    assert one.host_store_used.call_one().get(timeout=30) >= N * 8
+    owner_procs.stop().get(timeout=30)
+    assert wait_until(lambda: one.host_store_used.call_one().get(timeout=30) == 0, 15)
 
 
 def test_port_values_between_hosts_are_pulled(pull_path, peers):  # noqa: F811

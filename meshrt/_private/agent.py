@@ -124,6 +124,8 @@ class Agent:
                 _kill(pid)
         elif kind is m.DropCopy:
             self.cache.drop(msg.object_id)
+        elif kind is m.PeerGone:
+            self.cache.owner_gone(msg.worker_id)
         elif kind is m.Exit:
             self.done.set()
         elif kind is m.Relay:
@@ -196,7 +198,10 @@ class Agent:
                 for early in self.early_relays.pop(msg.worker_id, ()):
                     conn.send(early)
             elif kind is m.Request and msg.method == "host_pull":
-                self.cache.pull_lent(conn, msg)  # answers once the value is here
+                try:
+                    self.cache.pull_lent(conn, msg)  # answers once the value is here
+                except Exception as err:  # noqa: BLE001 - the worker pulls it itself
+                    conn.send(m.Response(msg.req_id, False, err))
             elif kind is m.Request:
                 try:
                     value = store.serve(conn.peer_id, msg.method, msg.args)

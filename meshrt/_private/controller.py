@@ -351,6 +351,9 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests):
         for other in self.workers.values():
             if other.conn is not None and not other.conn.closed:
                 other.conn.send(gone)
+        for host in self.hosts.values():  # copies agents keep of what it owned go
+            if host.alive and not host.conn.closed:
+                host.conn.send(gone)
         self.schedule()
 
     def _trim_idle(self) -> None:

@@ -32,6 +32,8 @@ class HostCache:
         self.copies: dict[int, Payload] = {}  # object id -> its shared-memory payload here
         self.pulling: dict[int, list] = {}  # object id -> relays waiting for the pull under way
         self.lent_pulls: dict[int, list] = {}  # object id -> answers waiting for a worker's lent value
+        self.owned_by: dict[int, set] = {}  # owner worker -> ids of its objects copied here
+        self.dropped: set = set()  # objects freed by their owners: a late pull must not cache them
         self.dropped_while_pulling: set = set()
 
     def arrived(self, relay: m.Relay) -> m.Relay:
@@ -105,12 +107,18 @@ class HostCache:
         (lent_payloads.py): read it into this host's store once; every process here that
         fetches it gets the copy. The owner tells us when to drop it (``DropCopy``, sent
         on by the controller)."""
-        oid, lent = request.args
+        oid, lent, owner = request.args
 
         def answer(payload, req_id=request.req_id) -> None:
-            if not conn.closed:
-                conn.send(m.Response(req_id, True, payload))
+            if not conn.closed:  # a failed pull: each reader tries its own handles instead
+                conn.send(m.Response(req_id, not payload.is_error, payload if not payload.is_error
+                                     else RuntimeError("the host's pull failed")))
 
+        if oid in self.dropped:  # freed already: a late fetch reads it for itself
+            for handle in lent.handles:
+                handle.drop()
+            conn.send(m.Response(request.req_id, False, RuntimeError("freed by its owner")))
+            return
         cached = self.copies.get(oid)
         if cached is not None or oid in self.lent_pulls:
             for handle in lent.handles:
@@ -121,21 +129,31 @@ class HostCache:
                 self.lent_pulls[oid].append(answer)
             return
         self.lent_pulls[oid] = [answer]
+        self.owned_by.setdefault(owner, set()).add(oid)
         in_background(self._pull_lent(oid, lent))
 
     async def _pull_lent(self, oid: int, lent: m.LentPayload) -> None:
         from .pulls import pull_payload
 
-        result = await pull_payload(oid, lent, self.client, AGENT_OWNER)
-        if result.shm is not None:
-            if oid in self.dropped_while_pulling:
-                self.client.free(result.shm)
-                result = system_error_payload(_lost(oid, "the owner freed it while it was being pulled"))
-            else:
-                self.copies[oid] = result
-        self.dropped_while_pulling.discard(oid)
-        for answer in self.lent_pulls.pop(oid, ()):
-            answer(result)
+        result = None
+        try:
+            result = await pull_payload(oid, lent, self.client, AGENT_OWNER)
+            if result.shm is not None:
+                if oid in self.dropped_while_pulling or oid in self.dropped:
+                    self.client.free(result.shm)
+                    result = system_error_payload(_lost(oid, "the owner freed it while it was being pulled"))
+                else:
+                    self.copies[oid] = result
+        finally:  # every waiting reader hears back, whatever happened
+            result = result or system_error_payload(_lost(oid, "the pull failed"))
+            self.dropped_while_pulling.discard(oid)
+            for answer in self.lent_pulls.pop(oid, ()):
+                answer(result)
+
+    def owner_gone(self, owner: int) -> None:
+        """A worker died: copies of the objects it owned go (their readers keep what they map)."""
+        for oid in self.owned_by.pop(owner, ()):
+            self.drop(oid)
 
     def serve(self, conn, relay: m.Relay) -> bool:
         """A process here asks the driver for an object: answer from our copy if we have one."""
@@ -147,6 +165,7 @@ class HostCache:
 
     def drop(self, oid: int) -> None:
         """The owner freed the object."""
+        self.dropped.add(oid)
         if oid in self.pulling or oid in self.lent_pulls:
             self.dropped_while_pulling.add(oid)
         cached = self.copies.pop(oid, None)

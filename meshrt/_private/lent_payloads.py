@@ -100,6 +100,7 @@ def lend_value(core, entry, borrower: int, payload: Payload) -> bool:
     send it inline."""
     if payload.refs or payload.is_error or borrower in core.gone_peers or not _engine_ready():
         return False
+    core.note_copy(entry, borrower)  # (now: a free while we lend must still reach its host's agent)
 
     async def lend_now():
         try:  # off the loop: pinning the block is a request to this host's store
@@ -112,7 +113,6 @@ def lend_value(core, entry, borrower: int, payload: Payload) -> bool:
         if borrower in core.gone_peers:  # died meanwhile
             on_pulled(core, m.PullDone(0, lent.token))
             return
-        core.note_copy(entry, borrower)  # its host's agent keeps a copy until we free it
         core.send_to(borrower, m.ObjectValue(entry.id, lent))
 
     in_background(lend_now())

@@ -49,7 +49,10 @@ class Ownership:
                 self.note_copy(entry, borrower)
                 self.send_inline(entry, borrower, payload)
             return
-        self.send_to(borrower, m.ObjectValue(entry.id, self.lend_out(payload, borrower)))
+        sent = self.lend_out(payload, borrower)
+        if sent is not payload:  # lent: the borrower's host keeps a copy until we free it
+            self.note_copy(entry, borrower)
+        self.send_to(borrower, m.ObjectValue(entry.id, sent))
 
     def lend(self, entry: ObjectEntry, borrower: int, payload: Payload) -> bool:
         """Lend a stored value's block to a borrower on another host (lending.py,

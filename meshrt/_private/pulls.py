@@ -104,21 +104,21 @@ class Pulls:
         if type(msg) is m.ExecuteTask or type(msg) is m.StartActor:
             return msg._replace(spec=msg.spec._replace(args=await self._pull(conn, None, msg.spec.args)))
         field = _FIELDS[type(msg)]
-        if type(msg) is m.ObjectValue:  # an object: the host keeps one copy for all its readers
+        if type(msg) is m.ObjectValue:  # a borrowed object: the host keeps one copy for its readers
             return msg._replace(payload=await self._pull(conn, msg.object_id, msg.payload, for_host=True))
         return msg._replace(**{field: await self._pull(conn, None, getattr(msg, field))})
 
     async def _pull(self, conn, key: int | None, lent: m.LentPayload, for_host: bool = False) -> Payload:
         try:
-            if self.is_driver:
-                return await pull_payload(key, lent)
-            payload = await self.host_pull(key, lent) if for_host else None
-            return payload if payload is not None else await pull_payload(None, lent)
+            if for_host:  # (the driver reads borrowed objects into memory: nothing would free a block)
+                payload = None if self.is_driver else await self.host_pull(key, lent, conn.peer_id)
+                return payload if payload is not None else await pull_payload(None, lent)
+            return await pull_payload(key if self.is_driver else None, lent)
         finally:
             if lent.token:  # (arguments, token 0: the caller keeps them until the call ends)
                 self.send_to(conn.peer_id, m.PullDone(0, lent.token))
 
-    async def host_pull(self, key: int, lent: m.LentPayload) -> Payload | None:
+    async def host_pull(self, key: int, lent: m.LentPayload, owner: int) -> Payload | None:
         """The object pulled by this host's agent into the host's store (or found there);
         None: pull it yourself (the worker overrides)."""
         return None

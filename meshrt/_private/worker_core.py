@@ -376,12 +376,13 @@ class WorkerCore(Core):
     def lend_out(self, payload, dest: int):
         return lend_out(self, payload, dest) if self.remote_peer(dest) else payload
 
-    async def host_pull(self, key: int, lent):
+    async def host_pull(self, key: int, lent, owner: int):
         if self.agent is None:  # (the head host: its store is the driver's; read it ourselves)
             return None
         try:  # host_cache.py: one pull per host, the copy shared by the host's processes
-            payload = await self.request("host_pull", key, lent, conn=self.agent)
-        except Exception:  # noqa: BLE001 - an agent that cannot: read it ourselves
+            payload = await asyncio.wait_for(self.request("host_pull", key, lent, owner, conn=self.agent),
+                                             max(120.0, sum(h.nbytes for h in lent.handles) / 25e6))
+        except Exception:  # noqa: BLE001 - an agent that cannot (or did not in time): read it ourselves
             return None
         for handle in lent.handles:
             handle.drop()  # (our copies of them, unread)

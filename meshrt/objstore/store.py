@@ -71,6 +71,8 @@ class SharedStore:
                 f"({_mib(self.capacity)}); raise init(object_store_memory=...)"
             )
         with self.lock:
+            if key in self.objects:  # (its block would be lost to the allocator for good)
+                raise ValueError(f"object {key:x} is already in the store")
             offset = self.blocks.alloc(need)
             if offset is None:
                 offset = self._make_room(need, f"an object of {_mib(size)}")
