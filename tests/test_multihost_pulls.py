@@ -9,6 +9,8 @@ attach on this machine, or UCX over tcp) and sent inline (``MESHRT_PULL_ENGINE=0
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -86,6 +88,10 @@ class Peer(Actor):
         return meshrt.get(fn.remote(np.arange(n, dtype=np.float64)), timeout=60)
 
     @endpoint
+    def call_fragile(self, handle, n, marker):
+        return meshrt.get(handle.total_once_dead.remote(np.arange(n, dtype=np.float64), marker), timeout=60)
+
+    @endpoint
     def task_result(self, fn, n):
         return float(meshrt.get(fn.remote(n), timeout=60).sum())
 
@@ -103,6 +109,16 @@ class Streamer:
             yield value * (i + 1)
 
     def total(self, value):
+        return float(value.sum())
+
+
+@meshrt.remote(max_restarts=1, max_task_retries=1)
+class Fragile:
+    def total_once_dead(self, value, marker):
+        """Dies on the first attempt (after its arguments were pulled), then answers."""
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(1)
         return float(value.sum())
 
 
@@ -168,18 +184,25 @@ def test_objects_owned_on_another_host_are_pulled_once_per_host(pull_path, clust
     hosts, _, _, remember = cluster
     owner = hosts.slice(hosts=0).spawn_procs(per_host={"gpus": 1}).spawn("owner", Worker)
     readers = hosts.slice(hosts=1).spawn_procs(per_host={"gpus": 2}).spawn("readers", Worker)
+    head = meshrt.this_host().spawn_procs(per_host={"gpus": 2}).spawn("head", Worker)  # the driver's host
     readers.where.call().get(timeout=60)
+    head.where.call().get(timeout=60)
     remember()
+    head_store = meshrt._private.state.core().controller.store
+    head_before = head_store.usage()["used"]
     refs = owner.put_big.call_one(N).get(timeout=60)
     base = float(np.arange(N, dtype=np.float64).sum())
-    for i in range(2):
-        shared, value = readers.slice(gpus=i).in_shared_memory.call_one(refs).get(timeout=60)
-        assert value == base and shared == (pull_path != "inline")
+    for mesh in (readers, head):
+        for i in range(2):
+            shared, value = mesh.slice(gpus=i).in_shared_memory.call_one(refs).get(timeout=60)
+            assert value == base and shared == (pull_path != "inline")
     one = readers.slice(gpus=0)
     if pull_path != "inline":
         assert N * 8 <= one.host_store_used.call_one().get(timeout=30) < 2 * N * 8
+        assert N * 8 <= head_store.usage()["used"] - head_before < 2 * N * 8
     del refs
     assert wait_until(lambda: one.host_store_used.call_one().get(timeout=30) == 0, 15)
+    assert wait_until(lambda: head_store.usage()["used"] == head_before, 15)
     if pull_path == "inline":
         return
     # an owner that goes away without freeing: the copies of what it owned go too
@@ -190,6 +213,16 @@ def test_objects_owned_on_another_host_are_pulled_once_per_host(pull_path, clust
     assert one.host_store_used.call_one().get(timeout=30) >= N * 8
     owner_procs.stop().get(timeout=30)
     assert wait_until(lambda: one.host_store_used.call_one().get(timeout=30) == 0, 15)
+
+
+def test_lent_arguments_outlive_a_retried_call(pull_path, peers, tmp_path):  # noqa: F811
+    """A call from an agent's host to a head-host actor that dies after pulling its
+    arguments is retried on the restarted actor, which pulls them again: the caller
+    keeps lent arguments until the call is over."""
+    _, b = peers
+    marker = str(tmp_path / "died")
+    total = b.call_fragile.call_one(Fragile.remote(), N, marker).get(timeout=90)
+    assert os.path.exists(marker) and total == float(np.arange(N, dtype=np.float64).sum())
 
 
 def test_port_values_between_hosts_are_pulled(pull_path, peers):  # noqa: F811

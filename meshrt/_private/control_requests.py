@@ -14,6 +14,9 @@ from . import messages as m
 
 class ControlRequests:
     def on_request(self, conn, msg: m.Request) -> None:
+        if msg.method == "host_pull":  # (answered when the pull is done: host_directory.py)
+            self.head_host_pull(conn, msg)
+            return
         self.spawn_background(self._answer(conn, msg))
 
     async def _answer(self, conn, msg: m.Request) -> None:

@@ -345,6 +345,7 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests):
         elif previous == "starting" and self.startup_failures >= MAX_STARTUP_FAILURES:
             self._fail_queued_startup(w, cause)
         self._owner_died(w.id)
+        self.head_owner_gone(w.id)  # copies the head host keeps of what it owned
         self.store.worker_died(w.id)
         gone = m.PeerGone(w.id)
         self.core.local.send(gone)

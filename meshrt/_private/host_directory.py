@@ -41,6 +41,7 @@ class HostDirectory:
         self.hosts: dict[int, HostRecord] = {}
         self._host_ids = itertools.count(1)
         self._hosts_changed: asyncio.Event | None = None
+        self._head_cache = None  # HostCache over the head host's store, once a process needs it
 
     def host_handlers(self) -> dict:
         return {
@@ -53,9 +54,26 @@ class HostDirectory:
 
     def on_drop_host_copies(self, conn, msg: m.DropHostCopies) -> None:
         for host_id in msg.hosts:
+            if host_id == 0:
+                if self._head_cache is not None:
+                    self._head_cache.drop(msg.object_id)
+                continue
             host = self.hosts.get(host_id)
             if host is not None and host.alive:
                 host.conn.send(m.DropCopy(msg.object_id))
+
+    def head_host_pull(self, conn, msg: m.Request) -> None:
+        """A head-host process got a large object lent from another host: the head
+        host's store keeps one copy for all its processes, as an agent's does."""
+        if self._head_cache is None:
+            from .host_cache import HostCache
+
+            self._head_cache = HostCache(self.store)
+        self._head_cache.pull_lent(conn, msg)
+
+    def head_owner_gone(self, worker_id: int) -> None:
+        if self._head_cache is not None:
+            self._head_cache.owner_gone(worker_id)
 
     def on_agent_hello(self, conn, msg: m.AgentHello) -> None:
         if getattr(conn, "peer_id", None) is not None or self.tcp_address is None:

@@ -377,9 +377,8 @@ class WorkerCore(Core):
         return lend_out(self, payload, dest) if self.remote_peer(dest) else payload
 
     async def host_pull(self, key: int, lent, owner: int):
-        if self.agent is None:  # (the head host: its store is the driver's; read it ourselves)
-            return None
-        try:  # host_cache.py: one pull per host, the copy shared by the host's processes
+        try:  # host_cache.py: one pull per host (by its agent, or the driver's controller on
+            # the head host), the copy shared by the host's processes
             payload = await asyncio.wait_for(self.request("host_pull", key, lent, owner, conn=self.agent),
                                              max(120.0, sum(h.nbytes for h in lent.handles) / 25e6))
         except Exception:  # noqa: BLE001 - an agent that cannot (or did not in time): read it ourselves
@@ -390,7 +389,7 @@ class WorkerCore(Core):
 
     def note_copy(self, entry, borrower: int) -> None:
         host = self.peer_hosts.get(borrower)
-        if host and host != self.host_id:
+        if host is not None and host != self.host_id and borrower != 0:  # (the driver reads for itself)
             self.host_copies.setdefault(entry.id, set()).add(host)
 
     def forget_copies(self, oid: int) -> None:
