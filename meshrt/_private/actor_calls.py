@@ -6,10 +6,8 @@ import pickle
 from typing import Any
 
 from ..objstore.table import KIND_ACTOR_HANDLE, ObjectEntry
-from . import args as argpack
 from . import ids
 from . import messages as m
-from .lent_payloads import lend_args
 from .pending import PendingTask
 from .refs import ObjectRef
 
@@ -24,12 +22,7 @@ class ActorCalls:
         (lent_payloads.py) instead of placed in this host's store. ``direct``: the
         call may leave from this thread (False for a call to many actors behind one
         agent: one frame for all)."""
-        if inline:  # large ones lent: the actor pulls them through the tensor engine
-            payload, deps, pins = argpack.pack(args, kwargs, f"{handle._class_name}.{method}.remote()", None, None)
-            payload = lend_args(payload)
-        else:
-            payload, deps, pins = argpack.pack(args, kwargs, f"{handle._class_name}.{method}.remote()",
-                                                self.arg_placer(), self.stored_arg)
+        payload, deps, pins = self.pack_args(args, kwargs, f"{handle._class_name}.{method}.remote()", inline)
         task_id = ids.new_task_id()
         pt = PendingTask(task_id, f"{handle._class_name}.{method}", payload, deps, pins, num_returns)
         pt.method = method
@@ -51,12 +44,8 @@ class ActorCalls:
         from .api import ActorHandle
 
         self.define_code(actor_cls.code_id, actor_cls.code_blob)
-        if opts.host != self.host_id:  # the actor runs on another host: large arguments are lent
-            payload, deps, pins = argpack.pack(args, kwargs, f"{actor_cls._name}.remote()", None, None)
-            payload = lend_args(payload)
-        else:
-            payload, deps, pins = argpack.pack(args, kwargs, f"{actor_cls._name}.remote()", self.arg_placer(),
-                                                self.stored_arg)
+        remote = opts.host != self.host_id  # (the actor runs on another host)
+        payload, deps, pins = self.pack_args(args, kwargs, f"{actor_cls._name}.remote()", remote)
         actor_id = ids.new_task_id()
         namespace = opts.namespace or self.namespace()
         if opts.name is not None:
@@ -75,7 +64,7 @@ class ActorCalls:
             handle_ref = ObjectRef(handle_oid, self.worker_id, self.table.deltas)
         pt = PendingTask(actor_id, actor_cls._name, payload, deps, pins, 0)
         pt.kind = "create"
-        pt.remote = opts.host != self.host_id
+        pt.remote = remote
 
         def create(pt=pt):
             spec = m.ActorSpec(

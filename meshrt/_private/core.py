@@ -33,7 +33,7 @@ from . import ids
 from . import messages as m
 from .actor_calls import ActorCalls
 from .context import current_call
-from .lent_payloads import lend_args, lendable
+from .lent_payloads import lendable
 from .mesh_support import MeshSupport
 from .ownership import Ownership
 from .pending import PendingTask
@@ -141,15 +141,11 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
 
     def submit_task(self, fn, args: tuple, kwargs: dict, opts) -> Any:
         self.define_code(fn.code_id, fn.code_blob)
-        if self.host_id != 0:  # tasks run on the head host: large arguments are lent to it
-            payload, deps, pins = argpack.pack(args, kwargs, f"{opts.name}.remote()", None, None)
-            payload = lend_args(payload)
-        else:
-            payload, deps, pins = argpack.pack(args, kwargs, f"{opts.name}.remote()", self.arg_placer(),
-                                               self.stored_arg)
+        remote = self.host_id != 0  # (tasks run on the head host)
+        payload, deps, pins = self.pack_args(args, kwargs, f"{opts.name}.remote()", remote)
         task_id = ids.new_task_id()
         pt = PendingTask(task_id, opts.name, payload, deps, pins, opts.num_returns)
-        pt.remote = self.host_id != 0
+        pt.remote = remote
         result = self._make_returns(pt, opts.num_returns)
         pt.retries_left = opts.max_retries
 
@@ -439,7 +435,6 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
     def on_messages(self, conn, msgs: list) -> None:
         if self.held and self.hold_if_waiting(conn, msgs):
             return  # behind a message of the same sender whose bytes are being pulled
-        handlers = self.handlers
         for i, msg in enumerate(msgs):
             kind = type(msg)
             if kind in LENT_TYPES and carries_lent(msg):
@@ -449,19 +444,12 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
             if kind is m.PeerGone and msg.worker_id in self.held:
                 self.held[msg.worker_id].append((conn, msg))  # after what that peer sent before dying
                 continue
-            handler = handlers.get(kind)
-            if handler is None:
-                log.warning("meshrt: %s sent an unexpected %s", _who(conn), kind.__name__)
-                continue
-            try:
-                handler(conn, msg)
-            except Exception:
-                log.exception("meshrt: error handling %s from %s", kind.__name__, _who(conn))
+            self.handle_message(conn, msg)
         if self.table.deltas or self._check:
             self.drain()
 
     def handle_message(self, conn, msg) -> None:
-        """One message, outside a batch (pulls.py hands them over one by one)."""
+        """One message to its handler; a handler's error is logged, not raised."""
         handler = self.handlers.get(type(msg))
         if handler is None:
             log.warning("meshrt: %s sent an unexpected %s", _who(conn), type(msg).__name__)

@@ -18,6 +18,7 @@ import logging
 from ..objstore.client import LocalBackend, StoreClient
 from ..objstore.serialization import SHM_THRESHOLD, Payload, system_error_payload
 from . import messages as m
+from .lent_payloads import drop_lent
 from .portal import in_background
 
 log = logging.getLogger("meshrt")
@@ -33,8 +34,7 @@ class HostCache:
         self.pulling: dict[int, list] = {}  # object id -> relays waiting for the pull under way
         self.lent_pulls: dict[int, list] = {}  # object id -> answers waiting for a worker's lent value
         self.owned_by: dict[int, set] = {}  # owner worker -> ids of its objects copied here
-        self.dropped: set = set()  # objects freed by their owners: a late pull must not cache them
-        self.dropped_while_pulling: set = set()
+        self.dropped: set = set()  # objects their owners freed: a pull finishing later must not cache them
 
     def arrived(self, relay: m.Relay) -> m.Relay:
         """A value on its way from the driver to one of our processes."""
@@ -84,7 +84,7 @@ class HostCache:
             await value.buffer.read_into(target, timeout=timeout)
             if not in_store:
                 result = _inline(value.payload.data, memoryview(target), layout, stream)
-            elif oid in self.dropped_while_pulling:  # freed by the owner meanwhile
+            elif oid in self.dropped:  # freed by the owner meanwhile
                 self.client.free((oid, total, layout))
                 result = system_error_payload(_lost(oid, "the owner freed it while it was being pulled"))
             else:
@@ -98,7 +98,6 @@ class HostCache:
             value.buffer.drop()  # our handle: its unpacked key goes
             tell_owner(done)
             waiting = self.pulling.pop(oid, [])
-            self.dropped_while_pulling.discard(oid)
         for relay in waiting:
             deliver(m.Relay(relay.dest, relay.src, m.ObjectValue(oid, result)))
 
@@ -115,14 +114,12 @@ class HostCache:
                                      else RuntimeError("the host's pull failed")))
 
         if oid in self.dropped:  # freed already: a late fetch reads it for itself
-            for handle in lent.handles:
-                handle.drop()
+            drop_lent(lent)
             conn.send(m.Response(request.req_id, False, RuntimeError("freed by its owner")))
             return
         cached = self.copies.get(oid)
         if cached is not None or oid in self.lent_pulls:
-            for handle in lent.handles:
-                handle.drop()  # (unread: the owner lent it again)
+            drop_lent(lent)  # (unread: the owner lent it again)
             if cached is not None:
                 answer(cached)
             else:
@@ -139,14 +136,13 @@ class HostCache:
         try:
             result = await pull_payload(oid, lent, self.client, AGENT_OWNER)
             if result.shm is not None:
-                if oid in self.dropped_while_pulling or oid in self.dropped:
+                if oid in self.dropped:
                     self.client.free(result.shm)
                     result = system_error_payload(_lost(oid, "the owner freed it while it was being pulled"))
                 else:
                     self.copies[oid] = result
         finally:  # every waiting reader hears back, whatever happened
             result = result or system_error_payload(_lost(oid, "the pull failed"))
-            self.dropped_while_pulling.discard(oid)
             for answer in self.lent_pulls.pop(oid, ()):
                 answer(result)
 
@@ -166,8 +162,6 @@ class HostCache:
     def drop(self, oid: int) -> None:
         """The owner freed the object."""
         self.dropped.add(oid)
-        if oid in self.pulling or oid in self.lent_pulls:
-            self.dropped_while_pulling.add(oid)
         cached = self.copies.pop(oid, None)
         if cached is not None:
             self.client.free(cached.shm)

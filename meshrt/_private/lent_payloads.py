@@ -76,22 +76,27 @@ def _handles(buffers) -> tuple:
         for b in buffers:
             handles.append(TensorBuffer(memoryview(b).cast("B")))
     except BaseException:
-        for handle in handles:
-            handle.drop()
+        drop_handles(handles)
         raise
     return tuple(handles)
 
 
-def drop_lent(lent: m.LentPayload) -> None:
-    for handle in lent.handles:
+def drop_handles(handles) -> None:
+    """The owner's buffers go (or, for a holder's copies, their unpacked keys)."""
+    for handle in handles:
         handle.drop()
 
 
-def _lend(core, payload, dest: int, data: bytes, buffers) -> m.LentPayload:
-    """Core loop: register the handles under a new token until ``dest`` is done."""
+def drop_lent(lent: m.LentPayload) -> None:
+    drop_handles(lent.handles)
+
+
+def _lend(core, keep, dest: int, data: bytes, buffers) -> m.LentPayload:
+    """Core loop: register the handles under a new token until ``dest`` is done;
+    ``keep`` (the payload, or a pinned store block) lives as long."""
     handles = _handles(buffers)
     token = next(_tokens)
-    core.lent_out[token] = (dest, handles, payload)  # the payload keeps a store block pinned
+    core.lent_out[token] = (dest, handles, keep)
     return m.LentPayload(data, handles, token)
 
 
@@ -136,8 +141,7 @@ def on_pulled(core, msg: m.PullDone) -> None:
     """Worker: the peer has the bytes; the buffers go."""
     lent = core.lent_out.pop(msg.token, None)
     if lent is not None:
-        for handle in lent[1]:
-            handle.drop()
+        drop_handles(lent[1])
 
 
 def forget_lent(core, peer: int) -> None:

@@ -4,8 +4,10 @@ engine, and so does everything its sender sent after it, so each sender's messag
 are still handled in the order they were sent (a call's lent arguments before its
 next call, stream items before the stream's end). Other senders go on meanwhile.
 
-The driver reads results and fetched values into its store (the head host's), other
-processes into their own memory, as they would have received inline bytes.
+Where the bytes land: a borrowed object in the receiving host's store, pulled once by
+its agent (the driver's controller on the head host) and shared by the host's
+processes; a call's results to the driver in the driver's store; anything else (and
+anything the driver borrows) in the receiver's memory, as inline bytes would.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from ..objstore.client import layout_of_sizes
 from ..objstore.serialization import Payload, system_error_payload
 from . import ids
 from . import messages as m
+from .lent_payloads import drop_lent
 from .portal import in_background
 
 # message type -> the field that may hold a lent payload (TaskReturn: results, a tuple;
@@ -103,9 +106,9 @@ class Pulls:
             return msg._replace(results=tuple(results))
         if type(msg) is m.ExecuteTask or type(msg) is m.StartActor:
             return msg._replace(spec=msg.spec._replace(args=await self._pull(conn, None, msg.spec.args)))
-        field = _FIELDS[type(msg)]
         if type(msg) is m.ObjectValue:  # a borrowed object: the host keeps one copy for its readers
             return msg._replace(payload=await self._pull(conn, msg.object_id, msg.payload, for_host=True))
+        field = _FIELDS[type(msg)]
         return msg._replace(**{field: await self._pull(conn, None, getattr(msg, field))})
 
     async def _pull(self, conn, key: int | None, lent: m.LentPayload, for_host: bool = False) -> Payload:
@@ -165,5 +168,4 @@ async def pull_payload(key: int | None, lent: m.LentPayload, client=None, owner:
         what = ids.to_hex(key, 36) if key is not None else "a large value"
         return system_error_payload(exc.ObjectLostError(what, f"pulling it from the sender's host failed: {err}"))
     finally:
-        for handle in lent.handles:
-            handle.drop()  # our copies of the handles: their unpacked keys go
+        drop_lent(lent)  # our copies of the handles: their unpacked keys go

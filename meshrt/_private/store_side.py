@@ -15,8 +15,9 @@ from typing import Any
 
 from ..objstore.client import layout_of
 from ..objstore.serialization import SHM_THRESHOLD, Payload
+from . import args as argpack
 from . import ids
-from .lent_payloads import drop_lent
+from .lent_payloads import drop_lent, lend_args
 from .refs import ObjectRef
 
 
@@ -71,6 +72,14 @@ class StoreSide:
         """Large call arguments get a block of their own (keyed when placed), freed when
         the call is done."""
         return self.placer(None, self.worker_id)
+
+    def pack_args(self, args: tuple, kwargs: dict, what: str, remote: bool) -> tuple:
+        """A call's (payload, deps, pins): large arguments in this host's store, or, for
+        a callee on another host (``remote``), lent to it (lent_payloads.py)."""
+        if remote:
+            payload, deps, pins = argpack.pack(args, kwargs, what, None, None)
+            return lend_args(payload), deps, pins
+        return argpack.pack(args, kwargs, what, self.arg_placer(), self.stored_arg)
 
     def flush_frees(self) -> None:
         """Before taking a large block: apply refs dropped since the last drain, so

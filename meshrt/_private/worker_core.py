@@ -14,7 +14,7 @@ from . import messages as m
 from .channels import PeerChannel
 from .core import Core
 from .executor import Call, Executor
-from .lent_payloads import forget_lent, lend_out, lend_value, lendable, on_pulled
+from .lent_payloads import drop_lent, forget_lent, lend_out, lend_value, lendable, on_pulled
 
 
 class WorkerCore(Core):
@@ -383,8 +383,7 @@ class WorkerCore(Core):
                                              max(120.0, sum(h.nbytes for h in lent.handles) / 25e6))
         except Exception:  # noqa: BLE001 - an agent that cannot (or did not in time): read it ourselves
             return None
-        for handle in lent.handles:
-            handle.drop()  # (our copies of them, unread)
+        drop_lent(lent)  # (our copies of the handles, unread)
         return payload
 
     def note_copy(self, entry, borrower: int) -> None:
