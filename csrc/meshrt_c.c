@@ -316,6 +316,27 @@ static PyObject *py_cma_copy(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *py_cma_read_bytes(PyObject *self, PyObject *args) {
+    /* A new bytes object filled straight from another process's memory: the one copy
+     * a bytes value needs, with no staging buffer (Python cannot fill a bytes itself). */
+    int pid, parts, rc;
+    unsigned long long remote, n;
+    if (!PyArg_ParseTuple(args, "iKKi", &pid, &remote, &n, &parts)) return NULL;
+    if (n > (unsigned long long)PY_SSIZE_T_MAX) return PyErr_Format(PyExc_OverflowError, "%llu bytes is too many", n);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n);
+    if (out == NULL) return NULL;
+    char *dst = PyBytes_AS_STRING(out);
+    Py_BEGIN_ALLOW_THREADS
+    rc = cma_read_split((pid_t)pid, (uint64_t)(uintptr_t)dst, remote, (size_t)n, parts);
+    Py_END_ALLOW_THREADS
+    if (rc != 0) {
+        Py_DECREF(out);
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return out;
+}
+
 static PyObject *py_build_info(PyObject *self, PyObject *noargs) {
 #ifdef MESHRT_WITH_CUDA
     int cuda = 1;
@@ -353,6 +374,7 @@ static PyMethodDef methods[] = {
     {"cuda_memcpy", py_cuda_memcpy, METH_VARARGS, "Synchronous copy between CUDA-known addresses."},
 #endif
     {"cma_copy", py_cma_copy, METH_VARARGS, "Copy to/from another process of this machine (pid, local, remote, n, write)."},
+    {"cma_read_bytes", py_cma_read_bytes, METH_VARARGS, "A new bytes read from another process of this machine (pid, remote, n, parts)."},
     {"build_info", py_build_info, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };

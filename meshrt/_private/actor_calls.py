@@ -22,7 +22,8 @@ class ActorCalls:
         (lent_payloads.py) instead of placed in this host's store. ``direct``: the
         call may leave from this thread (False for a call to many actors behind one
         agent: one frame for all)."""
-        payload, deps, pins = self.pack_args(args, kwargs, f"{handle._class_name}.{method}.remote()", inline)
+        payload, deps, pins = self.pack_args(args, kwargs, f"{handle._class_name}.{method}.remote()", inline,
+                                             lend=not inline)
         task_id = ids.new_task_id()
         pt = PendingTask(task_id, f"{handle._class_name}.{method}", payload, deps, pins, num_returns)
         pt.method = method

@@ -95,7 +95,7 @@ class CallChecker:
         return True
 
 
-def pack(args: tuple, kwargs: dict, what: str, place=None, stored=None) -> tuple[Payload, list, list]:
+def pack(args: tuple, kwargs: dict, what: str, place=None, stored=None, lend=None) -> tuple[Payload, list, list]:
     """Serialize a call's arguments; returns (payload, [(position, dep_ref)], pins).
 
     ``stored(value)`` may turn a large argument into the ref of a stored copy (see
@@ -144,7 +144,7 @@ def pack(args: tuple, kwargs: dict, what: str, place=None, stored=None) -> tuple
                 kwargs[pos] = None
         args = tuple(args)
     try:
-        payload, pins = serialize((args, kwargs), place)
+        payload, pins = serialize((args, kwargs), place, lend)
     except TypeError:
         _name_bad_argument(args, kwargs, what)
         raise

@@ -29,7 +29,7 @@ from ..objstore.serialization import (
 )
 from ..objstore.table import ObjectEntry, ObjectTable
 from . import args as argpack
-from . import ids
+from . import ids, loans
 from . import messages as m
 from .actor_calls import ActorCalls
 from .context import current_call
@@ -79,6 +79,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
             m.ActorState: self.on_actor_state,
             m.PortValue: self.on_port_value,
             m.Relay: self.on_relay,
+            m.LoanDone: self.on_loan_done,
         }
         MeshSupport.__init__(self)
         Pulls.__init__(self)
@@ -464,13 +465,19 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
         pt = self.pending.pop(msg.task_id, None)
         if pt is None:  # cancelled or failed meanwhile: nobody wants these values
             for payload in msg.results:
+                if payload.loans is not None:
+                    self.end_loans(sender, tuple(loan.generation for loan in payload.loans))
+                    continue
                 self.adopt(payload)
                 self.release_payload(payload)
             return
         self.release_payload(pt.args)
         if pt.client is not None:
             pt.client.replied(pt)
-        for entry, payload in zip(pt.entries, msg.results, strict=False):
+        results = msg.results
+        if any(payload.loans is not None for payload in results):
+            results = [self.take_loans(sender, payload) for payload in results]
+        for entry, payload in zip(pt.entries, results, strict=False):
             self.table.resolve(entry, payload, self.adopt(payload))
             self._check.append(entry)
         if pt.stream is not None and not pt.stream.finished:
@@ -479,6 +486,23 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
             self.add_borrower(oid, owner, sender)
         pt.pins = None
         pt.deps = []
+
+    def take_loans(self, sender: int, payload):
+        """A result lent by ``sender`` (an actor of this host), read now, on the loop:
+        the lender keeps it only until we say so (loans.py)."""
+        if payload.loans is None:
+            return payload
+        payload, generations = loans.take(payload)
+        self.end_loans(sender, generations)
+        return payload
+
+    def end_loans(self, sender: int, generations: tuple) -> None:
+        if generations:
+            self.send_to(sender, m.LoanDone(generations))
+
+    def on_loan_done(self, conn, msg: m.LoanDone) -> None:
+        for generation in msg.generations:
+            loans.end(generation)
 
     def on_stream_item(self, conn, msg: m.StreamItem) -> None:
         stream = self.streams.get(msg.task_id)

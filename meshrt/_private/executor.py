@@ -37,7 +37,7 @@ from ..objstore.serialization import (
     system_error_payload,
 )
 from . import args as argpack
-from . import context, ids
+from . import context, ids, loans
 from . import messages as m
 from .helper_thread import HelperThread
 
@@ -240,10 +240,17 @@ class Executor:
         """Large results go straight into shared memory, owned by whoever receives them."""
         return self.core.placer(ids.object_id(call.task_id, index + 1), call.dest)
 
+    def _lender(self, call: Call):
+        """A large ``bytes`` an actor returns to a caller on this host is lent, not
+        stored: the caller reads it in one copy (loans.py)."""
+        if call.is_task or not loans.available() or self.core.remote_peer(call.dest):
+            return None
+        return loans.lender(call.dest, loans.MAX_RESULT_BYTES)
+
     def _pack_results(self, call: Call, result: Any):
         n = call.num_returns
         if n == 1:
-            payload, held = serialize(result, self._place(call, 0))
+            payload, held = serialize(result, self._place(call, 0), self._lender(call))
             return (payload,), held
         if n == 0:
             return (), None

@@ -387,6 +387,12 @@ class PullDone(NamedTuple):
     token: int
 
 
+class LoanDone(NamedTuple):
+    """Receiver -> lender: these loans (loans.py, by generation) have been read."""
+
+    generations: tuple
+
+
 class DropCopy(NamedTuple):
     """Driver -> agent: the object is freed; drop this host's copy of it."""
 

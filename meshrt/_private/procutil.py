@@ -1,7 +1,8 @@
-"""Process lifetime helpers: children that cannot outlive their parent."""
+"""Process helpers: children that cannot outlive their parent; which machine this is."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -56,3 +57,19 @@ def raise_open_file_limit(target: int = 65536) -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
     except (ImportError, ValueError, OSError):  # not POSIX, or not allowed: keep the limit
         pass
+
+
+@functools.cache
+def machine_id() -> str:
+    """Same value in every process of one booted machine: CUDA IPC and cross-memory
+    attach need that. (Read once: it is asked on every transfer.)"""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    try:  # containers sharing a kernel and a name still cannot attach to each other
+        pid_ns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        pid_ns = 0
+    return f"{os.uname().nodename}/{boot}/{pid_ns}"

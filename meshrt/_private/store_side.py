@@ -16,7 +16,7 @@ from typing import Any
 from ..objstore.client import layout_of
 from ..objstore.serialization import SHM_THRESHOLD, Payload
 from . import args as argpack
-from . import ids
+from . import ids, loans
 from .lent_payloads import drop_lent, lend_args
 from .refs import ObjectRef
 
@@ -73,13 +73,16 @@ class StoreSide:
         the call is done."""
         return self.placer(None, self.worker_id)
 
-    def pack_args(self, args: tuple, kwargs: dict, what: str, remote: bool) -> tuple:
+    def pack_args(self, args: tuple, kwargs: dict, what: str, remote: bool, lend: bool = False) -> tuple:
         """A call's (payload, deps, pins): large arguments in this host's store, or, for
-        a callee on another host (``remote``), lent to it (lent_payloads.py)."""
+        a callee on another host (``remote``), lent to it (lent_payloads.py). ``lend``:
+        large ``bytes`` for an actor of this host are lent in place instead (loans.py),
+        until the call is over."""
         if remote:
             payload, deps, pins = argpack.pack(args, kwargs, what, None, None)
             return lend_args(payload), deps, pins
-        return argpack.pack(args, kwargs, what, self.arg_placer(), self.stored_arg)
+        lender = loans.lender() if lend and loans.available() else None
+        return argpack.pack(args, kwargs, what, self.arg_placer(), self.stored_arg, lender)
 
     def flush_frees(self) -> None:
         """Before taking a large block: apply refs dropped since the last drain, so
@@ -93,6 +96,8 @@ class StoreSide:
         if type(payload) is not Payload:
             if payload is not None:
                 drop_lent(payload)
+        elif payload.loans is not None:
+            loans.end_mine(payload)
         elif payload.shm is not None and self.store is not None:
             self.store.free(payload.shm)
 

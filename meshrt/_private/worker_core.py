@@ -9,7 +9,7 @@ import os
 import sys
 import threading
 
-from . import context, wire
+from . import context, loans, wire
 from . import messages as m
 from .channels import PeerChannel
 from .core import Core
@@ -166,6 +166,7 @@ class WorkerCore(Core):
         """Nothing sent to ``peer`` will arrive: what was lent to it goes, and nothing more is."""
         self.gone_peers.add(peer)
         forget_lent(self, peer)
+        loans.end_all_to(peer)
 
     def forget_peer(self, peer: int) -> None:
         self.unreachable(peer)

@@ -155,7 +155,13 @@ class Endpoint:
         # (lending.py) instead of receiving the bytes inside every message.
         big = _nbytes(args, kwargs) >= SHM_THRESHOLD
         shared = big and ((len(ranks) > 1 and not any(remote)) or (any(remote) and core.is_driver))
-        packed = core.put((args, kwargs)) if shared else (args, kwargs)
+        if shared:
+            packed = core.put((args, kwargs))
+        elif big:  # (nested in the call's arguments, a large bytes still goes out of band)
+            packed = (tuple(map(big_bytes_out_of_band, args)),
+                      {key: big_bytes_out_of_band(value) for key, value in kwargs.items()})
+        else:
+            packed = (args, kwargs)
         procs = mesh._procs
         local = mesh._shape.ranks() if len(ranks) != len(mesh._shape) else None
         # Calls from the spawning process queue behind its constructor calls (same

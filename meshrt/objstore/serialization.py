@@ -49,12 +49,15 @@ class Payload:
     with ``stream_in_block`` the pickle bytes are the block's first part and ``data``
     is empty). ``copied_out``: every shared-memory buffer is copied by whoever
     unpickles it (a large ``bytes``), so a reader needs no mapping of its own.
+    ``loans``: large ``bytes`` lent by a process of this machine, one per buffer
+    (meshrt/_private/loans.py); only the loans travel, and the lender's payload keeps
+    its own views of the values in ``buffers``.
     """
 
-    __slots__ = ("data", "buffers", "refs", "is_error", "shm", "copied_out")
+    __slots__ = ("data", "buffers", "refs", "is_error", "shm", "copied_out", "loans")
 
     def __init__(self, data: bytes, buffers: tuple = (), refs: tuple = (), is_error: bool = False,
-                 shm: tuple | None = None, copied_out: bool = False):
+                 shm: tuple | None = None, copied_out: bool = False, loans: tuple | None = None):
         self.data = data
         self.buffers = buffers
         # ((object_id, owner_worker_id), ...) of refs pickled inside the value.
@@ -62,8 +65,11 @@ class Payload:
         self.is_error = is_error
         self.shm = shm
         self.copied_out = copied_out
+        self.loans = loans
 
     def __reduce__(self):
+        if self.loans is not None:
+            return (Payload, (self.data, (), self.refs, self.is_error, None, False, self.loans))
         if self.buffers:
             bufs = tuple(pickle.PickleBuffer(b) for b in self.buffers)
             return (_rebuild_payload, (self.data, bufs, self.refs, self.is_error, self.shm))
@@ -75,11 +81,13 @@ class Payload:
     def nbytes(self) -> int:
         if self.shm is not None:
             return len(self.data) + self.shm[1]
+        if self.loans is not None:
+            return len(self.data) + sum(loan.nbytes for loan in self.loans)
         return len(self.data) + sum(memoryview(b).nbytes for b in self.buffers)
 
     def __repr__(self) -> str:
         kind = "error" if self.is_error else "value"
-        where = " in shared memory" if self.shm is not None else ""
+        where = " in shared memory" if self.shm is not None else (" lent" if self.loans is not None else "")
         return f"<Payload {kind} {self.nbytes} bytes{where}, {len(self.refs)} refs>"
 
 
@@ -94,15 +102,16 @@ def ref_sink() -> list | None:
     return getattr(_tls, "sink", None)
 
 
-def serialize(value: Any, place=None) -> tuple[Payload, list]:
+def serialize(value: Any, place=None, lend=None) -> tuple[Payload, list]:
     """Serialize ``value``; return the payload and the ObjectRef objects found inside.
 
     Large buffers are copied exactly once: into the shared-memory store through
     ``place(buffers) -> descriptor`` when they add up to SHM_THRESHOLD or more, and
     otherwise into bytes kept beside the pickle. Either way, later writes to the
     caller's array do not change what was sent (the snapshot semantics of ``put``
-    and ``.remote()``). Raises TypeError naming the type when the value cannot be
-    pickled.
+    and ``.remote()``). Large ``bytes`` only (immutable: no snapshot needed) may
+    instead be lent in place by ``lend(buffers) -> loans or None``. Raises TypeError
+    naming the type when the value cannot be pickled.
     """
     sink: list = []
     buffers: list = []
@@ -130,6 +139,10 @@ def serialize(value: Any, place=None) -> tuple[Payload, list]:
         for ref in sink:
             seen.setdefault((ref._id, ref._owner), None)
         refs = tuple(seen)
+    if lend is not None and buffers and n_copied == len(buffers) and len(data) < INBAND_LIMIT:
+        loaned = lend(buffers)
+        if loaned is not None:
+            return Payload(data, tuple(buffers), refs, loans=loaned), sink
     if place is not None and (buffers or len(data) >= SHM_THRESHOLD):
         total = len(data) + sum(b.nbytes for b in buffers)
         if total >= SHM_THRESHOLD:
@@ -293,6 +306,10 @@ def deserialize(payload: Payload) -> Any:
             _tls.writable = previous
     if payload.buffers:
         return pickle.loads(payload.data, buffers=payload.buffers)
+    if payload.loans is not None:  # read from the lender into bytes that unpickling keeps
+        from .._private.loans import read
+
+        return pickle.loads(payload.data, buffers=[read(loan) for loan in payload.loans])
     return pickle.loads(payload.data)
 
 

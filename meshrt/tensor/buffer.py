@@ -14,7 +14,6 @@ fails with BufferDroppedError instead of handing back stale memory.
 
 from __future__ import annotations
 
-import functools
 import os
 import random
 import sys
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _C
+from .._private.procutil import machine_id as _machine_id
 from ..exceptions import ObjectLostError
 from ..mesh.future import Future, from_concurrent
 from . import cma, cuda_ipc
@@ -35,22 +35,6 @@ _SLOTS = 1 << 16
 
 class BufferDroppedError(ObjectLostError):
     """The TensorBuffer was dropped (by its owner, or this handle by its holder)."""
-
-
-@functools.cache
-def _machine_id() -> str:
-    """Same value in every process of one booted machine: CUDA IPC and cross-memory
-    attach need that. (Read once: it is asked on every transfer.)"""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-    except OSError:
-        boot = ""
-    try:  # containers sharing a kernel and a name still cannot attach to each other
-        pid_ns = os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        pid_ns = 0
-    return f"{os.uname().nodename}/{boot}/{pid_ns}"
 
 
 @dataclass(frozen=True)

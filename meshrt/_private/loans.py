@@ -1,0 +1,169 @@
+"""Large ``bytes`` handed to a process on this machine by one cross-memory copy.
+
+A ``bytes`` value cannot be a view of shared memory: whoever unpickles one copies it.
+Through the store that makes two copies per hop (into a block, out of it) and, for a
+result, a round trip to allocate the block. A ``bytes`` is immutable, so instead its
+sender keeps it alive and sends a ``Loan`` (where it is in the sender's memory); the
+receiver reads it with ``process_vm_readv`` straight into a new ``bytes`` object that
+unpickling then uses as is: one copy per hop.
+
+Safety: each loan has a generation word in its lender's table, checked after the
+read, so a loan ended before (or while) it was read fails with ObjectLostError
+instead of handing back whatever the memory holds now. A call's arguments are lent
+until the call is over (the caller ends them, as it frees store blocks); an actor's
+result until its caller says ``LoanDone`` (or dies).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import random
+import threading
+from typing import NamedTuple
+
+from .. import _C
+from ..exceptions import ObjectLostError
+from ..objstore.serialization import SHM_THRESHOLD, Payload, system_error_payload
+from .procutil import machine_id as _machine_id
+
+_SLOTS = 4096
+SPLIT_BYTES = 4 << 20  # larger reads are split in two (two threads copy faster than one)
+MAX_RESULT_BYTES = 64 << 20  # a result is read on its receiver's core loop: bounded
+
+
+class Loan(NamedTuple):
+    machine: str
+    pid: int
+    ptr: int
+    nbytes: int
+    slot_ptr: int
+    generation: int  # also the token that ends it (LoanDone)
+
+
+class _Lender:
+    """This process's table of generations and what each live loan keeps alive."""
+
+    def __init__(self) -> None:
+        self.table = (ctypes.c_uint64 * _SLOTS)()
+        self.base = ctypes.addressof(self.table)
+        self.free = list(range(_SLOTS - 1, -1, -1))
+        self.live: dict[int, tuple] = {}  # generation -> (slot, value, borrower or None)
+        self.lock = threading.Lock()
+        self.pid = os.getpid()
+
+
+_lender: _Lender | None = None
+_lender_lock = threading.Lock()
+
+
+def _this_lender() -> _Lender:
+    global _lender
+    with _lender_lock:
+        if _lender is None or _lender.pid != os.getpid():  # (a forked child starts empty)
+            _lender = _Lender()
+        return _lender
+
+
+def available() -> bool:
+    """Cross-memory attach works here (MESHRT_LOANS=0 turns loans off)."""
+    return os.environ.get("MESHRT_LOANS") != "0" and hasattr(_C, "cma_read_bytes")
+
+
+def lend(value: bytes, borrower: int | None = None) -> Loan | None:
+    """Lend ``value`` (kept alive until ``end``); None when the table is full."""
+    lender = _this_lender()
+    generation = random.getrandbits(63) | 1
+    with lender.lock:
+        if not lender.free:
+            return None
+        slot = lender.free.pop()
+        lender.table[slot] = generation
+        lender.live[generation] = (slot, value, borrower)
+    ptr = ctypes.cast(ctypes.c_char_p(value), ctypes.c_void_p).value  # (bytes: its own buffer)
+    return Loan(_machine_id(), lender.pid, ptr, len(value), lender.base + 8 * slot, generation)
+
+
+def end(generation: int) -> None:
+    """The loan is over: a read from now on fails; the value may go. Twice is harmless."""
+    lender = _lender
+    if lender is None or lender.pid != os.getpid():
+        return
+    with lender.lock:
+        live = lender.live.pop(generation, None)
+        if live is None:
+            return
+        lender.table[live[0]] = 0
+        lender.free.append(live[0])
+
+
+def end_all_to(borrower: int) -> None:
+    """``borrower`` died: what was lent to it goes."""
+    lender = _lender
+    if lender is None or lender.pid != os.getpid():
+        return
+    with lender.lock:
+        gone = [g for g, live in lender.live.items() if live[2] == borrower]
+    for generation in gone:
+        end(generation)
+
+
+def lender(borrower: int | None = None, max_bytes: int | None = None):
+    """``serialize``'s ``lend``: loans for buffers that are all large ``bytes`` (else
+    None: they take the usual path). ``borrower``: who ends the loans by ``LoanDone``
+    (None: the lender ends them itself, as for a call's arguments)."""
+
+    def lend_all(buffers: list) -> tuple | None:
+        total = sum(b.nbytes for b in buffers)
+        if total < SHM_THRESHOLD or (max_bytes is not None and total > max_bytes):
+            return None
+        if any(type(b.obj) is not bytes for b in buffers):  # (a bytearray may change)
+            return None
+        made = []
+        for b in buffers:
+            loan = lend(b.obj, borrower)
+            if loan is None:
+                for other in made:
+                    end(other.generation)
+                return None
+            made.append(loan)
+        return tuple(made)
+
+    return lend_all
+
+
+def end_mine(payload) -> None:
+    """The lender is done with ``payload`` (a call's arguments): its loans end."""
+    for loan in payload.loans:
+        if loan.pid == os.getpid():
+            end(loan.generation)
+
+
+def take(payload) -> tuple:
+    """A received payload with its loans read: (payload of our own, generations to
+    end at the lender). A payload this process lent itself keeps its own buffers."""
+    if payload.buffers:
+        end_mine(payload)
+        return Payload(payload.data, payload.buffers, payload.refs, payload.is_error), ()
+    generations = tuple(loan.generation for loan in payload.loans)
+    try:
+        values = tuple(read(loan) for loan in payload.loans)
+    except ObjectLostError as err:
+        return system_error_payload(err), generations
+    return Payload(payload.data, values, payload.refs, payload.is_error), generations
+
+
+def read(loan: Loan) -> bytes:
+    """The lent bytes, as a new ``bytes``; ObjectLostError when they cannot be had."""
+    if loan.machine != _machine_id():
+        raise ObjectLostError("", f"a large value lent by process {loan.pid} of another machine cannot be read here")
+    parts = 2 if loan.nbytes >= SPLIT_BYTES and (os.cpu_count() or 1) > 1 else 1
+    try:
+        value = _C.cma_read_bytes(loan.pid, loan.ptr, loan.nbytes, parts)
+        word = _C.cma_read_bytes(loan.pid, loan.slot_ptr, 8, 1)
+    except OSError as err:
+        raise ObjectLostError("", f"reading a large value lent by process {loan.pid} failed ({err}): "
+                                  "it exited, or freed the value") from None
+    if int.from_bytes(word, "little") != loan.generation:
+        raise ObjectLostError("", f"process {loan.pid} stopped lending a large value before it was read")
+    return value
