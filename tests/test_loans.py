@@ -131,3 +131,28 @@ def test_loans_off_by_environment(monkeypatch):
     assert _live_here() == 0
     del ref
     meshrt.shutdown()
+
+
+def test_an_actor_exiting_right_after_its_reply_waits_until_the_result_is_read(rt):
+    blob = os.urandom(4 * MiB)
+    for _ in range(5):  # the handle goes at once: the actor exits as soon as it has answered
+        assert meshrt.get(Holder.remote().echo.remote(blob), timeout=60) == blob
+
+
+def test_only_large_bytes_are_lent():
+    from meshrt.objstore.serialization import big_bytes_out_of_band, serialize
+
+    asked = []
+    blob, other = os.urandom(MiB), bytearray(MiB)
+    payload, _ = serialize((big_bytes_out_of_band(blob), memoryview(other)[1:]), None, asked.append)
+    assert asked == [] and payload.loans is None  # (a memoryview of a bytearray may change)
+    payload, _ = serialize(big_bytes_out_of_band(blob), None, loans.lender())
+    assert payload.loans is not None and loans.read(payload.loans[0]) == blob
+    loans.end_mine(payload)
+    assert _live_here() == 0
+
+
+def test_nothing_is_lent_to_a_borrower_known_dead():
+    loans.end_all_to(12345)
+    assert loans.lend(os.urandom(MiB), 12345) is None
+    assert _live_here() == 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import threading
 
+from . import loans
 from . import messages as m
 
 
@@ -50,6 +51,8 @@ class ActorClient:
             if route is None:
                 return False
             conn, through_agent = route
+            if through_agent:
+                self._unlend(pt)
             pt.client = self
             pt.ready = pt.sent = True
             self.inflight[pt.task_id] = pt  # before sending: the reply may come back at once
@@ -63,6 +66,12 @@ class ActorClient:
                 self.core.unpin_for(self.worker_id, pins)
                 return False
             return True
+
+    def _unlend(self, pt) -> None:
+        """Large bytes lent for an actor of this host (loans.py) travel inside the call
+        to an actor that is on another host (created there, or restarted there)."""
+        if getattr(pt.args, "loans", None) is not None:
+            pt.args = loans.unlent(pt.args)
 
     def submit(self, pt) -> None:
         if self.state == "dead":
@@ -91,6 +100,8 @@ class ActorClient:
             queue.popleft()
             self.inflight[pt.task_id] = pt
             pt.sent = True
+            if core.remote_peer(self.worker_id):
+                self._unlend(pt)
             core.send_to(
                 self.worker_id,
                 m.ActorCall(pt.task_id, self.actor_id, pt.method, pt.args,

@@ -243,7 +243,8 @@ class Executor:
     def _lender(self, call: Call):
         """A large ``bytes`` an actor returns to a caller on this host is lent, not
         stored: the caller reads it in one copy (loans.py)."""
-        if call.is_task or not loans.available() or self.core.remote_peer(call.dest):
+        core = self.core
+        if call.is_task or not loans.available() or call.dest in core.gone_peers or not core.same_host(call.dest):
             return None
         return loans.lender(call.dest, loans.MAX_RESULT_BYTES)
 

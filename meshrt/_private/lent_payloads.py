@@ -29,7 +29,8 @@ _tokens = itertools.count(1)
 def lendable(payload) -> bool:
     """A large value held in memory, with no refs inside (whose borrowers its sender
     must count) and not an error."""
-    return (type(payload) is Payload and payload.shm is None and bool(payload.buffers) and not payload.refs
+    return (type(payload) is Payload and payload.shm is None and payload.loans is None and bool(payload.buffers)
+            and not payload.refs
             and not payload.is_error and sum(memoryview(b).nbytes for b in payload.buffers) >= SHM_THRESHOLD)
 
 

@@ -17,8 +17,9 @@ result until its caller says ``LoanDone`` (or dies).
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
-import random
+import sys
 import threading
 from typing import NamedTuple
 
@@ -49,8 +50,12 @@ class _Lender:
         self.base = ctypes.addressof(self.table)
         self.free = list(range(_SLOTS - 1, -1, -1))
         self.live: dict[int, tuple] = {}  # generation -> (slot, value, borrower or None)
+        self.gone: set[int] = set()  # borrowers known dead: nothing more is lent to them
         self.lock = threading.Lock()
         self.pid = os.getpid()
+        # Generations: a counter from a random start (a process's own sequence never
+        # repeats; the user's `random` state is left alone).
+        self.next_generation = int.from_bytes(os.urandom(8), "little") >> 2 | 1
 
 
 _lender: _Lender | None = None
@@ -66,22 +71,41 @@ def _this_lender() -> _Lender:
 
 
 def available() -> bool:
-    """Cross-memory attach works here (MESHRT_LOANS=0 turns loans off)."""
-    return os.environ.get("MESHRT_LOANS") != "0" and hasattr(_C, "cma_read_bytes")
+    """Cross-memory attach works here: off with MESHRT_LOANS=0, and where Yama
+    restricts it (ptrace_scope >= 1: a process could not read its parent or siblings)."""
+    return os.environ.get("MESHRT_LOANS") != "0" and _attach_allowed()
+
+
+@functools.cache
+def _attach_allowed() -> bool:
+    try:
+        with open("/proc/sys/kernel/yama/ptrace_scope") as f:
+            return f.read().strip() == "0"
+    except OSError:  # no Yama: same-user processes may attach
+        return sys.platform.startswith("linux")
 
 
 def lend(value: bytes, borrower: int | None = None) -> Loan | None:
-    """Lend ``value`` (kept alive until ``end``); None when the table is full."""
+    """Lend ``value`` (kept alive until ``end``); None when the table is full or the
+    borrower is known dead (nothing would end the loan)."""
     lender = _this_lender()
-    generation = random.getrandbits(63) | 1
     with lender.lock:
-        if not lender.free:
+        if not lender.free or (borrower is not None and borrower in lender.gone):
             return None
+        generation = lender.next_generation
+        lender.next_generation = (generation + 2) & ((1 << 63) - 1) | 1
         slot = lender.free.pop()
         lender.table[slot] = generation
         lender.live[generation] = (slot, value, borrower)
     ptr = ctypes.cast(ctypes.c_char_p(value), ctypes.c_void_p).value  # (bytes: its own buffer)
     return Loan(_machine_id(), lender.pid, ptr, len(value), lender.base + 8 * slot, generation)
+
+
+def unlent(payload):
+    """``payload`` (ours) with its loans ended and its buffers to travel instead: for
+    a receiver that turned out to be on another host (it could not read them)."""
+    end_mine(payload)
+    return Payload(payload.data, payload.buffers, payload.refs, payload.is_error)
 
 
 def end(generation: int) -> None:
@@ -98,14 +122,22 @@ def end(generation: int) -> None:
 
 
 def end_all_to(borrower: int) -> None:
-    """``borrower`` died: what was lent to it goes."""
-    lender = _lender
-    if lender is None or lender.pid != os.getpid():
-        return
+    """``borrower`` died: what was lent to it goes, and nothing more is."""
+    lender = _this_lender()
     with lender.lock:
+        lender.gone.add(borrower)
         gone = [g for g, live in lender.live.items() if live[2] == borrower]
     for generation in gone:
         end(generation)
+
+
+def outstanding() -> int:
+    """Loans that others have still to read (an actor about to exit waits for them)."""
+    lender = _lender
+    if lender is None or lender.pid != os.getpid():
+        return 0
+    with lender.lock:
+        return sum(1 for live in lender.live.values() if live[2] is not None)
 
 
 def lender(borrower: int | None = None, max_bytes: int | None = None):
@@ -148,7 +180,9 @@ def take(payload) -> tuple:
     generations = tuple(loan.generation for loan in payload.loans)
     try:
         values = tuple(read(loan) for loan in payload.loans)
-    except ObjectLostError as err:
+    except Exception as err:  # noqa: BLE001 - (a MemoryError too): the caller gets the error
+        if not isinstance(err, ObjectLostError):
+            err = ObjectLostError("", f"reading a large value lent by process {payload.loans[0].pid} failed: {err!r}")
         return system_error_payload(err), generations
     return Payload(payload.data, values, payload.refs, payload.is_error), generations
 
@@ -161,6 +195,9 @@ def read(loan: Loan) -> bytes:
     try:
         value = _C.cma_read_bytes(loan.pid, loan.ptr, loan.nbytes, parts)
         word = _C.cma_read_bytes(loan.pid, loan.slot_ptr, 8, 1)
+    except PermissionError as err:
+        raise ObjectLostError("", f"the kernel refused to read a large value lent by process {loan.pid} ({err}); "
+                                  "set MESHRT_LOANS=0 where cross-memory attach is not allowed") from None
     except OSError as err:
         raise ObjectLostError("", f"reading a large value lent by process {loan.pid} failed ({err}): "
                                   "it exited, or freed the value") from None

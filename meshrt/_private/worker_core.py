@@ -16,6 +16,8 @@ from .core import Core
 from .executor import Call, Executor
 from .lent_payloads import drop_lent, forget_lent, lend_out, lend_value, lendable, on_pulled
 
+LOAN_GRACE_S = 5.0  # an exiting actor waits at most this long for its lent results to be read
+
 
 class WorkerCore(Core):
     def __init__(self, worker_id: int, io, token: bytes, controller_address: str, kind: str) -> None:
@@ -45,6 +47,7 @@ class WorkerCore(Core):
         self.lent_out: dict = {}  # token -> (peer, TensorBuffers, their memory) lent to another host
         self.gone_peers: set = set()  # peers known dead: nothing is lent to them
         self.host_copies: dict = {}  # object id -> hosts whose agents keep a copy of it
+        self._leaving: tuple | None = None  # (exit code, timer): exiting once lent results are read
         self.handlers.update({
             m.PullDone: lambda conn, msg: on_pulled(self, msg),
             m.Welcome: self.on_welcome,
@@ -167,6 +170,8 @@ class WorkerCore(Core):
         self.gone_peers.add(peer)
         forget_lent(self, peer)
         loans.end_all_to(peer)
+        if self._leaving is not None and not loans.outstanding():
+            self._exit_now(self._leaving[0])
 
     def forget_peer(self, peer: int) -> None:
         self.unreachable(peer)
@@ -221,6 +226,10 @@ class WorkerCore(Core):
 
     def remote_peer(self, peer: int) -> bool:
         return self.peer_hosts.get(peer, self.host_id) != self.host_id
+
+    def same_host(self, peer: int) -> bool:
+        """Known to be on this host (``remote_peer`` takes an unknown peer for local)."""
+        return self.peer_hosts.get(peer, -1) == self.host_id if peer else self.host_id == 0
 
     def note_peer_host(self, peer: int, host: int) -> None:
         self.peer_hosts.setdefault(peer, host)
@@ -430,10 +439,25 @@ class WorkerCore(Core):
         self._leave()
 
     def _leave(self, code: int = 0) -> None:
-        """Flush what we owe and exit the process."""
+        """Flush what we owe and exit the process: once the results we lent have been
+        read (their readers say so at once; LOAN_GRACE_S at most), as their bytes go
+        with this process."""
         for conn in [self.ctl, self.agent, *(c.conn for c in self.channels.values())]:
             if conn is not None and not conn.closed:
                 conn._flush()
+        if loans.outstanding() and self._leaving is None:
+            self.executor.exiting = True  # (no more replies)
+            self._leaving = (code, self.io.loop.call_later(LOAN_GRACE_S, self._exit_now, code))
+            return
+        if self._leaving is None:
+            self._exit_now(code)
+
+    def on_loan_done(self, conn, msg: m.LoanDone) -> None:
+        super().on_loan_done(conn, msg)
+        if self._leaving is not None and not loans.outstanding():
+            self._exit_now(self._leaving[0])
+
+    def _exit_now(self, code: int) -> None:
         try:
             sys.stdout.flush()
             sys.stderr.flush()

@@ -115,16 +115,17 @@ def serialize(value: Any, place=None, lend=None) -> tuple[Payload, list]:
     """
     sink: list = []
     buffers: list = []
-    copied: set = set()  # ids of the PickleBuffers of large bytes (see _BigBytes)
-    n_copied = 0
+    copied: dict = {}  # id -> PickleBuffer of each large bytes (see _BigBytes; kept: ids stay unique)
+    # id(raw view) -> (view, from copied?): every attempt's views kept alive too, as a
+    # failed attempt (plain pickle, then our reducers) leaves its own behind
+    kinds: dict = {}
 
     def keep(pb: pickle.PickleBuffer):
-        nonlocal n_copied
         raw = pb.raw()
         if raw.nbytes < INBAND_LIMIT:
             return True
         buffers.append(raw)
-        n_copied += id(pb) in copied
+        kinds[id(raw)] = (raw, id(pb) in copied)
         return False
 
     previous, previous_copied = getattr(_tls, "sink", None), getattr(_tls, "copied", None)
@@ -133,6 +134,7 @@ def serialize(value: Any, place=None, lend=None) -> tuple[Payload, list]:
         data = _pickle_value(big_bytes_out_of_band(value), keep, sink, buffers)
     finally:
         _tls.sink, _tls.copied = previous, previous_copied
+    n_copied = sum(1 for b in buffers if kinds[id(b)][1])
     refs: tuple = ()
     if sink:
         seen: dict = {}
@@ -176,7 +178,7 @@ class _BigBytes:
         buffer = pickle.PickleBuffer(self.value)
         copied = getattr(_tls, "copied", None)
         if copied is not None:  # bytes(buffer) on the other side copies it out
-            copied.add(id(buffer))
+            copied[id(buffer)] = buffer
         return (type(self.value), (buffer,))
 
 
