@@ -64,6 +64,9 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
         self.code_defined: set[int] = set()
         self.children: dict[int, list[int]] = {}  # running call -> tasks it submitted
         self._arg_cache: dict[int, tuple] = {}  # id(tensor) -> (weakref, signature, ref)
+        # Large bytes to processes of this host are lent (loans.py): decided once here.
+        self.lends_bytes = loans.available()
+        self.args_lender = loans.lender() if self.lends_bytes else None
         self._release_batch: dict[int, list] = {}
         self._check: list[ObjectEntry] = []
         self._drain_timer: asyncio.TimerHandle | None = None

@@ -30,6 +30,7 @@ from typing import Any
 
 from .. import exceptions as exc
 from ..objstore.serialization import (
+    SHM_THRESHOLD,
     deserialize,
     error_payload,
     loads_code,
@@ -240,18 +241,20 @@ class Executor:
         """Large results go straight into shared memory, owned by whoever receives them."""
         return self.core.placer(ids.object_id(call.task_id, index + 1), call.dest)
 
-    def _lender(self, call: Call):
+    def _lender(self, call: Call, result: Any):
         """A large ``bytes`` an actor returns to a caller on this host is lent, not
         stored: the caller reads it in one copy (loans.py)."""
+        if type(result) is not bytes or len(result) < SHM_THRESHOLD or call.is_task:
+            return None
         core = self.core
-        if call.is_task or not loans.available() or call.dest in core.gone_peers or not core.same_host(call.dest):
+        if not core.lends_bytes or call.dest in core.gone_peers or not core.same_host(call.dest):
             return None
         return loans.lender(call.dest, loans.MAX_RESULT_BYTES)
 
     def _pack_results(self, call: Call, result: Any):
         n = call.num_returns
         if n == 1:
-            payload, held = serialize(result, self._place(call, 0), self._lender(call))
+            payload, held = serialize(result, self._place(call, 0), self._lender(call, result))
             return (payload,), held
         if n == 0:
             return (), None

@@ -81,8 +81,7 @@ class StoreSide:
         if remote:
             payload, deps, pins = argpack.pack(args, kwargs, what, None, None)
             return lend_args(payload), deps, pins
-        lender = loans.lender() if lend and loans.available() else None
-        return argpack.pack(args, kwargs, what, self.arg_placer(), self.stored_arg, lender)
+        return argpack.pack(args, kwargs, what, self.arg_placer(), self.stored_arg, self.args_lender if lend else None)
 
     def flush_frees(self) -> None:
         """Before taking a large block: apply refs dropped since the last drain, so
