@@ -95,6 +95,11 @@ class CallChecker:
         return True
 
 
+# Types that are never a ref, a stored tensor or a large bytes (checked first: a mesh
+# call packs seven such values per actor)
+_PLAIN = frozenset({str, int, float, bool, type(None), tuple})
+
+
 def pack(args: tuple, kwargs: dict, what: str, place=None, stored=None, lend=None) -> tuple[Payload, list, list]:
     """Serialize a call's arguments; returns (payload, [(position, dep_ref)], pins).
 
@@ -113,6 +118,8 @@ def pack(args: tuple, kwargs: dict, what: str, place=None, stored=None, lend=Non
         t = type(value)
         if t is ObjectRef:
             deps.append((i, value))
+        elif t in _PLAIN:
+            continue
         elif stored is not None and (ref := stored(value)) is not None:
             deps.append((i, ref))
         elif (t is bytes or t is bytearray) and len(value) >= INBAND_LIMIT:
