@@ -82,6 +82,9 @@ async def test_slicing_ranks_and_message_ranks(rt):
     assert column.sizes == {"hosts": 2}
     got = list((await column.where.call()).values())
     assert [(a, m) for a, m, _, _ in got] == [(1, 0), (3, 1)]  # actor rank vs message rank
+    assert list((await column.where.call()).values()) == got  # (a call without arguments reuses its bytes)
+    for _ in range(2):
+        assert [(a, m) for a, m, _, _ in (await counters.where.call()).values()] == [(r, r) for r in range(4)]
     one = counters.slice(hosts=1, gpus=0)
     assert len(one) == 1
     assert (await one.where.call_one())[0] == 2

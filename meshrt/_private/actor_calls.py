@@ -17,13 +17,17 @@ class ActorCalls:
     request_sync, send_controller, namespace, _make_returns, _note_child, _start_pending."""
 
     def call_actor(self, handle, method: str, args: tuple, kwargs: dict, num_returns: int,
-                   inline: bool = False, direct: bool = True) -> Any:
+                   inline: bool = False, direct: bool = True, packed=None) -> Any:
         """``inline``: the actor is on another host, so large arguments are lent
         (lent_payloads.py) instead of placed in this host's store. ``direct``: the
         call may leave from this thread (False for a call to many actors behind one
-        agent: one frame for all)."""
-        payload, deps, pins = self.pack_args(args, kwargs, f"{handle._class_name}.{method}.remote()", inline,
-                                             lend=not inline)
+        agent: one frame for all). ``packed``: ``args`` already serialized, with no refs
+        or store blocks (reused by every call)."""
+        if packed is not None:
+            payload, deps, pins = packed, [], []
+        else:
+            payload, deps, pins = self.pack_args(args, kwargs, f"{handle._class_name}.{method}.remote()", inline,
+                                                 lend=not inline)
         task_id = ids.new_task_id()
         pt = PendingTask(task_id, f"{handle._class_name}.{method}", payload, deps, pins, num_returns)
         pt.method = method

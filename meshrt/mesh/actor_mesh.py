@@ -170,6 +170,8 @@ class Endpoint:
         spawned = mesh._spawned if mesh._state is None else None
         where = mesh._origin_index() if spawned else None
         batch = len(ranks) > 1 and any(remote)  # one frame per agent, made by the core loop
+        # A call without arguments sends the same bytes to a rank every time: pickled once.
+        reuse = mesh.__dict__.setdefault("_no_args", {}) if not args and not kwargs and not spawned else None
         refs = []
         for i, rank in enumerate(ranks):
             message_rank = i if local is None else local.index(rank)
@@ -177,9 +179,15 @@ class Endpoint:
             # To another host a stored value goes as [ref], fetched on arrival: a bare
             # (top-level) ref would be resolved here and its bytes sent in the message.
             sent = [packed] if shared and remote[i] else packed
-            refs.append(core.call_actor(procs[rank], self._target, (mesh._name, self._name, message_rank, labels,
-                                                                    sizes, sent, ready), {}, 1, inline=remote[i],
-                                        direct=not batch))
+            call_args = (mesh._name, self._name, message_rank, labels, sizes, sent, ready)
+            pickled = None
+            if reuse is not None:
+                key = (self._target, self._name, message_rank, labels, sizes, remote[i])
+                pickled = reuse.get(key)
+                if pickled is None:
+                    pickled = reuse[key] = core.pack_args(call_args, {}, self._name, remote[i])[0]
+            refs.append(core.call_actor(procs[rank], self._target, call_args, {}, 1, inline=remote[i],
+                                        direct=not batch, packed=pickled))
         return refs
 
     def call(self, *args, **kwargs) -> Future:
