@@ -165,7 +165,8 @@ class ActorDiedError(MeshrtError):
         self.cause = cause
         self.stderr_tail = tuple(stderr_tail)
         self.creation_error = creation_error
-        who = f"actor {class_name}" if class_name else "the actor"
+        # (a class name, or a description that names the actor already: "mesh actor 'x'")
+        who = (class_name if " actor" in f" {class_name}" else f"actor {class_name}") if class_name else "the actor"
         if actor_id:
             who += f" ({actor_id})"
         message = f"{who} is dead: {cause}"

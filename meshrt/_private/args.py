@@ -25,11 +25,12 @@ class CallChecker:
     method to every process that receives them.
     """
 
-    __slots__ = ("name", "sig", "simple", "names", "n_required", "index")
+    __slots__ = ("name", "sig", "call", "simple", "names", "n_required", "index")
 
-    def __init__(self, name: str, sig: inspect.Signature | None) -> None:
+    def __init__(self, name: str, sig: inspect.Signature | None, call: str = ".remote()") -> None:
         self.name = name
         self.sig = sig
+        self.call = call  # how the call looks to its caller, for the error message
         self.simple = False
         self.names: tuple = ()
         self.n_required = 0
@@ -45,11 +46,11 @@ class CallChecker:
                     self.simple = False  # required after optional cannot happen; be safe
 
     @classmethod
-    def for_callable(cls, fn: Callable, name: str, drop_self: bool = False) -> CallChecker:
+    def for_callable(cls, fn: Callable, name: str, drop_self: bool = False, call: str = ".remote()") -> CallChecker:
         try:
             sig = inspect.signature(fn)
         except (TypeError, ValueError):
-            return cls(name, None)
+            return cls(name, None, call)
         params = list(sig.parameters.values())
         if drop_self and params and params[0].kind in (
             inspect.Parameter.POSITIONAL_ONLY,
@@ -60,10 +61,10 @@ class CallChecker:
             p.replace(annotation=p.empty, default=_HAS_DEFAULT if p.default is not p.empty else p.empty)
             for p in params
         ]
-        return cls(name, inspect.Signature(params))
+        return cls(name, inspect.Signature(params), call)
 
     def __getstate__(self):
-        return (self.name, self.sig)
+        return (self.name, self.sig, self.call)
 
     def __setstate__(self, state):
         self.__init__(*state)
@@ -76,7 +77,21 @@ class CallChecker:
         try:
             self.sig.bind(*args, **kwargs)
         except TypeError as exc:
-            raise TypeError(f"{self.name}.remote(): {exc}") from None
+            raise TypeError(f"{self.name}{self.call}: {exc}; it takes {self.parameters()}") from None
+
+    def parameters(self) -> str:
+        """The parameters as the caller passes them: ``(x, y=..., *args, **kwargs)``."""
+        shown = []
+        for p in self.sig.parameters.values():
+            if p.kind is p.VAR_POSITIONAL:
+                shown.append(f"*{p.name}")
+            elif p.kind is p.VAR_KEYWORD:
+                shown.append(f"**{p.name}")
+            else:
+                if p.kind is p.KEYWORD_ONLY and not any(x.startswith("*") for x in shown):
+                    shown.append("*")
+                shown.append(f"{p.name}=..." if p.default is not p.empty else p.name)
+        return f"({', '.join(shown)})"
 
     def _fast_ok(self, args: tuple, kwargs: dict) -> bool:
         n = len(args)

@@ -40,10 +40,11 @@ class ActorMesh(Shaped):
 
     def __init__(self, name: str, class_name: str, endpoints: dict, procs: tuple, shape: Shape,
                  mesh_state: MeshState | None = None, spawned: list | None = None,
-                 origin: Shape | None = None, hosts: tuple | None = None) -> None:
+                 origin: Shape | None = None, hosts: tuple | None = None, key: str | None = None) -> None:
         self._origin = origin or shape  # the shape it was spawned with: actors' own ranks
         self._hosts = hosts or (0,) * len(procs)  # host id per process
         self._name = name
+        self._key = key or name  # this spawn's own name in its processes (proc_host.py)
         self._class_name = class_name
         self._endpoints = endpoints  # name -> (CallChecker, is_async)
         self._procs = procs
@@ -59,7 +60,8 @@ class ActorMesh(Shaped):
     def slice(self, **dims) -> ActorMesh:
         """A view of some of the actors (int drops the dimension, a slice keeps it)."""
         return ActorMesh(self._name, self._class_name, self._endpoints, self._procs,
-                         self._shape.slice(**dims), self._state, self._spawned, self._origin, self._hosts)
+                         self._shape.slice(**dims), self._state, self._spawned, self._origin, self._hosts,
+                         self._key)
 
     def _points(self) -> list[Point]:
         """Each addressed actor's own Point in the mesh as spawned (for errors)."""
@@ -94,7 +96,7 @@ class ActorMesh(Shaped):
     def stop(self) -> Future:
         """Remove these actors from their processes (``__cleanup__`` runs if defined)."""
         core = state.core()
-        refs = [core.call_actor(self._procs[r], "stop_actor", (self._name,), {}, 1,
+        refs = [core.call_actor(self._procs[r], "stop_actor", (self._key,), {}, 1,
                                 inline=self._hosts[r] != core.host_id)
                 for r in self._shape.ranks()]
         return _gather(self, refs, self._points(), None, build=lambda values: None)
@@ -116,7 +118,7 @@ class ActorMesh(Shaped):
         # The constructor refs travel along: a process that got the mesh from someone
         # else waits on them before its first call (see Endpoint._send).
         return (ActorMesh, (self._name, self._class_name, self._endpoints, self._procs, self._shape, None,
-                            self._spawned, self._origin, self._hosts))
+                            self._spawned, self._origin, self._hosts, self._key))
 
     def __repr__(self) -> str:
         return f"<ActorMesh {self._name!r} of {self._class_name} {self.extent}>"
@@ -179,7 +181,7 @@ class Endpoint:
             # To another host a stored value goes as [ref], fetched on arrival: a bare
             # (top-level) ref would be resolved here and its bytes sent in the message.
             sent = [packed] if shared and remote[i] else packed
-            call_args = (mesh._name, self._name, message_rank, labels, sizes, sent, ready)
+            call_args = (mesh._key, self._name, message_rank, labels, sizes, sent, ready)
             pickled = None
             if reuse is not None:
                 key = (self._target, self._name, message_rank, labels, sizes, remote[i])

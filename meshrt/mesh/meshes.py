@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
+import os
 import weakref
 from collections.abc import Mapping
 from functools import partial
@@ -123,23 +124,26 @@ class ProcMesh(Shaped):
         cls = _user_class(actor_class)
         init = cls.__dict__.get("__init__")
         if inspect.isfunction(init):
-            CallChecker.for_callable(init, f"{cls.__name__}.__init__", drop_self=True).check(args, kwargs)
+            CallChecker.for_callable(init, f"spawn({name!r}, {cls.__name__}, ...): {cls.__name__}.__init__",
+                                     drop_self=True, call="").check(args, kwargs)
         endpoints = {
             n: (CallChecker.for_callable(getattr(cls, n), f"{name}.{n}",
-                                         drop_self=not isinstance(inspect.getattr_static(cls, n), staticmethod)),
+                                         drop_self=not isinstance(inspect.getattr_static(cls, n), staticmethod),
+                                         call="(...)"),
                 is_async)
             for n, is_async in endpoint_names(cls).items()
         }
         core = state.core()
         extent = self.extent
         blob = _class_blob(cls)
+        key = f"{name}#{os.urandom(6).hex()}"
         spawned = [
-            core.call_actor(self._procs[r], "spawn", (name, blob, extent.labels, extent.sizes, i, args, kwargs), {}, 1,
-                            inline=self._hosts[r] != core.host_id)
+            core.call_actor(self._procs[r], "spawn", (name, key, blob, extent.labels, extent.sizes, i, args, kwargs),
+                            {}, 1, inline=self._hosts[r] != core.host_id)
             for i, r in enumerate(self._shape.ranks())
         ]
         return ActorMesh(name, cls.__name__, endpoints, self._procs, self._shape, self._state, spawned,
-                         hosts=self._hosts)
+                         hosts=self._hosts, key=key)
 
     def init_torch_distributed(self, backend: str | None = None) -> Future:
         """Bring up torch.distributed over these processes (gloo on CPU, NCCL on GPU) and a

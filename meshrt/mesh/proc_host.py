@@ -38,7 +38,11 @@ class ProcHost:
         os.environ.update(env)
         self.mesh_name = mesh_name
         self.point = Point(rank, Extent(labels, sizes))
+        # Keyed by each spawn's own key ("name#id"), not by name: calls made through a
+        # mesh whose spawn failed (a name already taken here) must never reach the actor
+        # that holds the name.
         self.actors: dict[str, _Hosted] = {}
+        self.names: dict[str, str] = {}  # mesh name -> key of the actor holding it here
         self.classes: dict[bytes, type] = {}
         self._extents: dict[tuple, Extent] = {}
         self._loop = asyncio.get_running_loop()  # constructed on the process's loop
@@ -47,29 +51,32 @@ class ProcHost:
         self._executor = state.core().executor
         self._helper = self._executor.pool  # where plain-def methods run, in order
 
-    def spawn(self, name: str, class_blob: bytes, labels: tuple, sizes: tuple, rank: int,
-                    args: tuple, kwargs: dict) -> None:
-        cls = self.classes.get(class_blob)
-        if cls is None:
-            cls = self.classes[class_blob] = loads_code(class_blob)
-        if name in self.actors:
-            raise ValueError(f"process {self.point} of mesh {self.mesh_name!r} already hosts an actor "
-                             f"mesh named {name!r}; spawn it under another name")
+    def spawn(self, name: str, key: str, class_blob: bytes, labels: tuple, sizes: tuple, rank: int,
+              args: tuple, kwargs: dict) -> None:
         point = Point(rank, Extent(labels, sizes))
         info = ActorInstance(name, point, self.point.rank, f"{name}[{rank}]")
         owner = OwnerCell()
+        if name in self.names:
+            err = ValueError(f"process {self.point} of mesh {self.mesh_name!r} already hosts an actor "
+                             f"mesh named {name!r}; stop() that one first or spawn under another name")
+            self.actors[key] = _Hosted(None, info, err, owner)
+            raise err
+        self.names[name] = key
+        cls = self.classes.get(class_blob)
         tokens = set_context(Context(info, point), owner)
         try:
+            if cls is None:
+                cls = self.classes[class_blob] = loads_code(class_blob)
             instance = owner.value = cls(*args, **kwargs)
         except BaseException as err:
-            self.actors[name] = _Hosted(None, info, err, owner)
-            _label(err, f"{cls.__name__}.__init__ of actor mesh {name!r} at {point}")
+            self.actors[key] = _Hosted(None, info, err, owner)
+            _label(err, f"{getattr(cls, '__name__', 'the class')}.__init__ of actor mesh {name!r} at {point}")
             raise
         finally:
             reset_context(tokens)
-        self.actors[name] = _Hosted(instance, info, None, owner)
+        self.actors[key] = _Hosted(instance, info, None, owner)
 
-    async def call(self, name: str, method: str, message_rank: int, labels: tuple, sizes: tuple,
+    async def call(self, key: str, method: str, message_rank: int, labels: tuple, sizes: tuple,
                    packed: tuple, ready: Any = None) -> Any:
         """An ``async def`` endpoint: runs on this process's loop, interleaving at await."""
         if self._executor.helper_busy():
@@ -77,7 +84,7 @@ class ProcHost:
             # the helper thread: let them finish first, so one caller's calls start in
             # the order it made them.
             await asyncio.get_running_loop().run_in_executor(self._helper, _nothing)
-        hosted = self._hosted(name)
+        hosted = self._hosted(key)
         fn = getattr(hosted.instance, method)
         args, kwargs = (await packed[0]) if type(packed) is list else packed
         tokens = set_context(Context(hosted.info, Point(message_rank, self._extent(labels, sizes))), hosted.owner)
@@ -87,17 +94,17 @@ class ProcHost:
                 result = await result
             return result
         except BaseException as err:
-            _label(err, f"{name}.{method} at {hosted.info.rank}")
+            _label(err, f"{hosted.info.name}.{method} at {hosted.info.rank}")
             raise
         finally:
             reset_context(tokens)
 
-    def call_sync(self, name: str, method: str, message_rank: int, labels: tuple, sizes: tuple,
+    def call_sync(self, key: str, method: str, message_rank: int, labels: tuple, sizes: tuple,
                   packed: tuple, ready: Any = None) -> Any:
         """A plain ``def`` endpoint: runs on the process's helper thread, one at a time in
         arrival order, so it may block (``meshrt.get``, collectives) without stalling
         the async endpoints."""
-        hosted = self._hosted(name)
+        hosted = self._hosted(key)
         fn = getattr(hosted.instance, method)
         # [ref]: arguments stored by a caller on another host, fetched here (its agent
         # pulls them once per host); a bare ref would have travelled inside the message.
@@ -106,7 +113,7 @@ class ProcHost:
         try:
             return fn(*args, **kwargs)
         except BaseException as err:
-            _label(err, f"{name}.{method} at {hosted.info.rank}")
+            _label(err, f"{hosted.info.name}.{method} at {hosted.info.rank}")
             raise
         finally:
             reset_context(tokens)
@@ -119,21 +126,24 @@ class ProcHost:
             extent = self._extents[key] = Extent(labels, sizes)
         return extent
 
-    def _hosted(self, name: str) -> _Hosted:
-        hosted = self.actors.get(name)
+    def _hosted(self, key: str) -> _Hosted:
+        hosted = self.actors.get(key)
         if hosted is None:
+            name = key.partition("#")[0]
             raise exc.ActorDiedError(class_name=f"mesh actor {name!r}",
                                      cause=f"process {self.point} of mesh {self.mesh_name!r} hosts no "
                                            f"actor by that name (it was stopped, or never spawned here)")
         if hosted.error is not None:
-            raise exc.ActorDiedError(class_name=f"mesh actor {name!r} at {hosted.info.rank}",
+            raise exc.ActorDiedError(class_name=f"mesh actor {hosted.info.name!r} at {hosted.info.rank}",
                                      cause=f"its constructor raised {hosted.error!r}",
                                      creation_error=hosted.error)
         return hosted
 
-    def stop_actor(self, name: str) -> None:
+    def stop_actor(self, key: str) -> None:
         """Drop a mesh actor from this process, running its ``__cleanup__`` first."""
-        hosted = self.actors.pop(name, None)
+        hosted = self.actors.pop(key, None)
+        if hosted is not None and self.names.get(hosted.info.name) == key:
+            del self.names[hosted.info.name]  # (the name may be spawned again)
         stop = getattr(hosted.instance, "__cleanup__", None) if hosted is not None else None
         if stop is None:
             return
