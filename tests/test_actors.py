@@ -100,6 +100,24 @@ def test_max_concurrency_threaded_actor(rt):
     assert sorted(meshrt.get([b.cross.remote() for _ in range(4)], timeout=60)) == [0, 1, 2, 3]
 
 
+@meshrt.remote
+class SelfCaller:
+    def ask_self(self, me):
+        return meshrt.get(me.answer.remote(), timeout=30)
+
+    def answer(self):
+        return 42
+
+
+def test_an_actor_waiting_on_its_own_call_fails_instead_of_hanging(rt):
+    a = SelfCaller.remote()
+    with pytest.raises(RuntimeError, match=r"SelfCaller.answer\(\) \(this actor itself\) would wait forever"):
+        meshrt.get(a.ask_self.remote(a), timeout=60)
+    assert meshrt.get(a.answer.remote(), timeout=30) == 42  # the actor is fine
+    threaded = SelfCaller.options(max_concurrency=2).remote()  # another thread answers
+    assert meshrt.get(threaded.ask_self.remote(threaded), timeout=60) == 42
+
+
 def test_async_max_concurrency_limits_running_coroutines(rt):
     @meshrt.remote(max_concurrency=2)
     class Limited:

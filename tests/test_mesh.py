@@ -19,6 +19,7 @@ from meshrt import (
     current_size,
     endpoint,
     this_host,
+    this_proc,
 )
 
 from .helpers import gate
@@ -361,6 +362,29 @@ async def test_a_name_taken_in_the_processes_is_refused_not_shared(rt):
     await first.stop()
     third = procs.spawn("n", Counter, 100)  # the name is free again
     assert list((await third.incr.call()).values()) == [101, 101]
+    await procs.stop()
+
+
+class Sibling(Actor):
+    @endpoint
+    def rank(self):
+        return current_rank().rank
+
+    @endpoint
+    def ask_blocking(self):
+        return this_proc().spawn("sib", Sibling).rank.call_one().get(timeout=30)
+
+    @endpoint
+    async def ask_awaiting(self):
+        return await this_proc().spawn("sib2", Sibling).rank.call_one()
+
+
+async def test_a_plain_endpoint_waiting_on_its_own_process_fails_instead_of_hanging(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    mesh = procs.spawn("s", Sibling)
+    with pytest.raises(RuntimeError, match="plain `def` endpoint of an actor in this same process would wait forever"):
+        await mesh.ask_blocking.call_one()  # (the plain endpoints of a process share one thread)
+    assert await mesh.ask_awaiting.call_one() == 0
     await procs.stop()
 
 

@@ -32,6 +32,7 @@ class ActorCalls:
         pt = PendingTask(task_id, f"{handle._class_name}.{method}", payload, deps, pins, num_returns)
         pt.method = method
         pt.kind = "call"
+        pt.actor_id = handle._actor_id
         pt.remote = inline
         pt.retries_left = handle._max_task_retries
         result = self._make_returns(pt, num_returns)

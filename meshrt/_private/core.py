@@ -203,8 +203,12 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
             found.append(entry)
         not_ready = [e for e in found if e.payload is None]
         if not_ready:
+            self.refuse_waiting_on_itself(not_ready)
             self._wait_entries(not_ready, refs, timeout)
         return [self.value_of(e) for e in found]
+
+    def refuse_waiting_on_itself(self, entries: list) -> None:
+        """Raise where a get() could never return (an actor waiting on itself)."""
 
     def _wait_entries(self, waiting: list, refs: list, timeout: float | None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -161,6 +161,19 @@ class Executor:
                 inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn))
         return sync
 
+    def runs_after_me(self, actor_id: int, method: str) -> bool:
+        """Whether a call to ``method`` of ``actor_id`` can only start once the calling
+        thread of this actor is free again (so blocking on it here never ends)."""
+        if self.actor_spec is None or actor_id != self.actor_spec.actor_id:
+            return False
+        me = threading.get_ident()
+        if self.user_loop is not None:  # an async actor: plain methods on the helper
+            on_helper = self._runs_on_helper(method)
+            if isinstance(self.pool, HelperThread) and me == self.pool.ident:
+                return on_helper
+            return me == self.main_ident and not on_helper  # (blocking its own loop)
+        return self.pool is None and me == self.main_ident  # one call at a time
+
     def take_unstarted(self) -> list[Call]:
         """Main thread: remove the pool tasks still queued here (to hand them back)."""
         items = []

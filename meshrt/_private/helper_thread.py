@@ -21,6 +21,10 @@ class HelperThread(concurrent.futures.Executor):
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
+    @property
+    def ident(self) -> int | None:
+        return self._thread.ident
+
     def post(self, fn: Callable, *args: Any) -> None:
         """Run ``fn(*args)`` on the helper thread after everything posted before it."""
         self._queue.put((fn, args))

@@ -9,7 +9,7 @@ import os
 import sys
 import threading
 
-from . import context, loans, wire
+from . import context, ids, loans, wire
 from . import messages as m
 from .channels import PeerChannel
 from .core import Core
@@ -251,6 +251,22 @@ class WorkerCore(Core):
     def on_define_code(self, conn, msg: m.DefineCode) -> None:
         self.code_blobs[msg.code_id] = msg.blob
 
+    def refuse_waiting_on_itself(self, entries: list) -> None:
+        """A method of this actor blocking on a call to this actor that can only run on
+        the thread now blocked (after the method returns) would wait forever, as in Ray
+        and Monarch: say so instead of hanging."""
+        if self.executor.actor_spec is None:
+            return
+        for entry in entries:
+            pt = self.pending.get(ids.task_of(entry.id))
+            if pt is not None and pt.kind == "call" and self.executor.runs_after_me(pt.actor_id, pt.method):
+                mesh = pt.name.startswith("ProcHost.")
+                raise RuntimeError(
+                    f"get() on {_call_name(pt)} would wait forever: that call runs on the thread now "
+                    "waiting for it, after the current call returns. Make the waiting "
+                    + ("endpoint `async def` and `await` the call" if mesh else
+                       "method `async def` and `await` the call, or give the actor max_concurrency > 1"))
+
     def on_block(self, blocked: bool) -> None:
         if self.kind == "task" and threading.get_ident() == self.main_ident:
             returned: tuple = ()
@@ -464,3 +480,12 @@ class WorkerCore(Core):
         except Exception:
             pass
         os._exit(code)
+
+
+def _call_name(pt) -> str:
+    """What the user called: a mesh's endpoint or spawn, or an actor method."""
+    if pt.name.startswith("ProcHost."):
+        return {"ProcHost.call_sync": "a plain `def` endpoint of an actor in this same process",
+                "ProcHost.spawn": "a spawn into this same process"}.get(
+                    pt.name, f"{pt.name[len('ProcHost.'):]}() of this same process")
+    return f"{pt.name}() (this actor itself)"
