@@ -55,6 +55,10 @@ class Counter(Actor):
     def fail(self, message):
         raise KeyError(message)
 
+    @endpoint
+    def lock(self):
+        return threading.Lock()
+
 
 async def test_spawn_call_gathers_a_value_mesh(rt):
     procs = this_host().spawn_procs(per_host={"gpus": 4})
@@ -149,6 +153,10 @@ async def test_endpoint_errors_name_endpoint_and_point(rt):
         _ = counters.inc
     with pytest.raises(TypeError, match=r"c\.incr\(\.\.\.\): too many positional arguments; it takes \(by=\.\.\.\)"):
         counters.incr.call(1, 2, 3)
+    with pytest.raises(TypeError, match=r"c\.incr\(\.\.\.\): argument 0 of type lock cannot be serialized"):
+        counters.incr.call(threading.Lock())
+    with pytest.raises(TypeError, match=r"c\.lock at Point\(gpus=1\) returned a value that cannot be serialized"):
+        await counters.slice(gpus=1).lock.call_one()
     await procs.stop()
 
 

@@ -175,7 +175,7 @@ def pack(args: tuple, kwargs: dict, what: str, place=None, stored=None, lend=Non
     return payload, deps, pins
 
 
-def _name_bad_argument(args: tuple, kwargs: dict, what: str) -> None:
+def _name_bad_argument(args: tuple, kwargs: dict, what: str, made_in: str = "the task") -> None:
     for label, value in [(f"argument {i}", v) for i, v in enumerate(args)] + [
         (f"keyword argument {k!r}", v) for k, v in kwargs.items()
     ]:
@@ -185,8 +185,13 @@ def _name_bad_argument(args: tuple, kwargs: dict, what: str) -> None:
             raise TypeError(
                 f"{what}: {label} of type {type(value).__qualname__} cannot be serialized "
                 f"to send to another process ({exc.__cause__ or exc}); pass something picklable, "
-                "or create it inside the task instead"
+                f"or create it inside {made_in} instead"
             ) from None
+
+
+def name_bad_argument(args: tuple, kwargs: dict, what: str, made_in: str) -> None:
+    """Raise TypeError naming the first argument that cannot be serialized, if any."""
+    _name_bad_argument(args, kwargs, what, made_in)
 
 
 class FetchedThere:

@@ -289,7 +289,10 @@ class Executor:
 
     def _failed(self, call: Call, err: BaseException) -> None:
         if isinstance(err, TypeError) and "cannot serialize" in str(err):
-            err = TypeError(f"{call.name} returned a value that cannot be serialized: {err}")
+            name = self._call_name(call)
+            err = TypeError(f"{name} returned a value that cannot be serialized: {err}")
+            if name != call.name:
+                err.__meshrt_where__ = name
         spec = call.spec
         if spec is not None and spec.retry_exceptions and self._may_retry(spec, err):
             self.core.io.post(self.core.task_retry, call)
@@ -301,6 +304,19 @@ class Executor:
             self.core.io.post(self.core.stream_end, call, -1, payload)
             return
         self._finish(call, ((payload,) * max(call.num_returns, 1) if call.num_returns else (), None), error=payload)
+
+    def _call_name(self, call: Call) -> str:
+        """The call as its caller named it: a mesh endpoint by mesh, endpoint and point
+        (ProcHost runs it), anything else by its own name."""
+        from ..mesh.proc_host import ProcHost
+
+        if not isinstance(self.instance, ProcHost) or call.method not in ("call", "call_sync"):
+            return call.name
+        try:
+            args, kwargs = argpack.unpack(call.args, call.deps, deserialize)
+            return self.instance.describe_call(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - (only names an error)
+            return call.name
 
     def _may_retry(self, spec: m.TaskSpec, err: BaseException) -> bool:
         if not isinstance(err, Exception):

@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import exceptions as exc
 from .._private import state
-from .._private.args import CallChecker
+from .._private.args import CallChecker, name_bad_argument
 from ..objstore.serialization import SHM_THRESHOLD, big_bytes_out_of_band
 from . import supervision
 from .future import Future
@@ -158,7 +158,11 @@ class Endpoint:
         big = _nbytes(args, kwargs) >= SHM_THRESHOLD
         shared = big and ((len(ranks) > 1 and not any(remote)) or (any(remote) and core.is_driver))
         if shared:
-            packed = core.put((args, kwargs))
+            try:
+                packed = core.put((args, kwargs))
+            except TypeError:
+                name_bad_argument(args, kwargs, f"{mesh._name}.{self._name}(...)", "the actor")
+                raise
         elif big:  # (nested in the call's arguments, a large bytes still goes out of band)
             packed = (tuple(map(big_bytes_out_of_band, args)),
                       {key: big_bytes_out_of_band(value) for key, value in kwargs.items()})
@@ -188,8 +192,13 @@ class Endpoint:
                 pickled = reuse.get(key)
                 if pickled is None:
                     pickled = reuse[key] = core.pack_args(call_args, {}, self._name, remote[i])[0]
-            refs.append(core.call_actor(procs[rank], self._target, call_args, {}, 1, inline=remote[i],
-                                        direct=not batch, packed=pickled))
+            try:
+                refs.append(core.call_actor(procs[rank], self._target, call_args, {}, 1, inline=remote[i],
+                                            direct=not batch, packed=pickled))
+            except TypeError:
+                if not refs:  # (every rank packs the same arguments: the first fails, before any send)
+                    name_bad_argument(args, kwargs, f"{mesh._name}.{self._name}(...)", "the actor")
+                raise
         return refs
 
     def call(self, *args, **kwargs) -> Future:

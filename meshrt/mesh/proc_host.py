@@ -118,6 +118,13 @@ class ProcHost:
         finally:
             reset_context(tokens)
 
+    def describe_call(self, key: str, method: str, *_rest) -> str:
+        """``mesh.endpoint at Point(...)``: how errors name a call made with these arguments."""
+        hosted = self.actors.get(key)
+        if hosted is None:
+            return f"{key.partition('#')[0]}.{method}"
+        return f"{hosted.info.name}.{method} at {hosted.info.rank}"
+
     def _extent(self, labels: tuple, sizes: tuple) -> Extent:
         """The called mesh's extent, built once per shape rather than per message."""
         key = (labels, sizes)
