@@ -59,6 +59,12 @@ class Counter(Actor):
     def lock(self):
         return threading.Lock()
 
+    @endpoint
+    def fail_or_wait(self, g, rank):
+        if current_rank().rank == rank:
+            raise KeyError("first to fail")
+        return meshrt.get(g.wait.remote(3600))  # (longer than any test runs)
+
 
 async def test_spawn_call_gathers_a_value_mesh(rt):
     procs = this_host().spawn_procs(per_host={"gpus": 4})
@@ -124,6 +130,19 @@ async def test_choose_avoids_a_busy_actor(rt):
     assert {c[0] for c in chosen} == {1}
     g.open.remote()
     assert await busy == 0
+    await procs.stop()
+
+
+async def test_a_call_raises_the_first_failure_without_waiting_for_the_rest(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    counters = procs.spawn("c", Counter)
+    g = gate()
+    with pytest.raises(KeyError, match="first to fail"):
+        await counters.fail_or_wait.call(g, 0)  # rank 1 is still waiting on the gate
+    with pytest.raises(KeyError, match="first to fail"):
+        await asyncio.to_thread(counters.fail_or_wait.call(g, 0).get, 60)
+    g.open.remote()
+    assert list((await counters.incr.call()).values()) == [1, 1]
     await procs.stop()
 
 

@@ -253,20 +253,48 @@ class AsyncWaiter:
             self.bridge.resolve(self.fut, entry)
 
 
+class FailFastCountdown(CountdownWaiter):
+    """A CountdownWaiter that also wakes at the first entry resolved with an error: a
+    mesh call gathers its replies the way ``asyncio.gather`` does, raising the first
+    failure at once rather than after the slowest reply (which, when a process died in
+    a collective, may never come)."""
+
+    __slots__ = ("_woken",)
+
+    def __init__(self, count: int) -> None:
+        super().__init__(count)
+        self._woken = False
+
+    def fire(self, entry) -> None:
+        if self._last(entry) or failed(entry):
+            with self._lock:
+                if self._woken:
+                    return
+                self._woken = True
+            self._done.release()
+
+
+def failed(entry) -> bool:
+    """The entry holds an error (a raised exception or a death), not a value."""
+    return getattr(entry.payload, "is_error", False)
+
+
 class AsyncCountdown(CountdownWaiter):
     """Resolves one asyncio future once ``count`` distinct entries have resolved: a
-    coroutine gathering many refs wakes once, not once per ref."""
+    coroutine gathering many refs wakes once, not once per ref. ``fail_fast``: also at
+    the first entry resolved with an error (see FailFastCountdown)."""
 
-    __slots__ = ("fut", "bridge")
+    __slots__ = ("fut", "bridge", "fail_fast")
 
-    def __init__(self, count: int, fut: asyncio.Future, bridge: AsyncBridge | None) -> None:
+    def __init__(self, count: int, fut: asyncio.Future, bridge: AsyncBridge | None, fail_fast: bool = False) -> None:
         super().__init__(count)
         self.fut = fut
         self.bridge = bridge
+        self.fail_fast = fail_fast
 
     def fire(self, entry) -> None:
-        if not self._last(entry):
-            return
+        if not self._last(entry) and not (self.fail_fast and failed(entry)):
+            return  # (a second wake-up is harmless: the future is set once)
         if self.bridge is None:
             if not self.fut.done():
                 self.fut.set_result(entry)

@@ -17,6 +17,7 @@ from typing import Any
 from .. import exceptions as exc
 from .._private import state
 from .._private.args import CallChecker, name_bad_argument
+from .._private.portal import failed
 from ..objstore.serialization import SHM_THRESHOLD, big_bytes_out_of_band
 from . import supervision
 from .future import Future
@@ -296,7 +297,19 @@ def _one(mesh: ActorMesh, ref, point: Point, endpoint: str | None) -> Future:
 
 
 def _gather(mesh: ActorMesh, refs: list, points: list, endpoint: str | None, build=None) -> Future:
+    """All the replies, in mesh order; the first failure is raised as soon as it arrives
+    (as asyncio.gather does), not after the slowest reply."""
     build = build or list
+
+    def raise_first_failure(core) -> None:
+        entries = core.table.entries
+        for ref, point in zip(refs, points, strict=True):
+            entry = entries.get(ref._id)
+            if entry is not None and failed(entry):
+                try:
+                    core.get([ref], 0)
+                except exc.ActorDiedError as err:
+                    raise _relabel(mesh, point, endpoint)(err) from None
 
     def values_in_order(core) -> list:
         try:
@@ -313,17 +326,15 @@ def _gather(mesh: ActorMesh, refs: list, points: list, endpoint: str | None, bui
 
     async def aget():
         core = state.core()
-        await core.wait_all_async(refs)  # one wake-up for all the replies
+        await core.wait_all_async(refs, fail_fast=True)  # one wake-up for all the replies
+        raise_first_failure(core)
         return build(values_in_order(core))
 
     def get(timeout):
         core = state.core()
-        try:
-            return build(core.get(refs, timeout))  # one wake-up for all the replies
-        except exc.GetTimeoutError:
-            raise
-        except Exception:  # noqa: BLE001 - find which point failed, in order
-            return build(values_in_order(core))
+        core.wait_all_or_failure(refs, timeout)  # one wake-up for all the replies
+        raise_first_failure(core)
+        return build(values_in_order(core))
 
     return Future(aget, get)
 
