@@ -34,6 +34,10 @@ class Fragile(Actor):
     def ok(self):
         return "ok"
 
+    @endpoint
+    def block(self, g):
+        return meshrt.get(g.wait.remote(3600))  # (longer than any test runs)
+
 
 async def within(future, seconds=30):
     """Await a mesh Future, failing the test instead of hanging."""
@@ -158,3 +162,22 @@ async def test_stop_ends_processes_and_hosts_can_spawn_again(rt, failures):
     assert list((await again.ok.call()).values()) == ["ok", "ok"]
     seen, _ = failures
     assert seen == []
+
+
+async def test_stop_kills_a_process_still_busy_after_its_timeout(rt, failures):
+    from .helpers import gate
+
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    mesh = procs.spawn("frag", Fragile)
+    pids = list((await mesh.pid.call()).values())
+    g = gate()
+    stuck = mesh.slice(gpus=1).block.call_one(g)  # blocked for good, as in a collective whose peer died
+    with pytest.raises(ValueError, match="seconds to wait before killing"):
+        procs.stop(timeout=-1)
+    await within(procs.stop(timeout=0.5))
+    with pytest.raises(meshrt.exceptions.ActorDiedError):
+        await within(stuck)
+    for pid in pids:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    seen, _ = failures
+    assert seen == []  # a process killed by stop() is no failure to supervise

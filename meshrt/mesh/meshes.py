@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
+import logging
 import os
 import weakref
 from collections.abc import Mapping
@@ -28,6 +29,8 @@ from .actor_mesh import ActorMesh, MeshState, _gather
 from .future import Future
 from .proc_host import ProcHost
 from .shape import Point, Shape, Shaped, check_dims
+
+log = logging.getLogger("meshrt")
 
 _names = itertools.count()
 _host_classes: dict = {}
@@ -183,25 +186,40 @@ class ProcMesh(Shaped):
 
         return Future(aget, get)
 
-    def stop(self) -> Future:
-        """End these processes cleanly; resolves when they have exited."""
+    def stop(self, timeout: float | None = 30.0) -> Future:
+        """End these processes cleanly; resolves when they have exited. Each process
+        first finishes the calls it was given before; one still busy after ``timeout``
+        seconds (a call blocked for good, say in a collective whose peer died) is killed,
+        so stop() always ends (None: wait as long as it takes)."""
+        if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
+            raise ValueError(f"stop(timeout=...): give the seconds to wait before killing, or None; got {timeout!r}")
         if self._state is not None:
             self._state.stopping = True
         core = state.core()
-        refs = [core.call_actor(self._procs[r], "stop", (), {}, 1) for r in self._shape.ranks()]  # no args
+        ranks = self._shape.ranks()
+        refs = [core.call_actor(self._procs[r], "stop", (), {}, 1) for r in ranks]  # no args
+
+        def kill_the_rest() -> None:  # (core loop, ``timeout`` after stop(): however it is awaited)
+            entries = core.table.entries
+            busy = [r for r, ref in zip(ranks, refs, strict=True)
+                    if (entry := entries.get(ref._id)) is not None and entry.payload is None]
+            if busy:
+                log.warning("meshrt: %d process(es) of mesh %r still busy %s s after stop(); killing them",
+                            len(busy), self._name, timeout)
+            for r in busy:
+                core.kill_actor(self._procs[r]._actor_id, True)
+
+        if timeout is not None:
+            core.io.post(lambda: core.io.loop.call_later(timeout, kill_the_rest))
 
         async def aget():
-            for ref in refs:
-                try:
-                    await ref
-                except exc.ActorDiedError:
-                    pass
+            await core.wait_all_async(refs)  # (a process that died or was killed counts as done)
 
-        def get(timeout):
-            try:
-                core.get(refs, timeout)
-            except exc.ActorDiedError:
-                core.wait(refs, len(refs), timeout)
+        def get(wait_s):
+            ready = core.wait(refs, len(refs), wait_s)[0]
+            if len(ready) < len(refs):
+                raise exc.GetTimeoutError(f"stop() of mesh {self._name!r}: {len(refs) - len(ready)} process(es) "
+                                          f"still running after {wait_s} s")
 
         return Future(aget, get)
 
