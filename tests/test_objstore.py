@@ -227,6 +227,7 @@ def test_torch_tensors_all_dtypes_copy_on_write(rt):
 
 def test_available_resources_report_store(rt):
     before = meshrt.available_resources()["object_store_memory"]
+    assert before <= meshrt.cluster_resources()["object_store_memory"]  # (never more than the total)
     ref = meshrt.put(np.zeros(MiB))
     assert meshrt.available_resources()["object_store_memory"] <= before - 8 * MiB
     assert meshrt.cluster_resources()["object_store_memory"] > 0

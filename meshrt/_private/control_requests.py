@@ -48,7 +48,9 @@ class ControlRequests:
     def rpc_available_resources(self, caller: int) -> dict:
         available = self.node.as_floats("available")
         usage = self.store.usage()
-        available["object_store_memory"] = usage["capacity"] - usage["used"]
+        # (the store's capacity is the configured size rounded up to whole pages)
+        total = self.node.as_floats("total").get("object_store_memory", usage["capacity"])
+        available["object_store_memory"] = max(0, min(total, usage["capacity"]) - usage["used"])
         return available
 
     # -- the host's object store (this host: the head) ----------------------------------------
