@@ -366,6 +366,50 @@ def test_bad_spawn_arguments_fail_at_the_call_site(rt):
     procs.stop().get(timeout=30)
 
 
+class BaseEndpoints(Actor):
+    @endpoint
+    def inherited(self, x=1):
+        return ("base", x)
+
+
+class Shapes(BaseEndpoints):
+    @endpoint
+    def star(self, *args, **kwargs):
+        return args, kwargs
+
+    @endpoint
+    @staticmethod
+    def static_below(y):
+        return y * 3
+
+    @staticmethod
+    @endpoint
+    def static_above(y):
+        return y * 4
+
+    @endpoint
+    @classmethod
+    def klass(cls, z):
+        return (cls.__name__, z)
+
+
+async def test_endpoints_inherited_static_class_and_variadic(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    mesh = procs.spawn("sh", Shapes)
+    one = mesh.slice(gpus=1)
+    assert await one.inherited.call_one(x=5) == ("base", 5)
+    assert await one.star.call_one(1, 2, z=3) == ((1, 2), {"z": 3})
+    assert await one.static_below.call_one(2) == 6
+    assert await one.static_above.call_one(2) == 8
+    assert await one.klass.call_one(7) == ("Shapes", 7)
+    with pytest.raises(TypeError, match=r"klass\(\.\.\.\): missing a required argument: 'z'; it takes \(z\)"):
+        one.klass.call_one()
+    assert (procs.size(), procs.size("gpus"), mesh.size("gpus"), this_host().size()) == (2, 2, 2, 1)
+    with pytest.raises(ValueError, match="no dimension 'hosts'; its dimensions are"):
+        procs.size("hosts")
+    await procs.stop()
+
+
 class Cleaner(Actor):
     def __init__(self, port):
         self.port = port

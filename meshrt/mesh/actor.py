@@ -33,6 +33,9 @@ def endpoint(fn=None, **options):
         raise TypeError(f"@endpoint got unknown option(s) {sorted(unknown)}")
 
     def mark(f):
+        if isinstance(f, (staticmethod, classmethod)):  # (@endpoint above @staticmethod)
+            setattr(f.__func__, ENDPOINT_MARK, dict(options))
+            return f
         if not callable(f):
             raise TypeError(f"@endpoint needs a method, got {type(f).__name__}")
         setattr(f, ENDPOINT_MARK, dict(options))

@@ -55,9 +55,6 @@ class ActorMesh(Shaped):
 
     # -- shape ----------------------------------------------------------------------------
 
-    def size(self, dim: str | None = None) -> int:
-        return len(self._shape) if dim is None else self._shape.extent[dim]
-
     def slice(self, **dims) -> ActorMesh:
         """A view of some of the actors (int drops the dimension, a slice keeps it)."""
         return ActorMesh(self._name, self._class_name, self._endpoints, self._procs,

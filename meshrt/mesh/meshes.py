@@ -131,7 +131,7 @@ class ProcMesh(Shaped):
                                      drop_self=True, call="").check(args, kwargs)
         endpoints = {
             n: (CallChecker.for_callable(getattr(cls, n), f"{name}.{n}",
-                                         drop_self=not isinstance(inspect.getattr_static(cls, n), staticmethod),
+                                         drop_self=not isinstance(inspect.getattr_static(cls, n), (staticmethod, classmethod)),
                                          call="(...)"),
                 is_async)
             for n, is_async in endpoint_names(cls).items()

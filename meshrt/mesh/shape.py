@@ -205,6 +205,15 @@ class Shaped:
     def __len__(self) -> int:
         return len(self._shape)
 
+    def size(self, dim: str | None = None) -> int:
+        """How many points in all, or along ``dim``."""
+        if dim is None:
+            return len(self._shape)
+        extent = self._shape.extent
+        if dim not in extent:
+            raise ValueError(f"size({dim!r}): this mesh has no dimension {dim!r}; its dimensions are {dict(extent)}")
+        return extent[dim]
+
 
 def check_dims(per_host: Mapping, what: str) -> tuple[tuple, tuple]:
     """Validate a ``{"name": size}`` mapping given by a user; returns (labels, sizes)."""
