@@ -181,3 +181,14 @@ async def test_stop_kills_a_process_still_busy_after_its_timeout(rt, failures):
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     seen, _ = failures
     assert seen == []  # a process killed by stop() is no failure to supervise
+
+
+async def test_choose_passes_over_a_dead_process(rt, failures):
+    procs = this_host().spawn_procs(per_host={"gpus": 3})
+    mesh = procs.spawn("frag", Fragile)
+    pids = list((await mesh.pid.call()).values())
+    with pytest.raises(meshrt.exceptions.ActorDiedError):
+        await within(mesh.slice(gpus=1).crash.call_one())
+    chosen = {await within(mesh.pid.choose()) for _ in range(12)}
+    assert chosen <= {pids[0], pids[2]}
+    await procs.stop()

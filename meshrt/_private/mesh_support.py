@@ -29,6 +29,11 @@ class MeshSupport:
         """Calls this process made to an actor that have not been answered yet."""
         return self.calls_out.get(actor_id, 0)
 
+    def known_dead(self, actor_id: int) -> bool:
+        """This process has heard that the actor died (mesh choose() passes it over)."""
+        client = self.actor_clients.get(actor_id)
+        return client is not None and client.state == "dead"
+
     def unsubmitted_calls(self, actor_id: int) -> int:
         """Calls to ``actor_id`` posted to the core loop and not yet queued there."""
         return self._unsubmitted.get(actor_id, 0)

@@ -218,14 +218,16 @@ class Endpoint:
         return _one(mesh, ref, mesh._points()[0], self._name)
 
     def choose(self, *args, **kwargs) -> Future:
-        """One actor: the one this process has the fewest calls outstanding with (ties at
-        random); resolves to its reply."""
+        """One actor: of those not known dead, the one this process has the fewest calls
+        outstanding with (ties at random); resolves to its reply."""
         self._check(args, kwargs)
         mesh = self._mesh
         ranks = mesh._shape.ranks()
         core = state.core()
+        # (all dead: one of them is called anyway, and the call says how it died)
+        live = [r for r in ranks if not core.known_dead(mesh._procs[r]._actor_id)] or ranks
         best, best_n = [], None
-        for r in ranks:
+        for r in live:
             n = core.outstanding_calls(mesh._procs[r]._actor_id)
             if best_n is None or n < best_n:
                 best, best_n = [r], n
