@@ -142,8 +142,12 @@ async def test_a_call_raises_the_first_failure_without_waiting_for_the_rest(rt):
         await counters.fail_or_wait.call(g, 0)  # rank 1 is still waiting on the gate
     with pytest.raises(KeyError, match="first to fail"):
         await asyncio.to_thread(counters.fail_or_wait.call(g, 0).get, 60)
+    late = counters.fail_or_wait.call(g, 0)
+    await counters.slice(gpus=0).incr.call_one()  # (rank 0 answers in order: its failure is here)
+    with pytest.raises(KeyError, match="first to fail"):
+        await late  # a failure that arrived before the await is raised too
     g.open.remote()
-    assert list((await counters.incr.call()).values()) == [1, 1]
+    assert list((await counters.incr.call()).values()) == [2, 1]
     await procs.stop()
 
 

@@ -37,7 +37,7 @@ from .lent_payloads import lendable
 from .mesh_support import MeshSupport
 from .ownership import Ownership
 from .pending import PendingTask
-from .portal import AsyncWaiter, CountdownWaiter, LoopThread, Wakeup, bridge_for
+from .portal import AsyncWaiter, CountdownWaiter, LoopThread, Wakeup, bridge_for, failed
 from .pulls import LENT_TYPES, Pulls, carries_lent
 from .refs import ObjectRef, ObjectRefGenerator
 from .store_side import StoreSide
@@ -210,12 +210,13 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
     def refuse_waiting_on_itself(self, entries: list) -> None:
         """Raise where a get() could never return (an actor waiting on itself)."""
 
-    def _wait_entries(self, waiting: list, refs: list, timeout: float | None) -> None:
+    def _wait_entries(self, waiting: list, refs: list, timeout: float | None, fail_fast: bool = False) -> None:
+        """Block until every entry resolved (``fail_fast``: or one resolved with an error)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         self.on_block(True)
         try:
             while waiting:
-                waiter = CountdownWaiter(len(waiting))
+                waiter = CountdownWaiter(len(waiting), fail_fast)
                 for entry in waiting:
                     if entry.owner != self.worker_id and not entry.fetching:
                         self.io.post(self._fetch, entry)
@@ -231,6 +232,8 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
                         f"refs not ready (the first is ObjectRef({ids.to_hex(still[0].id, 36)})); "
                         "raise timeout= or wait with meshrt.wait() first"
                     )
+                if fail_fast and any(failed(e) for e in waiting):
+                    return
                 waiting = still
         finally:
             self.on_block(False)

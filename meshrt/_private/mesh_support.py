@@ -8,11 +8,10 @@ import asyncio
 import threading
 from typing import Any
 
-from .. import exceptions as exc
 from ..objstore.serialization import Payload
 from . import ids
 from . import messages as m
-from .portal import AsyncCountdown, FailFastCountdown, bridge_for
+from .portal import AsyncCountdown, bridge_for, failed
 from .refs import ObjectRef
 
 
@@ -54,15 +53,22 @@ class MeshSupport:
             else:
                 counts.pop(actor_id, None)
 
-    async def wait_all_async(self, refs: list, fail_fast: bool = False) -> None:
-        """Await until every ref has a value or an error (``fail_fast``: or until one has
-        an error), with one wake-up at the end."""
+    def _unresolved(self, refs: list, fail_fast: bool) -> list:
+        """The entries of ``refs`` still to wait for: none once one failed (``fail_fast``)."""
         entries = self.table.entries
         missing = []
         for ref in refs:
             entry = entries.get(ref._id) or self._entry_for_unknown(ref)
             if entry.payload is None:
                 missing.append(entry)
+            elif fail_fast and failed(entry):
+                return []
+        return missing
+
+    async def wait_all_async(self, refs: list, fail_fast: bool = False) -> None:
+        """Await until every ref has a value or an error (``fail_fast``: or until one has
+        an error), with one wake-up at the end."""
+        missing = self._unresolved(refs, fail_fast)
         if not missing:
             return
         loop = asyncio.get_running_loop()
@@ -84,35 +90,10 @@ class MeshSupport:
         if self.io.in_loop():
             raise RuntimeError("a mesh call's get() was called from inside meshrt's event loop, where it "
                                "would deadlock; use `await` there instead")
-        entries = self.table.entries
-        missing = []
-        for ref in refs:
-            entry = entries.get(ref._id) or self._entry_for_unknown(ref)
-            if entry.payload is None:
-                missing.append(entry)
-            elif getattr(entry.payload, "is_error", False):
-                return
-        if not missing:
-            return
-        self.refuse_waiting_on_itself(missing)
-        waiter = FailFastCountdown(len(missing))
-        self.on_block(True)
-        try:
-            for entry in missing:
-                if entry.owner != self.worker_id and not entry.fetching:
-                    self.io.post(self._fetch, entry)
-                entry.add_waiter(waiter)
-            if not waiter.wait(timeout):
-                still = [e for e in missing if e.payload is None]
-                if still:
-                    raise exc.GetTimeoutError(
-                        f"get() timed out after {timeout} s: {len(still)} of {len(refs)} replies not "
-                        "here yet; raise timeout= or await the call")
-        finally:
-            for entry in missing:
-                if entry.payload is None:
-                    entry.remove_waiter(waiter)
-            self.on_block(False)
+        missing = self._unresolved(refs, fail_fast=True)
+        if missing:
+            self.refuse_waiting_on_itself(missing)
+            self._wait_entries(missing, refs, timeout, fail_fast=True)
 
     def on_relay(self, conn, msg: m.Relay) -> None:
         """A message that came through a host agent: handle it as if from its sender."""

@@ -161,25 +161,32 @@ class CountdownWaiter:
     ref (each wake-up is a GIL hand-off). Fires come from the core loop and, for an
     entry resolved while being registered, from the waiting thread itself: a small
     lock keeps the count exact, and firing the same entry twice counts once.
+    ``fail_fast``: also wake at the first entry resolved with an error (a mesh call
+    gathers like ``asyncio.gather``: the first failure at once, not after the slowest
+    reply, which never comes when the others wait in a collective for the dead one).
     """
 
-    __slots__ = ("_lock", "_done", "_remaining", "_fired")
+    __slots__ = ("_lock", "_done", "_remaining", "_fired", "_fail_fast", "_woken")
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, fail_fast: bool = False) -> None:
         self._lock = threading.Lock()
         self._done = threading.Lock()
         self._done.acquire()
         self._remaining = count
         self._fired: set[int] = set()
+        self._fail_fast = fail_fast
+        self._woken = False
 
     def _last(self, entry) -> bool:
-        """Count ``entry`` once; True for the one that completes the count."""
+        """Count ``entry`` once; True, once, for the entry that completes the count (or,
+        with ``fail_fast``, the first one holding an error)."""
         with self._lock:
-            if entry.id in self._fired:
+            if self._woken or entry.id in self._fired:
                 return False
             self._fired.add(entry.id)
             self._remaining -= 1
-            return self._remaining == 0
+            self._woken = self._remaining == 0 or (self._fail_fast and failed(entry))
+            return self._woken
 
     def fire(self, entry) -> None:
         if self._last(entry):
@@ -253,27 +260,6 @@ class AsyncWaiter:
             self.bridge.resolve(self.fut, entry)
 
 
-class FailFastCountdown(CountdownWaiter):
-    """A CountdownWaiter that also wakes at the first entry resolved with an error: a
-    mesh call gathers its replies the way ``asyncio.gather`` does, raising the first
-    failure at once rather than after the slowest reply (which, when a process died in
-    a collective, may never come)."""
-
-    __slots__ = ("_woken",)
-
-    def __init__(self, count: int) -> None:
-        super().__init__(count)
-        self._woken = False
-
-    def fire(self, entry) -> None:
-        if self._last(entry) or failed(entry):
-            with self._lock:
-                if self._woken:
-                    return
-                self._woken = True
-            self._done.release()
-
-
 def failed(entry) -> bool:
     """The entry holds an error (a raised exception or a death), not a value."""
     return getattr(entry.payload, "is_error", False)
@@ -281,20 +267,18 @@ def failed(entry) -> bool:
 
 class AsyncCountdown(CountdownWaiter):
     """Resolves one asyncio future once ``count`` distinct entries have resolved: a
-    coroutine gathering many refs wakes once, not once per ref. ``fail_fast``: also at
-    the first entry resolved with an error (see FailFastCountdown)."""
+    coroutine gathering many refs wakes once, not once per ref."""
 
-    __slots__ = ("fut", "bridge", "fail_fast")
+    __slots__ = ("fut", "bridge")
 
     def __init__(self, count: int, fut: asyncio.Future, bridge: AsyncBridge | None, fail_fast: bool = False) -> None:
-        super().__init__(count)
+        super().__init__(count, fail_fast)
         self.fut = fut
         self.bridge = bridge
-        self.fail_fast = fail_fast
 
     def fire(self, entry) -> None:
-        if not self._last(entry) and not (self.fail_fast and failed(entry)):
-            return  # (a second wake-up is harmless: the future is set once)
+        if not self._last(entry):
+            return
         if self.bridge is None:
             if not self.fut.done():
                 self.fut.set_result(entry)
