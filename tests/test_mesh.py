@@ -334,11 +334,6 @@ async def test_big_arguments_travel_once_through_the_store(rt):
     await procs.stop()
 
 
-def test_this_proc_outside_a_mesh_says_where_to_spawn(rt):
-    with pytest.raises(RuntimeError, match="spawn_procs"):
-        meshrt.this_proc()
-
-
 class SpawnsHere(Actor):
     @endpoint
     async def spawn_local(self):

@@ -107,6 +107,12 @@ class Worker(Actor):
     def call_other(self, mesh):
         return [w[0] for w in mesh.where.call().get(timeout=30).values()]
 
+    @endpoint
+    def ask(self, mesh, value):
+        """Call a one-actor mesh with ``value``: where it ran, and what it got and gave back."""
+        return (mesh.where.call_one().get(timeout=30)[1], mesh.sum_of.call_one(value).get(timeout=30),
+                float(mesh.echo.call_one(value).get(timeout=30).sum()))
+
 
 def test_spawn_across_hosts_and_slice_by_host(cluster):
     hosts, _, _, remember = cluster
@@ -133,6 +139,16 @@ def test_spawn_across_hosts_and_slice_by_host(cluster):
     # the same hosts take a new mesh after a stop
     again = hosts.spawn_procs(per_host={"gpus": 1}).spawn("again", Worker)
     assert [w[0] for w in again.where.call().get(timeout=60).values()] == host_ids[1:3]
+
+
+def test_an_actor_in_the_driver_answers_other_hosts(cluster):
+    hosts, _, _, remember = cluster
+    in_driver = meshrt.this_proc().spawn("d", Worker)  # in this very process
+    askers = hosts.spawn_procs(per_host={"gpus": 1}).spawn("a", Worker)
+    big = np.arange(1 << 20, dtype=np.float64)  # 8 MiB each way, between hosts
+    expected = (os.getpid(), float(big.sum()), float(big.sum()))
+    assert list(askers.ask.call(in_driver, big).get(timeout=60).values()) == [expected, expected]
+    remember()
 
 
 def test_large_values_cross_hosts_bit_exact(pull_path, cluster):

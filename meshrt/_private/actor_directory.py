@@ -74,6 +74,19 @@ class ActorDirectory:
         self.scheduler.submit_actor(spec.actor_id, spec.resources)
         self.schedule()
 
+    def host_in_driver(self, spec: m.ActorSpec) -> None:
+        """An actor living in the driver's own process (driver_actors.py): alive at once,
+        on worker 0, and never restarted."""
+        rec = ActorRecord(spec, 0, state="alive", worker=0)
+        rec.subscribers |= self.early_watchers.pop(spec.actor_id, set())
+        self.actors[spec.actor_id] = rec
+        self._publish(rec)
+
+    def driver_actor_ended(self, actor_id: int, reason: str) -> None:
+        rec = self.actors.get(actor_id)
+        if rec is not None and rec.state != "dead":
+            self._actor_dead(rec, reason)
+
     def place_on_host(self, rec: ActorRecord) -> None:
         """A mesh process bound to an agent's host: placed there at once, or it fails."""
         spec = rec.spec
@@ -164,6 +177,9 @@ class ActorDirectory:
     def on_kill_actor(self, conn, msg: m.KillActor) -> None:
         rec = self.actors.get(msg.actor_id)
         if rec is None or rec.state == "dead":
+            return
+        if rec.worker == 0:  # in the driver's process: its thread stops serving (no restart)
+            self.core.driver_actors.end(rec.spec.actor_id, msg.reason)
             return
         w = self.workers.get(rec.worker) if rec.worker is not None else None
         if w is None:  # not placed yet (pending or between incarnations)

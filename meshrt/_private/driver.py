@@ -21,6 +21,7 @@ from . import context, gpus, state
 from . import messages as m
 from .controller import Controller
 from .core import Core
+from .driver_actors import DriverActors
 from .lending import Lending
 from .portal import LoopThread
 
@@ -74,6 +75,7 @@ class DriverCore(Lending, Core):
         self.host_copies: dict[int, set] = {}  # object id -> agents' hosts that may keep a copy
         Lending.__init__(self)
         self.handlers[m.PullDone] = self.on_pull_done
+        self.driver_actors = DriverActors(self)  # this_proc() in the driver
 
     def attach(self, controller: Controller) -> None:
         self.controller = controller
@@ -184,9 +186,13 @@ class DriverCore(Lending, Core):
     def check_feasible(self, units: tuple, what: str, actor: bool = False) -> None:
         self.controller.check_feasible(units, what, actor)
 
+    def refuse_waiting_on_itself(self, entries: list) -> None:
+        self.driver_actors.refuse_waiting_on_itself(entries)
+
     def shutdown(self) -> None:
         self.closing = True
         io = self.io
+        self.driver_actors.close()
 
         async def stop():
             self.fail_everything_pending()

@@ -80,6 +80,7 @@ class Executor:
         self.core = core
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
         self.main_ident = threading.main_thread().ident
+        self.loop_ident = self.main_ident  # the thread an async actor's loop runs on
         self.running: int | None = None  # task id running on the main thread
         self.cancel_requested: set[int] = set()
         self.code: dict[int, Any] = {}
@@ -171,7 +172,7 @@ class Executor:
             on_helper = self._runs_on_helper(method)
             if isinstance(self.pool, HelperThread) and me == self.pool.ident:
                 return on_helper
-            return me == self.main_ident and not on_helper  # (blocking its own loop)
+            return me == self.loop_ident and not on_helper  # (blocking its own loop)
         return self.pool is None and me == self.main_ident  # one call at a time
 
     def take_unstarted(self) -> list[Call]:

@@ -44,6 +44,7 @@ class _LocalActor:
 
 class LocalCore(Core):
     is_driver = True
+    local_mode = True
 
     def __init__(self, config: dict) -> None:
         io = LoopThread("meshrt-local")

@@ -113,6 +113,29 @@ class Ownership:
     # ===================================================================================
     # reference counting
 
+    def _arrived(self, args, deps) -> tuple[list, list]:
+        """Hold the refs inside arriving arguments; the caller pins them (not counted here)."""
+        held: list = []
+        arg_refs: list = []
+        me = self.worker_id
+        for payload in (args, *(p for _, p in deps)):
+            if payload.refs:
+                held.extend(self.adopt(payload, count=False))
+                arg_refs.extend(r for r in payload.refs if r[1] != me)
+        return held, arg_refs
+
+    def _still_borrowed(self, arg_refs: list) -> tuple:
+        if not arg_refs:
+            return ()
+        borrowed = []
+        entries = self.table.entries
+        for oid, owner in dict.fromkeys(arg_refs):
+            entry = entries.get(oid)
+            if entry is not None and entry.local > 0:
+                entry.receipts += 1  # the caller counts us as a borrower in return
+                borrowed.append((oid, owner))
+        return tuple(borrowed)
+
     def adopt(self, payload: Payload, count: bool = True) -> list | None:
         """A payload arrived: hold the refs inside it while it lives.
 

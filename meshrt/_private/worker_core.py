@@ -252,20 +252,7 @@ class WorkerCore(Core):
         self.code_blobs[msg.code_id] = msg.blob
 
     def refuse_waiting_on_itself(self, entries: list) -> None:
-        """A method of this actor blocking on a call to this actor that can only run on
-        the thread now blocked (after the method returns) would wait forever, as in Ray
-        and Monarch: say so instead of hanging."""
-        if self.executor.actor_spec is None:
-            return
-        for entry in entries:
-            pt = self.pending.get(ids.task_of(entry.id))
-            if pt is not None and pt.kind == "call" and self.executor.runs_after_me(pt.actor_id, pt.method):
-                mesh = pt.name.startswith("ProcHost.")
-                raise RuntimeError(
-                    f"get() on {_call_name(pt)} would wait forever: that call runs on the thread now "
-                    "waiting for it, after the current call returns. Make the waiting "
-                    + ("endpoint `async def` and `await` the call" if mesh else
-                       "method `async def` and `await` the call, or give the actor max_concurrency > 1"))
+        refuse_if_waiting_on_itself(self, self.executor, entries)
 
     def on_block(self, blocked: bool) -> None:
         if self.kind == "task" and threading.get_ident() == self.main_ident:
@@ -278,17 +265,6 @@ class WorkerCore(Core):
             self.io.post(self.send_controller, m.WorkerBlocked(blocked, returned))
 
     # -- work in -----------------------------------------------------------------------------
-
-    def _arrived(self, args, deps) -> tuple[list, list]:
-        """Hold the refs inside arriving arguments; the caller pins them (not counted here)."""
-        held: list = []
-        arg_refs: list = []
-        me = self.worker_id
-        for payload in (args, *(p for _, p in deps)):
-            if payload.refs:
-                held.extend(self.adopt(payload, count=False))
-                arg_refs.extend(r for r in payload.refs if r[1] != me)
-        return held, arg_refs
 
     def on_execute_task(self, conn, msg: m.ExecuteTask) -> None:
         spec = msg.spec
@@ -422,18 +398,6 @@ class WorkerCore(Core):
         if hosts:
             self.send_controller(m.DropHostCopies(oid, tuple(hosts)))
 
-    def _still_borrowed(self, arg_refs: list) -> tuple:
-        if not arg_refs:
-            return ()
-        borrowed = []
-        entries = self.table.entries
-        for oid, owner in dict.fromkeys(arg_refs):
-            entry = entries.get(oid)
-            if entry is not None and entry.local > 0:
-                entry.receipts += 1  # the caller counts us as a borrower in return
-                borrowed.append((oid, owner))
-        return tuple(borrowed)
-
     def task_retry(self, call: Call) -> None:
         self.children.pop(call.task_id, None)
         call.held = None
@@ -480,6 +444,23 @@ class WorkerCore(Core):
         except Exception:
             pass
         os._exit(code)
+
+
+def refuse_if_waiting_on_itself(core, executor, entries: list) -> None:
+    """A method of this actor blocking on a call to this actor that can only run on
+    the thread now blocked (after the method returns) would wait forever, as in Ray
+    and Monarch: say so instead of hanging."""
+    if executor.actor_spec is None:
+        return
+    for entry in entries:
+        pt = core.pending.get(ids.task_of(entry.id))
+        if pt is not None and pt.kind == "call" and executor.runs_after_me(pt.actor_id, pt.method):
+            mesh = pt.name.startswith("ProcHost.")
+            raise RuntimeError(
+                f"get() on {_call_name(pt)} would wait forever: that call runs on the thread now "
+                "waiting for it, after the current call returns. Make the waiting "
+                + ("endpoint `async def` and `await` the call" if mesh else
+                   "method `async def` and `await` the call, or give the actor max_concurrency > 1"))
 
 
 def _call_name(pt) -> str:

@@ -65,9 +65,17 @@ class HostMesh(Shaped):
         return f"<HostMesh {self.extent}>"
 
 
+def _mesh_core():
+    core = state.core()
+    if getattr(core, "local_mode", False):
+        raise RuntimeError("actor meshes need processes: meshrt.init(local_mode=True) runs Ray-style tasks "
+                           "and actors only; call meshrt.init() without local_mode to use meshes")
+    return core
+
+
 def this_host() -> HostMesh:
     """The host this code runs on."""
-    core = state.core()
+    core = _mesh_core()
     return HostMesh(Shape((), 0, (), ()), (core.host_id,))
 
 
@@ -81,7 +89,7 @@ def hosts(min_hosts: int | None = None, timeout: float | None = 60.0) -> HostMes
         min_hosts = slurm.num_nodes() or 1
     if isinstance(min_hosts, bool) or not isinstance(min_hosts, int) or min_hosts < 1:
         raise ValueError(f"hosts(min_hosts={min_hosts!r}): give an int >= 1")
-    core = state.core()
+    core = _mesh_core()
     wait = None if timeout is None else timeout + 5
     joined = core.request_sync("hosts", min_hosts, timeout, timeout=wait)
     ids = tuple(h[0] for h in joined)
@@ -89,14 +97,19 @@ def hosts(min_hosts: int | None = None, timeout: float | None = 60.0) -> HostMes
 
 
 def this_proc() -> ProcMesh:
-    """The process this code runs in, as a one-process mesh (inside a mesh actor)."""
-    core = state.core()
+    """The process this code runs in, as a one-process mesh. In the driver, actors
+    spawned on it run inside the driver's own process (as in Monarch), sharing its
+    memory; inside a mesh actor, they run in that actor's process."""
+    core = _mesh_core()
+    if core.is_driver:
+        handle = core.driver_actors.this_proc()
+        return ProcMesh("driver", (handle,), Shape((), 0, (), ()), None, None, (core.host_id,), in_driver=True)
     actor_id = rt_context.process.get("actor_id")
-    if core.is_driver or actor_id is None or rt_context.process.get("actor_class") != "ProcHost":
+    if actor_id is None or rt_context.process.get("actor_class") != "ProcHost":
         raise RuntimeError(
-            "this_proc() names a mesh process, and this code runs outside one (in the driver or a "
-            "plain task); spawn processes with this_host().spawn_procs(...) and spawn actors there"
-        )
+            "this_proc() names a mesh process or the driver, and this code runs in neither (a plain "
+            "task or a Ray-style actor); spawn processes with this_host().spawn_procs(...) and spawn "
+            "actors there")
     from .._private.toplevel import RuntimeContext
 
     handle = RuntimeContext().current_actor
@@ -107,8 +120,9 @@ class ProcMesh(Shaped):
     """Processes with named dims. ``spawn`` starts actors in them; ``stop`` ends them."""
 
     def __init__(self, name: str, procs: tuple, shape: Shape, mesh_state: MeshState | None,
-                 env_ranks: tuple | None = None, hosts: tuple | None = None) -> None:
+                 env_ranks: tuple | None = None, hosts: tuple | None = None, in_driver: bool = False) -> None:
         self._name = name
+        self._in_driver = in_driver  # this_proc() of the driver: the driver's own process
         self._procs = procs
         self._shape = shape
         self._state = mesh_state
@@ -116,7 +130,8 @@ class ProcMesh(Shaped):
         self._hosts = hosts or (0,) * len(procs)  # host id per process
 
     def slice(self, **dims) -> ProcMesh:
-        return ProcMesh(self._name, self._procs, self._shape.slice(**dims), self._state, self._local, self._hosts)
+        return ProcMesh(self._name, self._procs, self._shape.slice(**dims), self._state, self._local, self._hosts,
+                        self._in_driver)
 
     def spawn(self, name: str, actor_class: Any, *args, **kwargs) -> ActorMesh:
         """Start one ``actor_class(*args, **kwargs)`` in every process; returns the ActorMesh
@@ -139,6 +154,10 @@ class ProcMesh(Shaped):
         core = state.core()
         extent = self.extent
         blob = _class_blob(cls)
+        if self._in_driver and core.is_driver:  # runs here: the class itself, not a copy made from its code
+            host = core.driver_actors.instance(self._procs[0]._actor_id)
+            if host is not None:
+                host.classes.setdefault(blob, cls)
         key = f"{name}#{os.urandom(6).hex()}"
         spawned = [
             core.call_actor(self._procs[r], "spawn", (name, key, blob, extent.labels, extent.sizes, i, args, kwargs),
@@ -193,6 +212,10 @@ class ProcMesh(Shaped):
         so stop() always ends (None: wait as long as it takes)."""
         if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
             raise ValueError(f"stop(timeout=...): give the seconds to wait before killing, or None; got {timeout!r}")
+        if self._in_driver:
+            raise RuntimeError("stop() of this_proc() in the driver: that process is the driver itself, which "
+                               "stop() does not end; stop the actor meshes spawned there (mesh.stop()) or "
+                               "call meshrt.shutdown()")
         if self._state is not None:
             self._state.stopping = True
         core = state.core()
@@ -224,7 +247,7 @@ class ProcMesh(Shaped):
         return Future(aget, get)
 
     def __reduce__(self):
-        return (ProcMesh, (self._name, self._procs, self._shape, None, self._local, self._hosts))
+        return (ProcMesh, (self._name, self._procs, self._shape, None, self._local, self._hosts, self._in_driver))
 
     def __repr__(self) -> str:
         return f"<ProcMesh {self._name!r} {self.extent}>"

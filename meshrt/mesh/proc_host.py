@@ -34,7 +34,10 @@ class _Hosted:
 
 
 class ProcHost:
-    def __init__(self, mesh_name: str, labels: tuple, sizes: tuple, rank: int, env: dict) -> None:
+    def __init__(self, mesh_name: str, labels: tuple, sizes: tuple, rank: int, env: dict,
+                 executor=None) -> None:
+        """``executor``: given for the driver's own process (driver_actors.py), which is
+        not a worker."""
         os.environ.update(env)
         self.mesh_name = mesh_name
         self.point = Point(rank, Extent(labels, sizes))
@@ -48,7 +51,8 @@ class ProcHost:
         self._loop = asyncio.get_running_loop()  # constructed on the process's loop
         from .._private import state
 
-        self._executor = state.core().executor
+        self.in_driver = executor is not None
+        self._executor = executor or state.core().executor
         self._helper = self._executor.pool  # where plain-def methods run, in order
 
     def spawn(self, name: str, key: str, class_blob: bytes, labels: tuple, sizes: tuple, rank: int,
@@ -181,6 +185,11 @@ class ProcHost:
         return distributed.free_port("")
 
     def stop(self) -> None:
+        if self.in_driver:
+            raise RuntimeError(
+                "stop() of this_proc() in the driver: that process is the driver itself, which "
+                "stop() does not end; stop the actor meshes spawned there (mesh.stop()) or call "
+                "meshrt.shutdown()")
         from ..actor import exit_actor
 
         exit_actor()

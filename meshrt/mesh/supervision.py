@@ -68,7 +68,7 @@ def report(failure: MeshFailure, owner) -> None:
     if supervise is None:
         threading.Thread(target=_unhandled, args=(failure,), name="meshrt-supervision", daemon=True).start()
         return
-    loop = _owner_loop()
+    loop = _owner_loop(instance)
     if loop is not None:
         loop.call_soon_threadsafe(lambda: loop.create_task(_supervise_async(supervise, failure)))
     else:
@@ -132,9 +132,11 @@ def _die(message: str, code: int) -> None:
     os._exit(code)
 
 
-def _owner_loop() -> asyncio.AbstractEventLoop | None:
+def _owner_loop(instance) -> asyncio.AbstractEventLoop | None:
     from .._private import state
 
     core = state.core_or_none()
+    if core is not None and core.is_driver:  # an actor on this_proc() of the driver, or none
+        return core.driver_actors.loop_of(instance)
     executor = getattr(core, "executor", None)
     return getattr(executor, "user_loop", None)
