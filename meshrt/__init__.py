@@ -32,6 +32,7 @@ from ._private.toplevel import (
 from .exceptions import SupervisionError
 from .exceptions import TaskError as ActorError
 from .mesh import (
+    Accumulator,
     Actor,
     ActorMesh,
     Channel,
@@ -45,6 +46,7 @@ from .mesh import (
     ProcMesh,
     ValueMesh,
     context,
+    current_actor_name,
     current_rank,
     current_size,
     device_mesh,
@@ -82,6 +84,7 @@ __all__ = [
     "ActorMethod",
     "RemoteFunction",
     "RuntimeContext",
+    "Accumulator",
     "Actor",
     "ActorError",
     "ActorMesh",
@@ -97,6 +100,7 @@ __all__ = [
     "SupervisionError",
     "ValueMesh",
     "context",
+    "current_actor_name",
     "current_rank",
     "current_size",
     "device_mesh",

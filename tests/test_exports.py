@@ -13,8 +13,8 @@ EXPECTED = {
     "cluster_resources", "nodes", "memory_summary", "ObjectRef", "ObjectRefGenerator", "ActorHandle", "ActorClass",
     "ActorMethod", "RemoteFunction", "RuntimeContext", "exceptions", "actor", "util",
     # Monarch-style meshes
-    "Actor", "ActorError", "ActorMesh", "Channel", "Extent", "Future", "HostMesh", "MeshFailure", "Point",
-    "Port", "PortReceiver", "ProcMesh", "SupervisionError", "ValueMesh", "context", "current_rank",
+    "Accumulator", "Actor", "ActorError", "ActorMesh", "Channel", "Extent", "Future", "HostMesh", "MeshFailure", "Point",
+    "Port", "PortReceiver", "ProcMesh", "SupervisionError", "ValueMesh", "context", "current_actor_name", "current_rank",
     "current_size", "device_mesh", "endpoint", "hosts", "this_host", "this_proc", "unhandled_fault_hook",
 }
 

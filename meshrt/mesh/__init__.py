@@ -1,7 +1,17 @@
 """Monarch-style actor meshes on meshrt: spawn processes and actors as named-dim
 arrays and call them all at once. The public names are re-exported by ``meshrt``."""
 
-from .actor import Actor, ActorInstance, Context, context, current_rank, current_size, endpoint
+from .accumulator import Accumulator
+from .actor import (
+    Actor,
+    ActorInstance,
+    Context,
+    context,
+    current_actor_name,
+    current_rank,
+    current_size,
+    endpoint,
+)
 from .actor_mesh import ActorMesh, Endpoint
 from .channel import Channel, Port, PortReceiver
 from .distributed import device_mesh
@@ -12,8 +22,8 @@ from .supervision import MeshFailure, unhandled_fault_hook
 from .values import ValueMesh
 
 __all__ = [
-    "Actor", "ActorInstance", "ActorMesh", "Channel", "Context", "Endpoint", "Extent", "Future",
+    "Accumulator", "Actor", "ActorInstance", "ActorMesh", "Channel", "Context", "Endpoint", "Extent", "Future",
     "HostMesh", "MeshFailure", "Point", "Port", "PortReceiver", "ProcMesh", "Shape", "ValueMesh",
-    "context", "current_rank", "current_size", "device_mesh", "endpoint", "hosts", "this_host", "this_proc",
-    "unhandled_fault_hook",
+    "context", "current_actor_name", "current_rank", "current_size", "device_mesh", "endpoint", "hosts",
+    "this_host", "this_proc", "unhandled_fault_hook",
 ]

@@ -130,6 +130,15 @@ def current_size() -> dict[str, int]:
     return dict(current_rank().extent)
 
 
+def current_actor_name() -> str:
+    """This actor's name in its mesh, with its rank: ``"trainers[3]"``."""
+    instance = context().actor_instance
+    if instance is None:
+        raise RuntimeError("current_actor_name() names the mesh actor running this code; it runs "
+                           "outside one (in the driver, a plain task or a Ray-style actor)")
+    return instance.actor_id
+
+
 def current_owner() -> OwnerCell | None:
     """The mesh actor running this code, if any (the owner of meshes it spawns)."""
     return _instance.get()

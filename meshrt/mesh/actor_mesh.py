@@ -57,9 +57,11 @@ class ActorMesh(Shaped):
 
     def slice(self, **dims) -> ActorMesh:
         """A view of some of the actors (int drops the dimension, a slice keeps it)."""
-        return ActorMesh(self._name, self._class_name, self._endpoints, self._procs,
-                         self._shape.slice(**dims), self._state, self._spawned, self._origin, self._hosts,
-                         self._key)
+        return self._reshaped(self._shape.slice(**dims))
+
+    def _reshaped(self, shape: Shape) -> ActorMesh:
+        return ActorMesh(self._name, self._class_name, self._endpoints, self._procs, shape, self._state,
+                         self._spawned, self._origin, self._hosts, self._key)
 
     def _points(self) -> list[Point]:
         """Each addressed actor's own Point in the mesh as spawned (for errors)."""
@@ -102,9 +104,13 @@ class ActorMesh(Shaped):
     # -- endpoints ------------------------------------------------------------------------
 
     def __getattr__(self, name: str) -> Endpoint:
-        endpoints = self.__dict__.get("_endpoints")
-        if endpoints is None or name.startswith("__"):
+        if self.__dict__.get("_endpoints") is None or name.startswith("__"):
             raise AttributeError(name)
+        return self.endpoint(name)
+
+    def endpoint(self, name: str) -> Endpoint:
+        """The endpoint ``name``; also one the mesh's own methods hide (``stop``, ``slice``...)."""
+        endpoints = self._endpoints
         found = endpoints.get(name)
         if found is None:
             hint = difflib.get_close_matches(name, list(endpoints), n=1)

@@ -38,6 +38,30 @@ class Future:
                 self._settle(None, err)
         return self._result()
 
+    def result(self, timeout: float | None = None) -> Any:
+        """``get``, under concurrent.futures' name."""
+        return self.get(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """Wait as ``get`` does; the error the result failed with, or None."""
+        try:
+            self.get(timeout)
+        except TimeoutError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the answer itself
+            return err
+        return None
+
+    def as_asyncio(self) -> asyncio.Future:
+        """An ``asyncio.Future`` of the same result, on the running loop (for
+        ``asyncio.wait``, callbacks ...)."""
+        loop = asyncio.get_running_loop()  # (raises RuntimeError off a loop)
+
+        async def wait():
+            return await self
+
+        return loop.create_task(wait())
+
     def __await__(self):
         if not self._done:
             try:

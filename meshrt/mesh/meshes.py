@@ -13,6 +13,7 @@ import inspect
 import itertools
 import logging
 import os
+import warnings
 import weakref
 from collections.abc import Mapping
 from functools import partial
@@ -44,7 +45,10 @@ class HostMesh(Shaped):
         self._host_ids = host_ids  # per underlying rank
 
     def slice(self, **dims) -> HostMesh:
-        return HostMesh(self._shape.slice(**dims), self._host_ids)
+        return self._reshaped(self._shape.slice(**dims))
+
+    def _reshaped(self, shape: Shape) -> HostMesh:
+        return HostMesh(shape, self._host_ids)
 
     def spawn_procs(self, per_host: Mapping | None = None, name: str | None = None) -> ProcMesh:
         """Start processes: ``per_host={"gpus": 4}`` -> a ProcMesh {"gpus": 4} per host.
@@ -130,8 +134,10 @@ class ProcMesh(Shaped):
         self._hosts = hosts or (0,) * len(procs)  # host id per process
 
     def slice(self, **dims) -> ProcMesh:
-        return ProcMesh(self._name, self._procs, self._shape.slice(**dims), self._state, self._local, self._hosts,
-                        self._in_driver)
+        return self._reshaped(self._shape.slice(**dims))
+
+    def _reshaped(self, shape: Shape) -> ProcMesh:
+        return ProcMesh(self._name, self._procs, shape, self._state, self._local, self._hosts, self._in_driver)
 
     def spawn(self, name: str, actor_class: Any, *args, **kwargs) -> ActorMesh:
         """Start one ``actor_class(*args, **kwargs)`` in every process; returns the ActorMesh
@@ -151,6 +157,11 @@ class ProcMesh(Shaped):
                 is_async)
             for n, is_async in endpoint_names(cls).items()
         }
+        hidden = sorted(n for n in endpoints if hasattr(ActorMesh, n))
+        if hidden:
+            warnings.warn(f"spawn({name!r}, {cls.__name__}, ...): the mesh's own {hidden} hide the endpoint(s) "
+                          f"of the same name; call them as mesh.endpoint({hidden[0]!r}).call(...), or rename them",
+                          stacklevel=2)
         core = state.core()
         extent = self.extent
         blob = _class_blob(cls)

@@ -175,6 +175,81 @@ class Shape:
             strides[i] *= step
         return Shape(labels, offset, sizes, strides)
 
+    def split(self, **spec) -> Shape:
+        """Some dims as several: ``split(hosts=("dp", "pp"), pp=2)`` makes "hosts" of
+        size 8 into "dp" 4 x "pp" 2 (row-major, so the ranks keep their order). A dim
+        named with a 1-tuple is renamed. Every new dim's size is given as ``name=int``
+        except at most one per split dim, which is derived."""
+        into: dict[str, tuple] = {}
+        given: dict[str, int] = {}
+        for key, value in spec.items():
+            if key in self.labels:
+                if isinstance(value, str) or not isinstance(value, (tuple, list)) or not value or \
+                        not all(isinstance(v, str) and v.isidentifier() for v in value):
+                    raise TypeError(f"split({key}=...): give the new dimension names as a tuple of "
+                                    f"identifiers, e.g. {key}=('dp', 'pp'); got {value!r}")
+                into[key] = tuple(value)
+            elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"split({key}={value!r}): {key!r} is not a dimension of {self.extent}, so it "
+                                 f"must be the int size (>= 1) of a new dimension")
+            else:
+                given[key] = value
+        labels: list = []
+        sizes: list = []
+        strides: list = []
+        used: set = set()
+        for label, size, stride in zip(self.labels, self.sizes, self.strides, strict=True):
+            names = into.get(label, (label,))
+            known = math.prod(given[n] for n in names if n in given)
+            unknown = [n for n in names if n not in given]
+            if len(unknown) > 1:
+                raise ValueError(f"split({label}={names}): give the size of all but one of {names}, "
+                                 f"e.g. {unknown[0]}=2")
+            if unknown:
+                if size % known:
+                    raise ValueError(f"split({label}={names}): {label!r} has size {size}, which "
+                                     f"{known} does not divide")
+                given[unknown[0]] = size // known
+            elif known != size:
+                raise ValueError(f"split({label}={names}): the sizes multiply to {known}, but {label!r} "
+                                 f"has size {size}")
+            new_sizes = [given.pop(n) for n in names]
+            step = stride * math.prod(new_sizes)
+            for name, n in zip(names, new_sizes, strict=True):
+                if name in used:
+                    raise ValueError(f"split(): the dimension name {name!r} would appear twice")
+                used.add(name)
+                step //= n
+                labels.append(name)
+                sizes.append(n)
+                strides.append(step)
+        if given:
+            raise ValueError(f"split(): {sorted(given)} named no dimension of the result; sizes are for "
+                             f"the new names given to a dimension of {self.extent}")
+        return Shape(labels, self.offset, sizes, strides)
+
+    def rename(self, **names) -> Shape:
+        """``rename(gpus="tp")``: the same dims under new names."""
+        for old, new in names.items():
+            if not isinstance(new, str) or not new.isidentifier():
+                raise TypeError(f"rename({old}=...): give the new name as an identifier, got {new!r}")
+            if old not in self.labels:
+                raise ValueError(f"rename(): this mesh has no dimension {old!r}; its dimensions are "
+                                 f"{self.extent}")
+        return self.split(**{old: (new,) for old, new in names.items()})
+
+    def flatten(self, name: str) -> Shape:
+        """All dims as one named ``name`` (ranks in the same order). Only where the dims
+        lie evenly in the mesh below, as a slice with steps on inner dims does not."""
+        if not isinstance(name, str) or not name.isidentifier():
+            raise TypeError(f"flatten(name): give the new dimension's name, got {name!r}")
+        for i in range(len(self.sizes) - 1):
+            if self.strides[i] != self.strides[i + 1] * self.sizes[i + 1]:
+                raise ValueError(f"flatten({name!r}): the points of {self.extent} lie at no one even step "
+                                 f"in the mesh they were sliced from (along {self.labels[i]!r} it skips "
+                                 f"ranks); flatten the mesh before slicing it")
+        return Shape((name,), self.offset, (len(self),), (self.strides[-1] if self.strides else 1,))
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Shape) and (self.labels, self.offset, self.sizes, self.strides) == (
             other.labels, other.offset, other.sizes, other.strides)
@@ -204,6 +279,22 @@ class Shaped:
 
     def __len__(self) -> int:
         return len(self._shape)
+
+    def rename(self, **names):
+        """The same mesh with some dims renamed: ``mesh.rename(gpus="tp")``."""
+        return self._reshaped(self._shape.rename(**names))
+
+    def split(self, **spec):
+        """The same mesh with dims split in several: ``mesh.split(gpus=("dp", "tp"), tp=2)``."""
+        return self._reshaped(self._shape.split(**spec))
+
+    def flatten(self, name: str):
+        """The same mesh as one dim named ``name``: ``mesh.flatten("ranks")``."""
+        return self._reshaped(self._shape.flatten(name))
+
+    def _reshaped(self, shape: Shape):
+        """This mesh laid out on ``shape`` (the same ranks, in the same order)."""
+        raise NotImplementedError
 
     def size(self, dim: str | None = None) -> int:
         """How many points in all, or along ``dim``."""

@@ -18,7 +18,6 @@ class ValueMesh(Shaped):
         self._shape = shape
         self._values = list(values)
 
-
     def values(self) -> Iterator[Any]:
         return iter(self._values)
 
@@ -40,7 +39,20 @@ class ValueMesh(Shaped):
 
     def slice(self, **dims) -> ValueMesh:
         local = Shape.dense(self._shape.labels, self._shape.sizes).slice(**dims)
-        return ValueMesh(local, [self._values[r] for r in local.ranks()])
+        # (laid out densely again: the picked values are all this mesh has)
+        return ValueMesh(Shape.dense(local.labels, local.sizes), [self._values[r] for r in local.ranks()])
+
+    def _reshaped(self, shape: Shape) -> ValueMesh:
+        return ValueMesh(shape, self._values)  # (the values are in this mesh's row-major order)
+
+    def get(self, rank: int) -> Any:
+        """The value at flat ``rank`` (0 .. len - 1), in row-major order of the dims."""
+        if isinstance(rank, bool) or not isinstance(rank, int):
+            raise TypeError(f"get(rank): give the flat rank as an int, got {type(rank).__name__}; "
+                            f"item(**coords) takes coordinates")
+        if not 0 <= rank < len(self._values):
+            raise IndexError(f"get({rank}): this ValueMesh {self.extent} has ranks 0 .. {len(self._values) - 1}")
+        return self._values[rank]
 
     def __getitem__(self, point):
         if isinstance(point, Point):
