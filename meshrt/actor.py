@@ -14,6 +14,9 @@ def exit_actor() -> None:
     from ._private import context, state
 
     core = state.core_or_none()
+    if core is not None and hasattr(core, "driver_actors") and context.current_call() is not None:
+        raise RuntimeError("exit_actor() in an actor on the driver's this_proc(): that process is the driver, "
+                           "which does not exit this way; stop the actor's mesh with mesh.stop() instead")
     if core is None or core.is_driver or context.process.get("actor_id") is None:
         raise TypeError("exit_actor() can only be called inside an actor method")
     raise ActorExit("exit_actor() was called")

@@ -449,6 +449,18 @@ class Sibling(Actor):
     async def ask_awaiting(self):
         return await this_proc().spawn("sib2", Sibling).rank.call_one()
 
+    @endpoint
+    async def async_rank(self):
+        return current_rank().rank
+
+    @endpoint
+    def spawn_then_ask_async(self):
+        return this_proc().spawn("sib3", Sibling).async_rank.call_one().get(timeout=30)
+
+    @endpoint
+    def ask_async_of(self, other):
+        return other.async_rank.call_one().get(timeout=30)
+
 
 async def test_a_plain_endpoint_waiting_on_its_own_process_fails_instead_of_hanging(rt):
     procs = this_host().spawn_procs(per_host={"gpus": 1})
@@ -456,6 +468,19 @@ async def test_a_plain_endpoint_waiting_on_its_own_process_fails_instead_of_hang
     with pytest.raises(RuntimeError, match="plain `def` endpoint of an actor in this same process would wait forever"):
         await mesh.ask_blocking.call_one()  # (the plain endpoints of a process share one thread)
     assert await mesh.ask_awaiting.call_one() == 0
+    # an async endpoint still waits for the spawn before it, which waits for this thread
+    with pytest.raises(RuntimeError, match="a spawn into this same process would wait forever"):
+        await mesh.spawn_then_ask_async.call_one()
+    await procs.stop()
+
+
+async def test_a_plain_endpoint_may_wait_on_an_async_endpoint_of_its_own_process(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    asker, other = procs.spawn("asker", Sibling), procs.spawn("other", Sibling)
+    # (the async call jumps the plain calls queued behind the waiting one, which
+    # could not finish first; other callers' calls keep their order)
+    assert await asker.ask_async_of.call_one(other) == 0
+    assert await asker.ask_async_of.call_one(asker) == 0  # (its own async endpoint, too)
     await procs.stop()
 
 

@@ -10,10 +10,15 @@ import pytest
 import torch
 
 import meshrt
+import meshrt.actor
 from meshrt import Actor, endpoint, this_host, this_proc
+
+from .helpers import wait_until
 
 SEEN_IN_DRIVER: list = []  # a driver global: actors hosted here write to it directly
 CLEANED_UP = threading.Event()
+RAN: list = []
+RELEASE = threading.Event()
 
 
 class DriverSide(Actor):
@@ -48,8 +53,25 @@ class DriverSide(Actor):
         return await sib.awhere.call_one()
 
     @endpoint
+    def ask_async_of(self, other):
+        return other.awhere.call_one().get(timeout=30)
+
+    @endpoint
     def blocks_on_itself(self):
         return this_proc().spawn("loop", DriverSide, "x").where.call_one().get(timeout=30)
+
+    @endpoint
+    def hold(self):
+        RAN.append("held")
+        RELEASE.wait(30)
+
+    @endpoint
+    def record(self, what):
+        RAN.append(what)
+
+    @endpoint
+    def leave(self):
+        meshrt.actor.exit_actor()
 
     def __cleanup__(self):
         CLEANED_UP.set()
@@ -97,6 +119,8 @@ def test_workers_call_an_actor_in_the_driver(rt):
 def test_an_actor_in_the_driver_spawns_siblings_and_never_waits_on_itself(rt):
     mesh = this_proc().spawn("d", DriverSide, "x")
     assert mesh.sibling_pid.call_one().get(timeout=30) == os.getpid()
+    other = this_proc().spawn("other", DriverSide, "o")
+    assert mesh.ask_async_of.call_one(other).get(timeout=30) == os.getpid()  # (plain waits on async)
     with pytest.raises(meshrt.ActorError, match="would wait forever.*`async def`"):
         mesh.blocks_on_itself.call_one().get(timeout=30)
 
@@ -113,14 +137,26 @@ def test_stopping_actors_in_the_driver(rt):
         mesh.echo.call_one(1).get(timeout=30)
     again = this_proc().spawn("d", DriverSide, "y")  # the name is free again
     assert again.echo.call_one(2).get(timeout=30) == 2
+    with pytest.raises(meshrt.ActorError, match=r"exit_actor\(\) in an actor on the driver's this_proc.*mesh\.stop"):
+        again.leave.call_one().get(timeout=30)
 
 
-def test_shutdown_ends_the_driver_actor_threads():
+def test_shutdown_ends_the_driver_actor_threads_and_runs_nothing_queued():
+    RAN.clear()
+    RELEASE.clear()
     meshrt.init(num_cpus=1)
     mesh = this_proc().spawn("d", DriverSide, "x")
     assert mesh.echo.call_one(1).get(timeout=30) == 1
+    mesh.hold.broadcast()  # busy on the plain-endpoint thread until RELEASE
+    mesh.record.broadcast("queued 1")
+    mesh.record.broadcast("queued 2")
+    hosted = next(iter(meshrt._private.state.core().driver_actors.hosted.values()))
+    ex = hosted.executor  # (wait until both records are queued behind the held call)
+    assert wait_until(lambda: ex.helper_submitted - ex.helper_done == 3 and RAN == ["held"], 30)
     meshrt.shutdown()
-    assert not [t.name for t in threading.enumerate() if t.name.startswith("meshrt-driver-actor")]
+    RELEASE.set()  # (the running plain call ends; the queued ones never start)
+    assert wait_until(lambda: not [t.name for t in threading.enumerate() if t.name.startswith("meshrt-driver")], 30)
+    assert RAN == ["held"]
 
 
 def test_this_proc_outside_a_mesh_or_the_driver_says_where_to_spawn(rt):

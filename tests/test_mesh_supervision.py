@@ -149,6 +149,31 @@ def test_default_hook_ends_the_driver_loudly(tmp_path):
     assert "mesh 'lonely' at Point(gpus=0)" in proc.stderr
 
 
+def test_a_broadcast_still_running_at_shutdown_is_no_failure(tmp_path):
+    script = tmp_path / "driver.py"
+    script.write_text(textwrap.dedent("""
+        import threading, meshrt
+        from meshrt import Actor, endpoint, this_host
+
+        class A(Actor):
+            @endpoint
+            def busy(self):
+                threading.Event().wait(60)  # still running when the driver shuts down
+
+        meshrt.init(num_cpus=1)
+        mesh = this_host().spawn_procs(per_host={"gpus": 1}).spawn("busy", A)
+        mesh.busy.broadcast()
+        meshrt.shutdown()
+        for thread in threading.enumerate():  # (where an unhandled failure would be raised)
+            if thread.name == "meshrt-supervision":
+                thread.join()
+        print("clean exit")
+    """))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert "clean exit" in proc.stdout and "unhandled" not in proc.stderr
+
+
 async def test_stop_ends_processes_and_hosts_can_spawn_again(rt, failures):
     procs = this_host().spawn_procs(per_host={"gpus": 2})
     mesh = procs.spawn("frag", Fragile)

@@ -495,7 +495,8 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests):
 
     def on_cancel_task(self, conn, msg: m.CancelTask) -> None:
         rec = self.tasks.get(msg.task_id)
-        if rec is None:
+        if rec is None:  # no task: maybe a call to an actor in the driver's own process
+            self.core.driver_actors.cancel(msg.task_id, msg.recursive)
             return
         error = system_error_payload(exc.TaskCancelledError(ids.to_hex(msg.task_id)))
         if rec.worker is None:

@@ -24,6 +24,7 @@ from .executor import Call, Executor, _new_loop
 from .helper_thread import HelperThread
 
 MAX_CONCURRENCY = 1000  # async endpoints in flight at once, as for a worker's ProcHost
+STOP_GRACE_S = 2.0  # how long cancelled async endpoints get to unwind when their actor ends
 
 
 class _Hosted:
@@ -75,16 +76,24 @@ class _Hosted:
             ex.pool.shutdown(wait=False)
         loop = ex.user_loop
         if loop is not None and not loop.is_closed():
-            for task in asyncio.all_tasks(loop):
+            tasks = asyncio.all_tasks(loop)
+            for task in tasks:
                 task.cancel()
+            if tasks:  # (let them unwind: their `finally` blocks run)
+                loop.run_until_complete(asyncio.wait(tasks, timeout=STOP_GRACE_S))
             loop.close()
 
     def stop(self) -> None:
-        """Any thread: stop serving (calls not answered yet are failed by the controller)."""
+        """Any thread: stop serving. Calls not started yet never start (their callers
+        hear from the controller that the actor ended); a running plain call cannot be
+        interrupted and finishes on its own."""
         if self.ended:
             return
         self.ended = True
         self.executor.exiting = True
+        pool = self.executor.pool
+        if pool is not None:
+            pool.discard_queued()
         loop = self.executor.user_loop
         if loop is not None and not loop.is_closed():
             try:
@@ -105,10 +114,12 @@ class _Hosted:
 
     def call_finished(self, call: Call, results: tuple, result_held, error) -> None:  # (core loop)
         core = self.core
+        core.children.pop(call.task_id, None)
+        self.actors.calls.pop(call.task_id, None)
         call.held = None
         core.drain()
-        if self.ended:
-            return  # (the controller failed the call when the actor ended)
+        # (sent also after the actor ended, when the caller has failed the call: it then
+        # frees what the reply holds, such as a result's store block)
         borrowed = core._still_borrowed(call.arg_refs)
         for payload in results:
             core.account_outgoing(payload, call.dest)
@@ -136,6 +147,7 @@ class DriverActors:
         self.core = core
         self.hosted: dict[int, _Hosted] = {}
         self._proc = None  # the handle this_proc() gives, once started
+        self.calls: dict[int, _Hosted] = {}  # task id -> where that call runs (to cancel it)
         self._lock = threading.Lock()
         core.handlers[m.ActorCall] = self.on_actor_call
 
@@ -191,18 +203,35 @@ class DriverActors:
         if hosted is None or hosted.ended:
             error = system_error_payload(exc.ActorDiedError(
                 ids.to_hex(msg.actor_id), "ProcHost", "it lived in the driver's process and has ended"))
-            core.send_to(conn.peer_id, m.TaskReturn(msg.task_id, (error,) * max(msg.num_returns, 1), ()))
+            if msg.num_returns == -1:
+                core.send_to(conn.peer_id, m.StreamEnd(msg.task_id, 0, error))
+            else:
+                core.send_to(conn.peer_id, m.TaskReturn(msg.task_id, (error,) * max(msg.num_returns, 1), ()))
             return
         held, arg_refs = core._arrived(msg.args, msg.deps)
         call = Call(msg.task_id, f"{hosted.spec.class_name}.{msg.method}", msg.method, msg.args, msg.deps,
                     msg.num_returns, conn.peer_id, held, arg_refs)
+        self.calls[msg.task_id] = hosted
         hosted.executor.submit(call)
 
+    def cancel(self, task_id: int, recursive: bool) -> None:
+        """Core loop: a CancelTask for a call to an actor here (the controller got it, as
+        worker 0, and found no task by that id)."""
+        hosted = self.calls.get(task_id)
+        if hosted is not None:
+            hosted.executor.cancel(task_id)
+        if recursive:
+            self.core.cancel_children(task_id)
+
     def refuse_waiting_on_itself(self, entries: list) -> None:
+        if not self.hosted:
+            return  # (the usual case: a get() of the driver's own code)
         from .worker_core import refuse_if_waiting_on_itself
 
+        task_ids = frozenset(ids.task_of(e.id) for e in entries)
         for hosted in list(self.hosted.values()):
             refuse_if_waiting_on_itself(self.core, hosted.executor, entries)
+            hosted.executor.note_blocking(task_ids)
 
     def end(self, actor_id: int, reason: str) -> None:
         """Core loop: an actor here ended (exit_actor(), a kill): it stops serving and
@@ -216,8 +245,9 @@ class DriverActors:
         """meshrt.shutdown(): stop every actor thread here."""
         for hosted in list(self.hosted.values()):
             hosted.stop()
-        for hosted in list(self.hosted.values()):
+        for hosted in list(self.hosted.values()):  # (a helper thread busy in a plain call ends after it)
             if hosted.thread is not None and hosted.thread is not threading.current_thread():
-                hosted.thread.join(5)
+                hosted.thread.join(STOP_GRACE_S + 3)
         self.hosted.clear()
+        self.calls.clear()
         self._proc = None

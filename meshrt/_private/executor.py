@@ -95,6 +95,9 @@ class Executor:
         self._sync_methods: dict[str, bool] = {}
         self.helper_submitted = 0  # written by the core loop only
         self.helper_done = 0  # written by the helper thread only
+        self.helper_waits_on: frozenset = frozenset()  # calls the helper thread is blocked in get() on
+        self._turns: dict[int, asyncio.Future] = {}  # async calls waiting for the helper's turn
+        self._turn_lock = threading.Lock()
         self.exiting = False
 
     # -- main thread -----------------------------------------------------------------------
@@ -153,6 +156,35 @@ class Executor:
     def helper_busy(self) -> bool:
         """Plain-method calls that arrived before now have not all finished."""
         return self.helper_done != self.helper_submitted
+
+    def note_blocking(self, task_ids: frozenset) -> None:
+        """Any thread, about to block in get() on these calls. From the helper thread:
+        those of them waiting for the helper's turn (``helper_turn``) start now, since
+        the helper cannot finish first (a plain endpoint waiting on an async endpoint of
+        its own process)."""
+        pool = self.pool
+        if not isinstance(pool, HelperThread) or threading.get_ident() != pool.ident:
+            return
+        with self._turn_lock:
+            self.helper_waits_on = task_ids
+            ready = [self._turns.pop(t) for t in task_ids if t in self._turns]
+        for fut in ready:
+            self.user_loop.call_soon_threadsafe(_set_if_pending, fut)
+
+    async def helper_turn(self, task_id: int) -> None:
+        """Loop: return once the plain calls that arrived before call ``task_id`` have
+        run on the helper thread, or as soon as that thread blocks waiting on the call."""
+        loop = self.user_loop
+        with self._turn_lock:
+            if task_id in self.helper_waits_on:
+                return
+            skip = self._turns[task_id] = loop.create_future()
+        drained = loop.run_in_executor(self.pool, _nothing)
+        try:
+            await asyncio.wait((skip, drained), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            with self._turn_lock:
+                self._turns.pop(task_id, None)
 
     def _runs_on_helper(self, method: str) -> bool:
         sync = self._sync_methods.get(method)
@@ -461,6 +493,15 @@ class Executor:
             return
         self.exiting = True
         self.core.io.post(self.core.exit_actor, reason)
+
+
+def _nothing() -> None:
+    return None
+
+
+def _set_if_pending(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 def _as_iterator(obj, name: str):

@@ -43,6 +43,19 @@ class HelperThread(concurrent.futures.Executor):
         self._queue.put((run, ()))
         return future
 
+    def discard_queued(self) -> int:
+        """Drop what was posted and has not started (its actor ended); returns how many."""
+        dropped = 0
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return dropped
+            if item is None:  # (a shutdown already asked for stays asked for)
+                self._queue.put(None)
+                return dropped
+            dropped += 1
+
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         self._queue.put(None)
         if wait and threading.current_thread() is not self._thread:

@@ -253,6 +253,7 @@ class WorkerCore(Core):
 
     def refuse_waiting_on_itself(self, entries: list) -> None:
         refuse_if_waiting_on_itself(self, self.executor, entries)
+        self.executor.note_blocking(frozenset(ids.task_of(e.id) for e in entries))
 
     def on_block(self, blocked: bool) -> None:
         if self.kind == "task" and threading.get_ident() == self.main_ident:
@@ -452,9 +453,23 @@ def refuse_if_waiting_on_itself(core, executor, entries: list) -> None:
     and Monarch: say so instead of hanging."""
     if executor.actor_spec is None:
         return
+    pending = core.pending
+
+    def after_me(pt) -> bool:
+        return pt is not None and pt.kind == "call" and executor.runs_after_me(pt.actor_id, pt.method)
+
     for entry in entries:
-        pt = core.pending.get(ids.task_of(entry.id))
-        if pt is not None and pt.kind == "call" and executor.runs_after_me(pt.actor_id, pt.method):
+        pt = pending.get(ids.task_of(entry.id))
+        if pt is None or pt.kind != "call":
+            continue
+        if not after_me(pt):
+            # Or a call that first waits for one that does, which the waiting call made
+            # itself (so it is queued behind it): a spawn into this process, say.
+            current = context.current_call()
+            mine = core.children.get(current.task_id, ()) if current is not None else ()
+            deps = [ids.task_of(ref._id) for _, ref in pt.deps]
+            pt = next((dep for t in deps if t in mine and after_me(dep := pending.get(t))), None)
+        if pt is not None:
             mesh = pt.name.startswith("ProcHost.")
             raise RuntimeError(
                 f"get() on {_call_name(pt)} would wait forever: that call runs on the thread now "

@@ -396,11 +396,11 @@ def _broadcast_done(mesh: ActorMesh, point: Point, owner, endpoint: str, done) -
     err = done.exception()
     if err is None:
         return
-    if isinstance(err, exc.ActorDiedError) and not isinstance(err, exc.TaskError):
+    if isinstance(err, (exc.ActorDiedError, exc.RuntimeNotInitializedError)) and not isinstance(err, exc.TaskError):
         if mesh._state is not None and mesh._state.stopping:
             return
         if getattr(state.core_or_none(), "closing", True):
-            return
+            return  # (meshrt.shutdown() ended it: not a failure to report)
     err = _relabel(mesh, point, endpoint)(err)
     cause = str(err).split("\n", 1)[0] if isinstance(err, exc.TaskError) else str(err)
     supervision.report(supervision.MeshFailure(mesh._name, point, cause, f"{mesh._name}.{endpoint}", err), owner)

@@ -17,6 +17,7 @@ import os
 from typing import Any
 
 from .. import exceptions as exc
+from .._private import context as rt_context
 from ..objstore.serialization import loads_code
 from . import distributed
 from .actor import ActorInstance, Context, OwnerCell, reset_context, set_context
@@ -86,8 +87,9 @@ class ProcHost:
         if self._executor.helper_busy():
             # Calls that arrived before this one (a spawn, plain-def endpoints) run on
             # the helper thread: let them finish first, so one caller's calls start in
-            # the order it made them.
-            await asyncio.get_running_loop().run_in_executor(self._helper, _nothing)
+            # the order it made them; unless the plain call running there is blocked
+            # waiting for this very call.
+            await self._executor.helper_turn(rt_context.current_call().task_id)
         hosted = self._hosted(key)
         fn = getattr(hosted.instance, method)
         args, kwargs = (await packed[0]) if type(packed) is list else packed
@@ -193,10 +195,6 @@ class ProcHost:
         from ..actor import exit_actor
 
         exit_actor()
-
-
-def _nothing() -> None:
-    return None
 
 
 def _label(err: BaseException, where: str) -> None:
