@@ -127,7 +127,9 @@ async def test_unhandled_child_failure_travels_up_to_the_driver(rt, failures):
     await sup_procs.stop()
 
 
-def test_default_hook_ends_the_driver_loudly(tmp_path):
+def _run_driver(tmp_path, endpoint_body: str, then: str) -> subprocess.CompletedProcess:
+    """A driver script with a one-process mesh 'm' of an actor whose endpoint ``go``
+    runs ``endpoint_body``; ``m.go.broadcast()``, then ``then``."""
     script = tmp_path / "driver.py"
     script.write_text(textwrap.dedent("""
         import threading, meshrt
@@ -135,41 +137,32 @@ def test_default_hook_ends_the_driver_loudly(tmp_path):
 
         class A(Actor):
             @endpoint
-            def fail(self):
-                raise ValueError("nobody handles me")
+            def go(self):
+                %s
 
         meshrt.init(num_cpus=1)
-        mesh = this_host().spawn_procs(per_host={"gpus": 1}).spawn("lonely", A)
-        mesh.fail.broadcast()
-        threading.Event().wait(60)  # the hook ends the process long before this
-    """))
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90)
+        m = this_host().spawn_procs(per_host={"gpus": 1}).spawn("m", A)
+        m.go.broadcast()
+    """) % endpoint_body + textwrap.dedent(then))
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90)
+
+
+def test_default_hook_ends_the_driver_loudly(tmp_path):
+    proc = _run_driver(tmp_path, 'raise ValueError("nobody handles me")',
+                       "threading.Event().wait(60)  # the hook ends the process long before this")
     assert proc.returncode == 1
     assert "unhandled" in proc.stderr and "nobody handles me" in proc.stderr
-    assert "mesh 'lonely' at Point(gpus=0)" in proc.stderr
+    assert "mesh 'm' at Point(gpus=0)" in proc.stderr
 
 
 def test_a_broadcast_still_running_at_shutdown_is_no_failure(tmp_path):
-    script = tmp_path / "driver.py"
-    script.write_text(textwrap.dedent("""
-        import threading, meshrt
-        from meshrt import Actor, endpoint, this_host
-
-        class A(Actor):
-            @endpoint
-            def busy(self):
-                threading.Event().wait(60)  # still running when the driver shuts down
-
-        meshrt.init(num_cpus=1)
-        mesh = this_host().spawn_procs(per_host={"gpus": 1}).spawn("busy", A)
-        mesh.busy.broadcast()
+    proc = _run_driver(tmp_path, "threading.Event().wait(60)  # still running at shutdown", """
         meshrt.shutdown()
         for thread in threading.enumerate():  # (where an unhandled failure would be raised)
             if thread.name == "meshrt-supervision":
                 thread.join()
         print("clean exit")
-    """))
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90)
+    """)
     assert proc.returncode == 0, proc.stderr
     assert "clean exit" in proc.stdout and "unhandled" not in proc.stderr
 
