@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 
+import pytest
+
 import meshrt
+from meshrt import Actor, endpoint, this_host
 from tests.helpers import wait_until
 
 
@@ -62,3 +67,34 @@ def test_log_to_driver_false_keeps_output_away(capsys):
     meshrt.shutdown()  # closes the pipes: anything forwarded would be written by now
     captured = capsys.readouterr()
     assert "should not appear" not in captured.out + captured.err
+
+
+class Talky(Actor):
+    @endpoint
+    def say(self, text):
+        print(text, flush=True)
+        return os.getpid()
+
+    @endpoint
+    def log_level(self):
+        return logging.getLogger().level
+
+
+def test_mesh_logging_option_gathers_repeats_mutes_and_sets_the_level(capsys):
+    meshrt.init(num_cpus=2)
+    procs = this_host().spawn_procs(per_host={"gpus": 3})
+    mesh = procs.spawn("t", Talky)
+    procs.logging_option(stream_to_client=True, aggregate_window_sec=2, level=logging.DEBUG).get(timeout=30)
+    assert list(mesh.log_level.call().get(timeout=30).values()) == [logging.DEBUG] * 3
+    mesh.say.call("step 1 done").get(timeout=30)
+    out = _collect(capsys, "[3 similar log lines] step 1 done")
+    assert out.count("step 1 done") == 1  # one line for the three processes
+    procs.slice(gpus=0).logging_option(stream_to_client=False).get(timeout=30)
+    pid0 = mesh.slice(gpus=0).say.call_one("muted or not").get(timeout=30)
+    mesh.slice(gpus=slice(1, 3)).say.call("muted or not").get(timeout=30)
+    meshrt.shutdown()  # pipes closed and the last window printed: anything forwarded is written by now
+    captured = capsys.readouterr()
+    out = captured.out + captured.err
+    assert "[2 similar log lines] muted or not" in out and f"pid={pid0}) muted" not in out
+    with pytest.raises(ValueError, match="give stream_to_client=True as well"):
+        procs.logging_option(aggregate_window_sec=1)

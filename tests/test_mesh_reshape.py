@@ -148,3 +148,15 @@ async def test_endpoints_the_mesh_hides_are_named_at_spawn_and_reachable(rt):
         mesh.endpoint("stpo")
     await mesh.stop()  # (the mesh's own stop)
     await procs.stop()
+
+
+async def test_initialized_and_host_mesh(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    assert await procs.initialized is True
+    assert await this_host().initialized is True
+    host = procs.slice(gpus=1).host_mesh
+    assert host.extent == {}
+    more = host.spawn_procs(per_host={"extra": 1})  # the same host takes more processes
+    assert await more.initialized is True
+    await more.stop()
+    await procs.stop()

@@ -217,7 +217,7 @@ def test_runtime_context(rt):
 
 def test_resources_and_nodes(rt):
     total = meshrt.cluster_resources()
-    assert total["CPU"] == 2
+    assert total["CPU"] == 2 and type(total["CPU"]) is float  # (as Ray: {"CPU": 2.0, ...})
     assert meshrt.available_resources()["CPU"] == 2
     nodes = meshrt.nodes()
     assert len(nodes) == 1 and nodes[0]["Alive"] and nodes[0]["Resources"]["CPU"] == 2

@@ -27,6 +27,7 @@ from . import messages as m
 from .actor_directory import ActorDirectory
 from .control_requests import ControlRequests
 from .host_directory import HostDirectory, host_ip
+from .log_options import LogOptions
 from .spawn import Zygote, attach_pipes, new_tail, worker_output
 
 log = logging.getLogger("meshrt")
@@ -67,6 +68,8 @@ class WorkerRecord:
     pipes: list = field(default_factory=list)
     host: int = 0  # 0 = this (head) host; else the agent that started it
     lost_reason: str | None = None  # set when its host agent went away
+    log_stream: bool = True  # its output printed by the driver (ProcMesh.logging_option)
+    log_aggregator: Any = None  # or gathered there first (log_options.py)
 
 
 @dataclass
@@ -79,7 +82,7 @@ class TaskRecord:
     force_killed: bool = False
 
 
-class Controller(ActorDirectory, HostDirectory, ControlRequests):
+class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions):
     def __init__(self, core, io, config: dict) -> None:
         self.core = core
         self.io = io
@@ -105,6 +108,7 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests):
         self._trim_timer = None
         ActorDirectory.__init__(self)
         HostDirectory.__init__(self)
+        LogOptions.__init__(self)
         self.handlers = {
             m.Hello: self.on_hello,
             m.SubmitTask: self.on_submit_task,
@@ -155,6 +159,7 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests):
 
     async def stop(self) -> None:
         self.stopping = True
+        self.flush_logs()
         if self._trim_timer is not None:
             self._trim_timer.cancel()
         for server in self.servers:
@@ -185,6 +190,7 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests):
                 transport.close()
         for server in self.servers:
             await server.wait_closed()
+        self.flush_logs()  # (what the processes printed on their way out)
         if self.store is not None:
             self.store.close()
 

@@ -19,6 +19,8 @@ import subprocess
 import sys
 from collections.abc import Callable
 
+from .log_options import write
+
 log = logging.getLogger("meshrt")
 
 STDERR_TAIL_LINES = 20
@@ -389,14 +391,12 @@ def worker_output(record, forward: bool) -> Callable[[str, list[str]], None]:
     def sink(stream_name: str, text: list[str]) -> None:
         if stream_name == "stderr":
             record.stderr_tail.extend(text)
-        if forward:
-            target = sys.stderr if stream_name == "stderr" else sys.stdout
+        if forward and record.log_stream:  # (a mesh's logging_option may say otherwise)
             prefix = f"({record.label} pid={record.pid}) "
-            try:
-                target.write("".join(prefix + t + "\n" for t in text))
-                target.flush()
-            except (ValueError, OSError):  # the driver's stream was closed
-                pass
+            if record.log_aggregator is not None:
+                record.log_aggregator.add(stream_name, prefix, text)
+            else:
+                write(stream_name, [prefix + t for t in text])
 
     return sink
 

@@ -27,7 +27,7 @@ from ..objstore.serialization import dumps_code
 from . import supervision
 from .actor import OwnerCell, current_owner, endpoint_names
 from .actor_mesh import ActorMesh, MeshState, _gather
-from .future import Future
+from .future import Future, ready
 from .proc_host import ProcHost
 from .shape import Point, Shape, Shaped, check_dims
 
@@ -49,6 +49,11 @@ class HostMesh(Shaped):
 
     def _reshaped(self, shape: Shape) -> HostMesh:
         return HostMesh(shape, self._host_ids)
+
+    @property
+    def initialized(self) -> Future:
+        """Resolves to True: a HostMesh is made of hosts that have already joined."""
+        return ready(True)
 
     def spawn_procs(self, per_host: Mapping | None = None, name: str | None = None) -> ProcMesh:
         """Start processes: ``per_host={"gpus": 4}`` -> a ProcMesh {"gpus": 4} per host.
@@ -202,8 +207,8 @@ class ProcMesh(Shaped):
                                             inline=self._hosts[r] != core.host_id))
             return refs
 
-        mesh = ActorMesh(self._name, "ProcHost", {}, self._procs, self._shape, self._state, hosts=self._hosts)
-        points = [Point(i, extent) for i in range(world)]
+        mesh = self._hosts_mesh()
+        points = self._points()
 
         async def aget():
             port = await port_ref
@@ -215,6 +220,57 @@ class ProcMesh(Shaped):
             return _gather(mesh, start(port), points, "init_torch_distributed", build=_first).get(timeout)
 
         return Future(aget, get)
+
+    def logging_option(self, stream_to_client: bool = False, aggregate_window_sec: float | None = None,
+                       level: int = logging.INFO) -> Future:
+        """What becomes of these processes' output (as in Monarch): printed by the driver
+        (``stream_to_client``), with the lines printed within each
+        ``aggregate_window_sec`` gathered into one per distinct text and a count; and
+        their root logger's ``level``. Takes effect at once; the Future resolves
+        once every process has its level (``await`` it or not)."""
+        if aggregate_window_sec is not None:
+            if not stream_to_client:
+                raise ValueError("logging_option(aggregate_window_sec=...) gathers the lines streamed to the "
+                                 "driver; give stream_to_client=True as well")
+            if isinstance(aggregate_window_sec, bool) or not isinstance(aggregate_window_sec, (int, float)) \
+                    or aggregate_window_sec <= 0:
+                raise ValueError(f"logging_option(aggregate_window_sec={aggregate_window_sec!r}): give the "
+                                 f"window in seconds (> 0), or None")
+        if isinstance(level, bool) or not isinstance(level, int):
+            raise TypeError(f"logging_option(level={level!r}): give a logging level such as logging.INFO")
+        core = state.core()
+        ranks = self._shape.ranks()
+        window = None if aggregate_window_sec is None else float(aggregate_window_sec)
+        core.request_sync("log_options", tuple(self._procs[r]._actor_id for r in ranks), bool(stream_to_client),
+                          window)
+        refs = [core.call_actor(self._procs[r], "set_log_level", (level,), {}, 1,
+                                inline=self._hosts[r] != core.host_id) for r in ranks]
+        return _gather(self._hosts_mesh(), refs, self._points(), "logging_option", build=lambda values: None)
+
+    @property
+    def initialized(self) -> Future:
+        """Resolves to True once every process is up (calls made meanwhile wait anyway)."""
+        core = state.core()
+        refs = [core.call_actor(self._procs[r], "__ray_ready__", (), {}, 1, inline=self._hosts[r] != core.host_id)
+                for r in self._shape.ranks()]
+        return _gather(self._hosts_mesh(), refs, self._points(), "initialized", build=lambda values: True)
+
+    @property
+    def host_mesh(self) -> HostMesh:
+        """The host these processes run on (slice a mesh over several hosts first)."""
+        on = {self._hosts[r] for r in self._shape.ranks()}
+        if len(on) != 1:
+            raise ValueError(f"host_mesh: the processes of {self.extent} run on {len(on)} hosts; slice them to "
+                             f"one host first, e.g. procs.slice(hosts=0).host_mesh")
+        return HostMesh(Shape((), 0, (), ()), (on.pop(),))
+
+    def _hosts_mesh(self) -> ActorMesh:
+        """The ProcHost actors of these processes, as an actor mesh (to gather their replies)."""
+        return ActorMesh(self._name, "ProcHost", {}, self._procs, self._shape, self._state, hosts=self._hosts)
+
+    def _points(self) -> list[Point]:
+        extent = self.extent
+        return [Point(i, extent) for i in range(len(self._shape))]
 
     def stop(self, timeout: float | None = 30.0) -> Future:
         """End these processes cleanly; resolves when they have exited. Each process

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import os
 from typing import Any
 
@@ -182,6 +183,10 @@ class ProcHost:
         # init_process_group blocks until every rank joins: off the loop, so the
         # process keeps answering other calls meanwhile.
         return await asyncio.to_thread(distributed.bring_up, backend, labels, sizes)
+
+    def set_log_level(self, level: int) -> None:
+        """ProcMesh.logging_option(level=...): this process's root logger level."""
+        logging.getLogger().setLevel(level)
 
     def free_port(self) -> int:
         return distributed.free_port("")

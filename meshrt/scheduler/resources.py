@@ -137,4 +137,5 @@ class NodeResources:
 
     def as_floats(self, which: str = "available") -> dict[str, float]:
         table = self.available if which == "available" else self.total
-        return {k: from_units(max(v, 0)) for k, v in table.items() if which == "total" or v > 0}
+        # (floats, as Ray reports them: ``{"CPU": 2.0, ...}``)
+        return {k: float(from_units(max(v, 0))) for k, v in table.items() if which == "total" or v > 0}
