@@ -77,6 +77,7 @@ class Talky(Actor):
 
     @endpoint
     def log_level(self):
+        logging.getLogger("talky").info("an info line")
         return logging.getLogger().level
 
 
@@ -86,6 +87,7 @@ def test_mesh_logging_option_gathers_repeats_mutes_and_sets_the_level(capsys):
     mesh = procs.spawn("t", Talky)
     procs.logging_option(stream_to_client=True, aggregate_window_sec=2, level=logging.DEBUG).get(timeout=30)
     assert list(mesh.log_level.call().get(timeout=30).values()) == [logging.DEBUG] * 3
+    assert "[3 similar log lines] INFO talky: an info line" in _collect(capsys, "INFO talky: an info line")
     mesh.say.call("step 1 done").get(timeout=30)
     out = _collect(capsys, "[3 similar log lines] step 1 done")
     assert out.count("step 1 done") == 1  # one line for the three processes
@@ -98,3 +100,11 @@ def test_mesh_logging_option_gathers_repeats_mutes_and_sets_the_level(capsys):
     assert "[2 similar log lines] muted or not" in out and f"pid={pid0}) muted" not in out
     with pytest.raises(ValueError, match="give stream_to_client=True as well"):
         procs.logging_option(aggregate_window_sec=1)
+    with pytest.raises(ValueError, match=r"logging level \(0-255\)"):
+        procs.logging_option(level=1000)
+
+
+def test_mesh_output_is_prefixed_with_the_mesh_and_point(rt, capsys):
+    mesh = this_host().spawn_procs(per_host={"gpus": 2}, name="trainers").spawn("t", Talky)
+    pid = mesh.slice(gpus=1).say.call_one("from rank one").get(timeout=30)
+    assert f"(trainers gpus=1 pid={pid}) from rank one" in _collect(capsys, "from rank one")

@@ -7,6 +7,7 @@ import asyncio
 import os
 import re
 import threading
+import warnings
 
 import pytest
 
@@ -461,6 +462,12 @@ class Sibling(Actor):
     def ask_async_of(self, other):
         return other.async_rank.call_one().get(timeout=30)
 
+    @endpoint
+    async def async_blocks(self):
+        with warnings.catch_warnings():  # (get() in async code warns first; this test wants what follows)
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return this_proc().spawn("sib4", Sibling).async_rank.call_one().get(timeout=30)
+
 
 async def test_a_plain_endpoint_waiting_on_its_own_process_fails_instead_of_hanging(rt):
     procs = this_host().spawn_procs(per_host={"gpus": 1})
@@ -471,6 +478,8 @@ async def test_a_plain_endpoint_waiting_on_its_own_process_fails_instead_of_hang
     # an async endpoint still waits for the spawn before it, which waits for this thread
     with pytest.raises(RuntimeError, match="a spawn into this same process would wait forever"):
         await mesh.spawn_then_ask_async.call_one()
+    with pytest.raises(RuntimeError, match="`await` the call instead of calling get()"):
+        await mesh.async_blocks.call_one()  # (an async endpoint blocking its own loop)
     await procs.stop()
 
 
@@ -493,7 +502,7 @@ async def test_two_actor_meshes_share_processes_and_stop_apart(rt):
     assert len(pids) == 2
     await cleaners.stop()
     assert sorted([await receiver.recv(), await receiver.recv()]) == [0, 1]  # __cleanup__ ran
-    with pytest.raises(meshrt.exceptions.ActorDiedError, match="hosts no actor by that name"):
+    with pytest.raises(meshrt.exceptions.ActorDiedError, match="it was stopped with stop"):
         await cleaners.ping.call()
     assert list((await counters.incr.call()).values()) == [1, 1]  # the other mesh lives on
     await procs.stop()

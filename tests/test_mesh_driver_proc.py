@@ -216,3 +216,16 @@ def test_meshes_in_local_mode_say_what_to_change():
                 make()
     finally:
         meshrt.shutdown()
+
+
+class LaxSupervisor(DriverSupervisor):
+    async def __supervise__(self, failure):
+        return False  # not handled: up to the driver's unhandled_fault_hook
+
+
+def test_a_failure_a_driver_actor_leaves_unhandled_reaches_the_drivers_hook(rt, failures):
+    sup = this_proc().spawn("lax", LaxSupervisor)
+    sup.break_child.call_one().get(timeout=30)
+    seen, event = failures
+    assert event.wait(30)  # (the driver lives on: the hook was replaced)
+    assert "mesh 'kids'" in seen[0].report() and "broadcast went wrong" in seen[0].report()

@@ -119,8 +119,9 @@ async def test_future_result_exception_and_asyncio(rt):
     assert isinstance(err, meshrt.ActorError) and "rank 1 refuses" in str(err)
     done, _ = await asyncio.wait([mesh.slice(gpus=0).count.call_one(5).as_asyncio()], timeout=30)
     assert [t.result() for t in done] == [5]
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="call it from async code, or use .get"):
         await asyncio.to_thread(mesh.slice(gpus=0).count.call_one(5).as_asyncio)  # (no loop there)
+    assert await mesh.initialized is None  # (as Monarch's)
 
 
 def test_current_actor_name_outside_an_actor_says_so():

@@ -100,7 +100,7 @@ class ActorDirectory:
                                   f"(it offers {host.node.as_floats('available')})")
             return
         rec.alloc = alloc
-        w = self.spawn_worker("actor", ("actor", spec.actor_id), alloc.gpu_ids, label=spec.class_name,
+        w = self.spawn_worker("actor", ("actor", spec.actor_id), alloc.gpu_ids, label=spec.label or spec.class_name,
                               host=spec.host)
         if w is None:
             host.node.release(alloc)
@@ -120,7 +120,8 @@ class ActorDirectory:
             self.node.release(alloc)
             return
         rec.alloc = alloc
-        w = self.spawn_worker("actor", ("actor", actor_id), alloc.gpu_ids, label=rec.spec.class_name)
+        w = self.spawn_worker("actor", ("actor", actor_id), alloc.gpu_ids,
+                              label=rec.spec.label or rec.spec.class_name)
         w.actor_id = actor_id
         rec.worker = w.id
 

@@ -330,9 +330,11 @@ class Executor:
         if spec is not None and spec.retry_exceptions and self._may_retry(spec, err):
             self.core.io.post(self.core.task_retry, call)
             return
-        # A mesh endpoint runs inside ProcHost.call, which names the endpoint for us.
-        where = getattr(err, "__meshrt_where__", None)
-        payload = error_payload(err, where or call.name, os.getpid(), skip_frames=2 if where else 1)
+        if getattr(err, "__meshrt_plain__", False):  # (meshrt's own error, not the user's code)
+            payload = system_error_payload(err)
+        else:  # a mesh endpoint runs inside ProcHost.call, which names the endpoint for us
+            where = getattr(err, "__meshrt_where__", None)
+            payload = error_payload(err, where or call.name, os.getpid(), skip_frames=2 if where else 1)
         if call.num_returns == -1:
             self.core.io.post(self.core.stream_end, call, -1, payload)
             return

@@ -161,6 +161,7 @@ class ActorSpec(NamedTuple):
     detached: bool
     meta: bytes  # pickled ActorMeta, handed to get_actor() callers
     host: int = 0  # where to start it: 0 = the head host, else an agent's host id
+    label: str = ""  # its name before its output in the driver's (default: class_name)
 
 
 class CreateActor(NamedTuple):

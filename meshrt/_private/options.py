@@ -23,7 +23,7 @@ TASK_KEYS = _RESOURCE_KEYS | _IGNORED | {"num_returns", "max_retries", "retry_ex
 ACTOR_KEYS = _RESOURCE_KEYS | _IGNORED | {"max_restarts", "max_task_retries", "max_concurrency", "name",
                                           "namespace", "lifetime", "get_if_exists", "max_pending_calls",
                                           "concurrency_groups", "allow_out_of_order_execution",
-                                          "_host"}  # meshes place processes on a host agent
+                                          "_host", "_label"}  # (meshes: a process's host, and its name in output)
 DEFAULT_TASK_RETRIES = 3
 DEFAULT_ASYNC_CONCURRENCY = 1000
 
@@ -120,6 +120,7 @@ class ActorOptions:
     detached: bool
     get_if_exists: bool
     host: int = 0
+    label: str = ""  # what the driver prints before its output (default: the class name)
 
     @classmethod
     def build(cls, options: dict, class_name: str, is_async: bool) -> ActorOptions:
@@ -147,4 +148,5 @@ class ActorOptions:
             detached=lifetime == "detached",
             get_if_exists=bool(options.get("get_if_exists")),
             host=int(options.get("_host") or 0),
+            label=str(options.get("_label") or ""),
         )

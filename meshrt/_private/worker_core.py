@@ -471,11 +471,15 @@ def refuse_if_waiting_on_itself(core, executor, entries: list) -> None:
             pt = next((dep for t in deps if t in mine and after_me(dep := pending.get(t))), None)
         if pt is not None:
             mesh = pt.name.startswith("ProcHost.")
+            if threading.get_ident() == executor.loop_ident and executor.user_loop is not None:
+                fix = "`await` the call instead of calling get() (this already runs on the event loop)"
+            elif mesh:
+                fix = "Make the waiting endpoint `async def` and `await` the call"
+            else:
+                fix = "Make the waiting method `async def` and `await` the call, or give the actor max_concurrency > 1"
             raise RuntimeError(
                 f"get() on {_call_name(pt)} would wait forever: that call runs on the thread now "
-                "waiting for it, after the current call returns. Make the waiting "
-                + ("endpoint `async def` and `await` the call" if mesh else
-                   "method `async def` and `await` the call, or give the actor max_concurrency > 1"))
+                f"waiting for it, after the current call returns. {fix}")
 
 
 def _call_name(pt) -> str:

@@ -36,6 +36,11 @@ class MeshState:
         self.stopping = False
 
 
+# Spawn keys of the actor meshes this process stopped: their later calls fail at the
+# call site (a spawn key is never reused).
+_stopped_here: set[str] = set()
+
+
 class ActorMesh(Shaped):
     """Actors of one class, one per process of a ProcMesh, addressed as one array."""
 
@@ -91,11 +96,13 @@ class ActorMesh(Shaped):
     def initialized(self) -> Future:
         """Resolves once every actor's constructor has run (raises the first failure)."""
         refs = list(self._spawned or ())
-        return _gather(self, refs, [Point(i, self._origin.extent) for i in range(len(refs))], None)
+        return _gather(self, refs, [Point(i, self._origin.extent) for i in range(len(refs))], None,
+                       build=lambda values: None)
 
     def stop(self) -> Future:
         """Remove these actors from their processes (``__cleanup__`` runs if defined)."""
         core = state.core()
+        _stopped_here.add(self._key)
         refs = [core.call_actor(self._procs[r], "stop_actor", (self._key,), {}, 1,
                                 inline=self._hosts[r] != core.host_id)
                 for r in self._shape.ranks()]
@@ -144,6 +151,9 @@ class Endpoint:
         if mesh._state is not None and mesh._state.stopping:
             raise exc.ActorDiedError(class_name=f"actor mesh {mesh._name!r}",
                                      cause="its processes were stopped with stop(); spawn a new mesh")
+        if mesh._key in _stopped_here:
+            raise exc.ActorDiedError(class_name=f"actor mesh {mesh._name!r}",
+                                     cause="it was stopped with stop(); spawn it again to call it")
         self._checker.check(args, kwargs)
 
     def _send(self, ranks: list[int], args: tuple, kwargs: dict) -> list:
@@ -297,6 +307,8 @@ def _one(mesh: ActorMesh, ref, point: Point, endpoint: str | None) -> Future:
             return state.core().get([ref], timeout)[0]
         except exc.ActorDiedError as err:
             raise _relabel(mesh, point, endpoint)(err) from None
+        except exc.GetTimeoutError:
+            raise _timed_out(mesh, endpoint, f"the reply from {point}", timeout) from None
 
     return Future(aget, get)
 
@@ -337,11 +349,22 @@ def _gather(mesh: ActorMesh, refs: list, points: list, endpoint: str | None, bui
 
     def get(timeout):
         core = state.core()
-        core.wait_all_or_failure(refs, timeout)  # one wake-up for all the replies
+        try:
+            core.wait_all_or_failure(refs, timeout)  # one wake-up for all the replies
+        except exc.GetTimeoutError:
+            entries = core.table.entries
+            late = sum(1 for r in refs if (e := entries.get(r._id)) is not None and e.payload is None)
+            raise _timed_out(mesh, endpoint, f"{late} of {len(refs)} replies", timeout) from None
         raise_first_failure(core)
         return build(values_in_order(core))
 
     return Future(aget, get)
+
+
+def _timed_out(mesh: ActorMesh, endpoint: str | None, what: str, timeout) -> exc.GetTimeoutError:
+    where = f"{mesh._name}.{endpoint}()" if endpoint else f"actor mesh {mesh._name!r}"
+    return exc.GetTimeoutError(f"{where}: {what} not here after {timeout} s; give get() "
+                               f"a larger timeout= (or None to wait as long as it takes)")
 
 
 def _relabel(mesh: ActorMesh, point: Point, endpoint: str | None):

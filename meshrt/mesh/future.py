@@ -55,7 +55,11 @@ class Future:
     def as_asyncio(self) -> asyncio.Future:
         """An ``asyncio.Future`` of the same result, on the running loop (for
         ``asyncio.wait``, callbacks ...)."""
-        loop = asyncio.get_running_loop()  # (raises RuntimeError off a loop)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError("as_asyncio() makes an asyncio future on the running loop: call it from async "
+                               "code, or use .get() outside one") from None
 
         async def wait():
             return await self

@@ -28,7 +28,7 @@ from . import supervision
 from .actor import OwnerCell, current_owner, endpoint_names
 from .actor_mesh import ActorMesh, MeshState, _gather
 from .future import Future, ready
-from .proc_host import ProcHost
+from .proc_host import STOPPED, ProcHost
 from .shape import Point, Shape, Shaped, check_dims
 
 log = logging.getLogger("meshrt")
@@ -150,6 +150,9 @@ class ProcMesh(Shaped):
         ``@endpoint`` methods or a ``@meshrt.remote`` class."""
         if not isinstance(name, str) or not name:
             raise TypeError(f"spawn(name, Class, ...): the first argument is the mesh's name, got {name!r}")
+        if self._state is not None and self._state.stopping:
+            raise RuntimeError(f"spawn({name!r}, ...): the processes of {self._name!r} were stopped with stop(); "
+                               f"start new ones with this_host().spawn_procs(...) (or hosts.spawn_procs)")
         cls = _user_class(actor_class)
         init = cls.__dict__.get("__init__")
         if inspect.isfunction(init):
@@ -236,8 +239,8 @@ class ProcMesh(Shaped):
                     or aggregate_window_sec <= 0:
                 raise ValueError(f"logging_option(aggregate_window_sec={aggregate_window_sec!r}): give the "
                                  f"window in seconds (> 0), or None")
-        if isinstance(level, bool) or not isinstance(level, int):
-            raise TypeError(f"logging_option(level={level!r}): give a logging level such as logging.INFO")
+        if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 255:
+            raise ValueError(f"logging_option(level={level!r}): give a logging level (0-255) such as logging.INFO")
         core = state.core()
         ranks = self._shape.ranks()
         window = None if aggregate_window_sec is None else float(aggregate_window_sec)
@@ -327,7 +330,9 @@ def _spawn(name: str, labels: tuple, sizes: tuple, per_host_count: int, host_ids
         total *= s
     proc_hosts = tuple(host_ids[rank // per_host_count] for rank in range(total))
     gpus = {h: _gpus_per_proc(core, h, labels, per_host_count) for h in set(proc_hosts)}
-    procs = tuple(_host_class(gpus[h], h).remote(name, labels, sizes, rank, {})
+    extent = Shape.dense(labels, sizes).extent
+    procs = tuple(_host_class(gpus[h], h).options(_label=_proc_label(name, Point(rank, extent)))
+                  .remote(name, labels, sizes, rank, {})
                   for rank, h in enumerate(proc_hosts))
     owner = current_owner()
     if owner is None and not core.is_driver:  # spawned by a plain (Ray-style) actor
@@ -336,6 +341,12 @@ def _spawn(name: str, labels: tuple, sizes: tuple, per_host_count: int, host_ids
     core.io.post(_watch, core, procs, mesh_state)
     local = tuple((r % per_host_count, per_host_count) for r in range(total))
     return ProcMesh(name, procs, Shape.dense(labels, sizes), mesh_state, local, proc_hosts)
+
+
+def _proc_label(mesh_name: str, point: Point) -> str:
+    """How the driver names a mesh process before the lines it prints: ``procs0 gpus=1``."""
+    coords = ",".join(f"{k}={v}" for k, v in zip(point.extent.labels, point.coords(), strict=True))
+    return f"{mesh_name} {coords}" if coords else mesh_name
 
 
 def _watch(core, procs: tuple, mesh_state: MeshState) -> None:
@@ -351,6 +362,8 @@ def _proc_died(core, mesh_state: MeshState, rank: int, death, observed: bool) ->
     from ..objstore.serialization import error_from_payload
 
     err = error_from_payload(death)
+    if STOPPED in str(getattr(err, "cause", "")):
+        return  # stopped on purpose, by a process other than this one (a mesh passed to an actor)
     cause = str(err)  # how it died, with the last lines of its stderr
     point = Point(rank, mesh_state.extent)
     supervision.report(supervision.MeshFailure(mesh_state.name, point, f"its process died: {cause}",

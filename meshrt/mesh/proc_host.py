@@ -24,6 +24,10 @@ from . import distributed
 from .actor import ActorInstance, Context, OwnerCell, reset_context, set_context
 from .shape import Extent, Point
 
+# How a process ended by stop() says it ended (its death is no failure to supervise,
+# whoever called stop()).
+STOPPED = "its processes were stopped with stop()"
+
 
 class _Hosted:
     __slots__ = ("instance", "info", "error", "owner")
@@ -144,13 +148,13 @@ class ProcHost:
         hosted = self.actors.get(key)
         if hosted is None:
             name = key.partition("#")[0]
-            raise exc.ActorDiedError(class_name=f"mesh actor {name!r}",
-                                     cause=f"process {self.point} of mesh {self.mesh_name!r} hosts no "
-                                           f"actor by that name (it was stopped, or never spawned here)")
+            raise _plain(exc.ActorDiedError(class_name=f"mesh actor {name!r}",
+                                            cause=f"process {self.point} of mesh {self.mesh_name!r} hosts no "
+                                                  f"actor by that name (it was stopped, or never spawned here)"))
         if hosted.error is not None:
-            raise exc.ActorDiedError(class_name=f"mesh actor {hosted.info.name!r} at {hosted.info.rank}",
-                                     cause=f"its constructor raised {hosted.error!r}",
-                                     creation_error=hosted.error)
+            raise _plain(exc.ActorDiedError(class_name=f"mesh actor {hosted.info.name!r} at {hosted.info.rank}",
+                                            cause=f"its constructor raised {hosted.error!r}",
+                                            creation_error=hosted.error))
         return hosted
 
     def stop_actor(self, key: str) -> None:
@@ -185,8 +189,17 @@ class ProcHost:
         return await asyncio.to_thread(distributed.bring_up, backend, labels, sizes)
 
     def set_log_level(self, level: int) -> None:
-        """ProcMesh.logging_option(level=...): this process's root logger level."""
-        logging.getLogger().setLevel(level)
+        """ProcMesh.logging_option(level=...): this process's root logger level, with a
+        handler to stderr if it has none (Python's fallback shows only warnings). The
+        driver's own logging stays the user's to set."""
+        if self.in_driver:
+            return
+        root = logging.getLogger()
+        root.setLevel(level)
+        if not root.handlers:
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+            root.addHandler(handler)
 
     def free_port(self) -> int:
         return distributed.free_port("")
@@ -197,9 +210,16 @@ class ProcHost:
                 "stop() of this_proc() in the driver: that process is the driver itself, which "
                 "stop() does not end; stop the actor meshes spawned there (mesh.stop()) or call "
                 "meshrt.shutdown()")
-        from ..actor import exit_actor
+        from .._private.executor import ActorExit
 
-        exit_actor()
+        raise ActorExit(STOPPED)
+
+
+def _plain(err: BaseException) -> BaseException:
+    """Mark an error raised by meshrt itself, not by the user's endpoint: the caller gets
+    it as it is, not wrapped in a TaskError with ProcHost's traceback."""
+    err.__meshrt_plain__ = True
+    return err
 
 
 def _label(err: BaseException, where: str) -> None:

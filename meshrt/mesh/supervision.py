@@ -111,11 +111,18 @@ def _unhandled(failure: MeshFailure) -> None:
 
 
 def _escalate(failure: MeshFailure, why: str) -> None:
+    from .._private import state
+
+    core = state.core_or_none()
+    if core is not None and core.is_driver:  # an actor on the driver's this_proc(): up to the driver's hook
+        _unhandled(failure)
+        return
     _die(f"meshrt: unhandled mesh failure ({why}): {failure.report()}; this actor exits", 1)
 
 
 def _die(message: str, code: int) -> None:
-    log.error(message)
+    if log.hasHandlers():  # (with none, logging would print it to stderr a second time)
+        log.error(message)
     try:
         print(message, file=sys.stderr, flush=True)
         sys.stdout.flush()

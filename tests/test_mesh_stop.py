@@ -1,0 +1,100 @@
+"""Stopping meshes from anywhere: a stop is never reported as a failure, and a stopped
+mesh says so at the call site."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import meshrt
+from meshrt import Actor, endpoint, this_host
+from meshrt.exceptions import ActorDiedError, TaskError
+
+
+class Echo(Actor):
+    @endpoint
+    def ping(self):
+        return "pong"
+
+
+class Stopper(Actor):
+    @endpoint
+    def stop_procs(self, procs):
+        procs.stop().get(timeout=30)
+
+    @endpoint
+    def call(self, mesh):
+        try:
+            return mesh.ping.call().get(timeout=30)
+        except Exception as err:  # noqa: BLE001 - the test looks at what came back
+            return err
+
+
+def _supervision_done() -> None:
+    """Wait for any report already on its way to the fault hook."""
+    for thread in threading.enumerate():
+        if thread.name == "meshrt-supervision":
+            thread.join(30)
+
+
+def test_processes_stopped_by_an_actor_are_no_failure(rt, failures):
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    mesh = procs.spawn("e", Echo)
+    assert list(mesh.ping.call().get(timeout=30).values()) == ["pong", "pong"]
+    stopper = this_host().spawn_procs(per_host={"one": 1}).spawn("s", Stopper)
+    stopper.stop_procs.call_one(procs).get(timeout=60)
+    with pytest.raises(ActorDiedError, match="stopped with stop()"):
+        mesh.ping.call().get(timeout=30)  # (the driver has heard of the deaths by now)
+    _supervision_done()
+    seen, _ = failures
+    assert seen == []
+
+
+def test_a_stopped_actor_mesh_says_so_at_the_call_site(rt, failures):
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    mesh = procs.spawn("e", Echo)
+    stopper = this_host().spawn_procs(per_host={"gpus": 1}).spawn("s", Stopper)
+    mesh.stop().get(timeout=30)
+    with pytest.raises(ActorDiedError, match="'e' is dead: it was stopped with stop"):
+        mesh.ping.broadcast()  # (it reached supervision, which ended the driver)
+    # from another process: meshrt's own ActorDiedError, not a TaskError with ProcHost's traceback
+    err = stopper.slice(gpus=0).call.call_one(mesh).get(timeout=30)
+    assert isinstance(err, ActorDiedError) and not isinstance(err, TaskError)
+    assert "hosts no actor by that name" in str(err) and "ProcHost.call_sync" not in str(err)
+    assert procs.spawn("e", Echo).ping.call().get(timeout=30).values()  # the name is free again
+    procs.stop().get(timeout=30)
+    with pytest.raises(RuntimeError, match=r"were stopped with stop\(\); start new ones"):
+        procs.spawn("late", Echo)
+    _supervision_done()
+    seen, _ = failures
+    assert seen == []
+
+
+def test_a_timed_out_get_names_the_call(rt):
+    @meshrt.remote
+    class Gate:
+        def __init__(self):
+            self.event = threading.Event()
+
+        def wait(self):
+            return self.event.wait(60)
+
+        def open(self):
+            self.event.set()
+
+    class Waits(Actor):
+        @endpoint
+        def wait_on(self, gate):
+            return meshrt.get(gate.wait.remote())
+
+    gate = Gate.options(max_concurrency=4).remote()
+    mesh = this_host().spawn_procs(per_host={"gpus": 2}).spawn("w", Waits)
+    pending = mesh.wait_on.call(gate)
+    with pytest.raises(meshrt.exceptions.GetTimeoutError, match=r"w\.wait_on\(\): 2 of 2 replies not here after 0\.2 s"):
+        pending.get(timeout=0.2)
+    one = mesh.slice(gpus=1).wait_on.call_one(gate)
+    with pytest.raises(meshrt.exceptions.GetTimeoutError, match=r"the reply from Point\(gpus=1\) not here"):
+        one.get(timeout=0.2)
+    gate.open.remote()
+    assert list(pending.get(timeout=30).values()) == [True, True] and one.get(timeout=30) is True
