@@ -437,3 +437,26 @@ def test_objects_are_pulled_once_per_host(pull_path, cluster):
     assert one.host_store_used.call_one().get(timeout=30) >= big.nbytes
     del ref  # the owner frees it, and tells the host to drop its copy
     assert wait_until(lambda: one.host_store_used.call_one().get(timeout=30) == 0, timeout=15)
+
+
+def test_host_mesh_stop_and_shutdown(cluster, failures):
+    hosts, agents, _, remember = cluster
+    mesh = hosts.spawn_procs(per_host={"gpus": 1}).spawn("w", Worker)
+    assert len(list(mesh.where.call().get(timeout=60).values())) == 2
+    remember()
+    hosts.stop().get(timeout=60)  # the processes end; the hosts stay
+    with pytest.raises(meshrt.exceptions.ActorDiedError, match="stopped with stop"):
+        mesh.where.call().get(timeout=30)
+    again = hosts.spawn_procs(per_host={"gpus": 1}).spawn("again", Worker)
+    first, second = (w[0] for w in again.where.call().get(timeout=60).values())
+    remember()
+    with pytest.raises(ValueError, match="includes the head host"):
+        meshrt.this_host().shutdown()
+    hosts.slice(hosts=1).shutdown().get(timeout=60)  # its agent exits (and `again`, on it, is stopped first)
+    assert agents[1].wait(timeout=30) is not None
+    with pytest.raises(TimeoutError, match="only 1 host agent"):
+        meshrt.hosts(min_hosts=2, timeout=0.5)
+    left = hosts.slice(hosts=0).spawn_procs(per_host={"gpus": 1}).spawn("left", Worker)
+    assert left.where.call_one().get(timeout=60)[0] == first != second  # the other host serves on
+    seen, _ = failures
+    assert seen == []  # a shutdown is no failure

@@ -32,6 +32,7 @@ class HostRecord:
     listen_host: str
     workers: set = field(default_factory=set)
     alive: bool = True
+    leaving: bool = False  # told to exit (HostMesh.shutdown()): its going is no failure
 
 
 class HostDirectory:
@@ -112,6 +113,26 @@ class HostDirectory:
                 pass
         return [(h.id, h.name, h.node.as_floats("total")) for h in self.hosts.values() if h.alive]
 
+    async def rpc_shutdown_hosts(self, caller: int, host_ids: tuple, timeout: float) -> None:
+        """HostMesh.shutdown(): these hosts' agents exit, and with them their processes;
+        returns once their connections are gone."""
+        leaving = [h for i in host_ids if (h := self.hosts.get(i)) is not None and h.alive]
+        for host in leaving:
+            host.leaving = True
+            host.conn.send(m.Exit("its HostMesh was shut down"))
+        deadline = self.loop.time() + timeout
+        while any(h.alive for h in leaving):
+            left = deadline - self.loop.time()
+            if left <= 0:
+                names = [h.name for h in leaving if h.alive]
+                raise TimeoutError(f"shutdown(): host agent(s) {names} still connected after {timeout} s")
+            if self._hosts_changed is None:
+                self._hosts_changed = asyncio.Event()
+            try:
+                await asyncio.wait_for(self._hosts_changed.wait(), left)
+            except asyncio.TimeoutError:
+                pass
+
     def rpc_host_info(self, caller: int, host_id: int) -> dict:
         """Resources and the address other hosts reach it at (for torch.distributed)."""
         if host_id == 0:
@@ -169,12 +190,13 @@ class HostDirectory:
         if host is None or not host.alive:
             return
         host.alive = False
-        if not self.stopping:
+        if not self.stopping and not host.leaving:
             log.warning("meshrt: host %r (host %d) went away; its actors fail", host.name, host.id)
+        went = "was shut down (HostMesh.shutdown())" if host.leaving else "went away"
         for worker_id in list(host.workers):
             w = self.workers.get(worker_id)
             if w is not None:
-                w.lost_reason = f"its host agent {host.name!r} (host {host.id}) went away"
+                w.lost_reason = f"its host agent {host.name!r} (host {host.id}) {went}"
                 self._finalize(w)
         self._notify_hosts()
 

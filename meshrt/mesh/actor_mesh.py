@@ -34,6 +34,7 @@ class MeshState:
         self.extent = extent
         self.owner = owner
         self.stopping = False
+        self.whole = lambda: None  # the ProcMesh as spawned, weakly (meshes.py)
 
 
 # Spawn keys of the actor meshes this process stopped: their later calls fail at the

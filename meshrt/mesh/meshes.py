@@ -55,6 +55,48 @@ class HostMesh(Shaped):
         """Resolves to True: a HostMesh is made of hosts that have already joined."""
         return ready(True)
 
+    def stop(self) -> Future:
+        """Stop the process meshes this process spawned that have a process on these hosts
+        (each one whole, as its ``stop()`` does); the hosts stay, ready for new processes."""
+        on = {self._host_ids[r] for r in self._shape.ranks()}
+        registry = _spawned(state.core())
+        meshes = [_whole(registry, st) for st, (_, hosts, _) in list(registry.items())
+                  if not st.stopping and on & set(hosts)]
+        stops = [mesh.stop() for mesh in meshes if mesh is not None]
+
+        async def aget():
+            for stop in stops:
+                await stop
+
+        def get(timeout):
+            for stop in stops:
+                stop.get(timeout)
+
+        return Future(aget, get)
+
+    def shutdown(self, timeout: float = 30.0) -> Future:
+        """``stop()``, then these hosts' agents exit and leave the cluster (start
+        ``meshrt agent`` there again to rejoin). Resolves once they are gone. The head
+        host is this driver's own: end it with ``meshrt.shutdown()``."""
+        on = tuple(sorted({self._host_ids[r] for r in self._shape.ranks()}))
+        if 0 in on:
+            raise ValueError("shutdown(): this host mesh includes the head host, where the driver runs; "
+                             "shut down agents' hosts only (meshrt.hosts() gives them), stop() the head's "
+                             "processes, or call meshrt.shutdown()")
+        stopped = self.stop()
+        core = state.core()
+
+        async def aget():
+            await stopped
+            done = asyncio.run_coroutine_threadsafe(core.request("shutdown_hosts", on, timeout), core.io.loop)
+            await asyncio.wrap_future(done)
+
+        def get(wait_s):
+            stopped.get(wait_s)
+            core.request_sync("shutdown_hosts", on, timeout, timeout=timeout + 5)
+
+        return Future(aget, get)
+
     def spawn_procs(self, per_host: Mapping | None = None, name: str | None = None) -> ProcMesh:
         """Start processes: ``per_host={"gpus": 4}`` -> a ProcMesh {"gpus": 4} per host.
 
@@ -340,7 +382,34 @@ def _spawn(name: str, labels: tuple, sizes: tuple, per_host_count: int, host_ids
     mesh_state = MeshState(name, Shape.dense(labels, sizes).extent, owner)
     core.io.post(_watch, core, procs, mesh_state)
     local = tuple((r % per_host_count, per_host_count) for r in range(total))
-    return ProcMesh(name, procs, Shape.dense(labels, sizes), mesh_state, local, proc_hosts)
+    mesh = ProcMesh(name, procs, Shape.dense(labels, sizes), mesh_state, local, proc_hosts)
+    mesh_state.whole = weakref.ref(mesh)
+    # (weakly: the processes end when the last handle to them goes, as ever)
+    _spawned(core)[mesh_state] = (tuple(weakref.ref(p) for p in procs), proc_hosts, local)
+    return mesh
+
+
+def _spawned(core) -> weakref.WeakKeyDictionary:
+    """The process meshes this process spawned in this runtime, while anything of theirs
+    is held (a slice, an actor mesh on them): for HostMesh.stop()."""
+    registry = core.__dict__.get("_spawned_meshes")
+    if registry is None:
+        registry = core.__dict__["_spawned_meshes"] = weakref.WeakKeyDictionary()
+    return registry
+
+
+def _whole(registry, mesh_state: MeshState) -> ProcMesh | None:
+    """The ProcMesh as spawned (made again if only its slices are left), or None when its
+    processes were released."""
+    mesh = mesh_state.whole()
+    if mesh is None:
+        refs, hosts, local = registry[mesh_state]
+        procs = tuple(r() for r in refs)
+        if any(p is None for p in procs):
+            return None
+        mesh = ProcMesh(mesh_state.name, procs, Shape.dense(mesh_state.extent.labels, mesh_state.extent.sizes),
+                        mesh_state, local, hosts)
+    return mesh
 
 
 def _proc_label(mesh_name: str, point: Point) -> str:
