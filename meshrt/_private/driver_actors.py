@@ -228,10 +228,9 @@ class DriverActors:
             return  # (the usual case: a get() of the driver's own code)
         from .worker_core import refuse_if_waiting_on_itself
 
-        task_ids = frozenset(ids.task_of(e.id) for e in entries)
         for hosted in list(self.hosted.values()):
             refuse_if_waiting_on_itself(self.core, hosted.executor, entries)
-            hosted.executor.note_blocking(task_ids)
+            hosted.executor.note_blocking(entries)
 
     def end(self, actor_id: int, reason: str) -> None:
         """Core loop: an actor here ended (exit_actor(), a kill): it stops serving and

@@ -157,7 +157,7 @@ class Executor:
         """Plain-method calls that arrived before now have not all finished."""
         return self.helper_done != self.helper_submitted
 
-    def note_blocking(self, task_ids: frozenset) -> None:
+    def note_blocking(self, entries: list) -> None:
         """Any thread, about to block in get() on these calls. From the helper thread:
         those of them waiting for the helper's turn (``helper_turn``) start now, since
         the helper cannot finish first (a plain endpoint waiting on an async endpoint of
@@ -165,6 +165,7 @@ class Executor:
         pool = self.pool
         if not isinstance(pool, HelperThread) or threading.get_ident() != pool.ident:
             return
+        task_ids = frozenset(ids.task_of(e.id) for e in entries)  # (only on the helper thread)
         with self._turn_lock:
             self.helper_waits_on = task_ids
             ready = [self._turns.pop(t) for t in task_ids if t in self._turns]

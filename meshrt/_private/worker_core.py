@@ -253,7 +253,7 @@ class WorkerCore(Core):
 
     def refuse_waiting_on_itself(self, entries: list) -> None:
         refuse_if_waiting_on_itself(self, self.executor, entries)
-        self.executor.note_blocking(frozenset(ids.task_of(e.id) for e in entries))
+        self.executor.note_blocking(entries)
 
     def on_block(self, blocked: bool) -> None:
         if self.kind == "task" and threading.get_ident() == self.main_ident:
