@@ -130,4 +130,8 @@ def failures(monkeypatch):
         event.set()
 
     monkeypatch.setattr(meshrt, "unhandled_fault_hook", hook)
-    return seen, event
+    yield seen, event
+    # A death reported late (a process the test killed) must still find this hook, not
+    # the default one, which ends the test process: the runtime goes first.
+    if meshrt.is_initialized():
+        meshrt.shutdown()
