@@ -463,23 +463,36 @@ class Sibling(Actor):
         return other.async_rank.call_one().get(timeout=30)
 
     @endpoint
+    def ask_plain_of(self, other):
+        return other.rank.call_one().get(timeout=30)
+
+    @endpoint
     async def async_blocks(self):
         with warnings.catch_warnings():  # (get() in async code warns first; this test wants what follows)
             warnings.simplefilter("ignore", RuntimeWarning)
             return this_proc().spawn("sib4", Sibling).async_rank.call_one().get(timeout=30)
 
 
-async def test_a_plain_endpoint_waiting_on_its_own_process_fails_instead_of_hanging(rt):
+async def test_a_plain_endpoint_waiting_on_its_own_actor_fails_instead_of_hanging(rt):
     procs = this_host().spawn_procs(per_host={"gpus": 1})
     mesh = procs.spawn("s", Sibling)
-    with pytest.raises(RuntimeError, match="plain `def` endpoint of an actor in this same process would wait forever"):
-        await mesh.ask_blocking.call_one()  # (the plain endpoints of a process share one thread)
-    assert await mesh.ask_awaiting.call_one() == 0
-    # an async endpoint still waits for the spawn before it, which waits for this thread
-    with pytest.raises(RuntimeError, match="a spawn into this same process would wait forever"):
-        await mesh.spawn_then_ask_async.call_one()
+    with pytest.raises(RuntimeError, match="plain `def` endpoint of this same actor would wait forever"):
+        await mesh.ask_plain_of.call_one(mesh)  # (an actor's plain endpoints run one at a time)
     with pytest.raises(RuntimeError, match="`await` the call instead of calling get()"):
         await mesh.async_blocks.call_one()  # (an async endpoint blocking its own loop)
+    await procs.stop()
+
+
+async def test_each_actor_runs_its_plain_endpoints_on_its_own_thread(rt):
+    # As in Monarch: a plain endpoint blocked on another actor of its process (here a
+    # sibling it spawned) does not stall that actor's own plain endpoints or spawn.
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    mesh = procs.spawn("s", Sibling)
+    assert list((await mesh.ask_blocking.call()).values()) == [0, 0]
+    assert list((await mesh.spawn_then_ask_async.call()).values()) == [0, 0]
+    assert list((await mesh.ask_awaiting.call()).values()) == [0, 0]
+    other = procs.spawn("other", Sibling)
+    assert list((await mesh.ask_plain_of.call(other.slice(gpus=1))).values()) == [1, 1]
     await procs.stop()
 
 

@@ -57,8 +57,12 @@ class DriverSide(Actor):
         return other.awhere.call_one().get(timeout=30)
 
     @endpoint
-    def blocks_on_itself(self):
+    def spawns_and_waits(self):
         return this_proc().spawn("loop", DriverSide, "x").where.call_one().get(timeout=30)
+
+    @endpoint
+    def ask_plain_of(self, other):
+        return other.where.call_one().get(timeout=30)
 
     @endpoint
     def hold(self):
@@ -121,8 +125,10 @@ def test_an_actor_in_the_driver_spawns_siblings_and_never_waits_on_itself(rt):
     assert mesh.sibling_pid.call_one().get(timeout=30) == os.getpid()
     other = this_proc().spawn("other", DriverSide, "o")
     assert mesh.ask_async_of.call_one(other).get(timeout=30) == os.getpid()  # (plain waits on async)
+    # (each actor's plain endpoints have a thread of their own, as in worker processes)
+    assert mesh.spawns_and_waits.call_one().get(timeout=30)[:2] == (os.getpid(), True)
     with pytest.raises(meshrt.ActorError, match="would wait forever.*`async def`"):
-        mesh.blocks_on_itself.call_one().get(timeout=30)
+        mesh.ask_plain_of.call_one(mesh).get(timeout=30)
 
 
 def test_stopping_actors_in_the_driver(rt):
@@ -151,8 +157,8 @@ def test_shutdown_ends_the_driver_actor_threads_and_runs_nothing_queued():
     mesh.record.broadcast("queued 1")
     mesh.record.broadcast("queued 2")
     hosted = next(iter(meshrt._private.state.core().driver_actors.hosted.values()))
-    ex = hosted.executor  # (wait until both records are queued behind the held call)
-    assert wait_until(lambda: ex.helper_submitted - ex.helper_done == 3 and RAN == ["held"], 30)
+    lane = hosted.executor.lanes.route(mesh._key)  # (wait until both records are queued behind the held call)
+    assert wait_until(lambda: lane.submitted - lane.done == 3 and RAN == ["held"], 30)
     meshrt.shutdown()
     RELEASE.set()  # (the running plain call ends; the queued ones never start)
     assert wait_until(lambda: not [t.name for t in threading.enumerate() if t.name.startswith("meshrt-driver")], 30)

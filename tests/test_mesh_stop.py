@@ -98,3 +98,50 @@ def test_a_timed_out_get_names_the_call(rt):
         one.get(timeout=0.2)
     gate.open.remote()
     assert list(pending.get(timeout=30).values()) == [True, True] and one.get(timeout=30) is True
+
+
+class Gate(Actor):
+    def __init__(self):
+        import asyncio
+
+        self.waiting = asyncio.Event()
+        self.opened = asyncio.Event()
+
+    @endpoint
+    async def wait(self):
+        self.waiting.set()
+        await self.opened.wait()
+        return "opened"
+
+    @endpoint
+    async def someone_waits(self):
+        await self.waiting.wait()
+
+    @endpoint
+    async def open(self):
+        self.opened.set()
+
+
+class Holder(Actor):
+    @endpoint
+    def hold(self, gate):
+        return gate.wait.call_one().get(timeout=60)
+
+    @endpoint
+    def ping(self):
+        return "pong"
+
+
+async def test_stop_lets_every_actor_of_a_process_finish_the_calls_it_was_given(rt):
+    # Each actor's plain endpoints run on a thread of their own: stop() (run by the
+    # process itself) waits for all of them, not only for the actor it queued behind.
+    gate = this_host().spawn_procs(per_host={"one": 1}).spawn("gate", Gate)
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    holder, other = procs.spawn("holder", Holder), procs.spawn("other", Holder)
+    assert await other.ping.call_one() == "pong"
+    held = holder.hold.call_one(gate)
+    await gate.someone_waits.call_one()
+    stopped = procs.stop()
+    await gate.open.call_one()
+    assert await held == "opened"  # (not lost to the process's exit)
+    await stopped

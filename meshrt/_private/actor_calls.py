@@ -6,7 +6,7 @@ import pickle
 from typing import Any
 
 from ..objstore.table import KIND_ACTOR_HANDLE, ObjectEntry
-from . import ids
+from . import ids, lanes
 from . import messages as m
 from .pending import PendingTask
 from .refs import ObjectRef
@@ -29,7 +29,7 @@ class ActorCalls:
             payload, deps, pins = self.pack_args(args, kwargs, f"{handle._class_name}.{method}.remote()", inline,
                                                  lend=not inline)
         task_id = ids.new_task_id()
-        pt = PendingTask(task_id, f"{handle._class_name}.{method}", payload, deps, pins, num_returns)
+        pt = PendingTask(task_id, f"{handle._class_name}.{lanes.split(method)[0]}", payload, deps, pins, num_returns)
         pt.method = method
         pt.kind = "call"
         pt.actor_id = handle._actor_id

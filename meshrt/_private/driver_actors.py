@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import exceptions as exc
 from ..objstore.serialization import system_error_payload
-from . import ids
+from . import ids, lanes
 from . import messages as m
 from .executor import Call, Executor, _new_loop
 from .helper_thread import HelperThread
@@ -52,7 +52,7 @@ class _Hosted:
         asyncio.set_event_loop(loop)
         ex.loop_ident = threading.get_ident()
         ex.semaphore = asyncio.Semaphore(MAX_CONCURRENCY)
-        ex.pool = HelperThread(f"meshrt-driver-sync-{self.spec.actor_id:x}")
+        ex.use_helper(HelperThread(f"meshrt-driver-sync-{self.spec.actor_id:x}"), "meshrt-driver-sync")
 
         async def construct():
             return make(ex)
@@ -72,8 +72,8 @@ class _Hosted:
 
     def _close_loop(self) -> None:
         ex = self.executor
-        if ex.pool is not None:
-            ex.pool.shutdown(wait=False)
+        if ex.lanes is not None:
+            ex.lanes.shutdown()
         loop = ex.user_loop
         if loop is not None and not loop.is_closed():
             tasks = asyncio.all_tasks(loop)
@@ -91,9 +91,8 @@ class _Hosted:
             return
         self.ended = True
         self.executor.exiting = True
-        pool = self.executor.pool
-        if pool is not None:
-            pool.discard_queued()
+        if self.executor.lanes is not None:
+            self.executor.lanes.discard_queued()
         loop = self.executor.user_loop
         if loop is not None and not loop.is_closed():
             try:
@@ -209,7 +208,7 @@ class DriverActors:
                 core.send_to(conn.peer_id, m.TaskReturn(msg.task_id, (error,) * max(msg.num_returns, 1), ()))
             return
         held, arg_refs = core._arrived(msg.args, msg.deps)
-        call = Call(msg.task_id, f"{hosted.spec.class_name}.{msg.method}", msg.method, msg.args, msg.deps,
+        call = Call(msg.task_id, f"{hosted.spec.class_name}.{lanes.split(msg.method)[0]}", msg.method, msg.args, msg.deps,
                     msg.num_returns, conn.peer_id, held, arg_refs)
         self.calls[msg.task_id] = hosted
         hosted.executor.submit(call)

@@ -8,8 +8,9 @@ code runs:
   which is how ``cancel()`` stops a task blocked in ``time.sleep`` or C code;
 - actors with ``max_concurrency > 1``: a thread pool of that size;
 - async actors (any ``async def`` method): an asyncio loop on the main thread, with
-  ``max_concurrency`` coroutines at once; their plain ``def`` methods go to one
-  helper thread, so a slow sync method never stalls the loop.
+  ``max_concurrency`` coroutines at once; their plain ``def`` methods go to a
+  helper thread, so a slow sync method never stalls the loop (a process of a mesh
+  has one per actor it hosts: lanes.py).
 
 Results are serialized on the executing thread. A plain reply (no refs, no store
 blocks) is written to the caller's connection from that thread (``reply_now``);
@@ -38,7 +39,7 @@ from ..objstore.serialization import (
     system_error_payload,
 )
 from . import args as argpack
-from . import context, ids, loans
+from . import context, ids, lanes, loans
 from . import messages as m
 from .helper_thread import HelperThread
 
@@ -93,10 +94,8 @@ class Executor:
         self._async_inbox: list = []
         self._async_wake = False
         self._sync_methods: dict[str, bool] = {}
-        self.helper_submitted = 0  # written by the core loop only
-        self.helper_done = 0  # written by the helper thread only
-        self.helper_waits_on: frozenset = frozenset()  # calls the helper thread is blocked in get() on
-        self._turns: dict[int, asyncio.Future] = {}  # async calls waiting for the helper's turn
+        self.lanes: lanes.Lanes | None = None  # an async actor's helper threads (lanes.py)
+        self._turns: dict[int, tuple] = {}  # async calls waiting for a lane's turn: (lane, future)
         self._turn_lock = threading.Lock()
         self.exiting = False
 
@@ -130,13 +129,18 @@ class Executor:
 
     # -- submitting work (core loop) ----------------------------------------------------------
 
+    def use_helper(self, helper: HelperThread, name: str) -> None:
+        """An async actor's default helper thread; mesh actors get a lane each (lanes.py)."""
+        self.pool = helper
+        self.lanes = lanes.Lanes(helper, name)
+
     def submit(self, call: Call) -> None:
         if self.user_loop is not None:
-            if self._runs_on_helper(call.method):
-                # A plain method of an async actor: straight to its helper thread (one
-                # hop, not two through the loop), in arrival order like every call.
-                self.helper_submitted += 1
-                self.pool.post(self._run_on_helper, call)
+            target, lane = lanes.split(call.method)
+            if self._runs_on_helper(target):
+                # A plain method of an async actor: straight to its lane's helper thread
+                # (one hop, not two through the loop), in arrival order like every call.
+                self.lanes.post(lane, self._run_on_helper, call)
                 return
             self._async_inbox.append(call)
             if not self._async_wake:
@@ -147,40 +151,42 @@ class Executor:
         else:
             self.queue.put(call)
 
-    def _run_on_helper(self, call: Call) -> None:
+    def _run_on_helper(self, call: Call, lane: lanes.Lane) -> None:
         try:
             self.run_call(call)
         finally:
-            self.helper_done += 1  # only this thread writes it
+            lane.done += 1  # only this thread writes it
 
-    def helper_busy(self) -> bool:
-        """Plain-method calls that arrived before now have not all finished."""
-        return self.helper_done != self.helper_submitted
+    def helper_busy(self, lane: str = "") -> bool:
+        """Plain-method calls for ``lane`` that arrived before now have not all finished."""
+        return self.lanes is not None and self.lanes.route(lane).busy()
 
     def note_blocking(self, entries: list) -> None:
-        """Any thread, about to block in get() on these calls. From the helper thread:
-        those of them waiting for the helper's turn (``helper_turn``) start now, since
-        the helper cannot finish first (a plain endpoint waiting on an async endpoint of
-        its own process)."""
-        pool = self.pool
-        if not isinstance(pool, HelperThread) or threading.get_ident() != pool.ident:
+        """Any thread, about to block in get() on these calls. From a lane's thread:
+        those of them waiting for that lane's turn (``helper_turn``) start now, since
+        the lane cannot finish first (a plain endpoint waiting on an async endpoint of
+        its own actor)."""
+        lane = self.lanes.current() if self.lanes is not None else None
+        if lane is None:
             return
-        task_ids = frozenset(ids.task_of(e.id) for e in entries)  # (only on the helper thread)
+        task_ids = frozenset(ids.task_of(e.id) for e in entries)  # (only on a lane's thread)
         with self._turn_lock:
-            self.helper_waits_on = task_ids
-            ready = [self._turns.pop(t) for t in task_ids if t in self._turns]
+            lane.waits_on = task_ids
+            ready = [self._turns.pop(t)[1] for t in task_ids if self._turns.get(t, (None,))[0] is lane]
         for fut in ready:
             self.user_loop.call_soon_threadsafe(_set_if_pending, fut)
 
-    async def helper_turn(self, task_id: int) -> None:
-        """Loop: return once the plain calls that arrived before call ``task_id`` have
-        run on the helper thread, or as soon as that thread blocks waiting on the call."""
+    async def helper_turn(self, task_id: int, lane_key: str = "") -> None:
+        """Loop: return once the plain calls for ``lane_key`` that arrived before call
+        ``task_id`` have run, or as soon as that lane's thread blocks waiting on the call."""
         loop = self.user_loop
+        lane = self.lanes.route(lane_key)
         with self._turn_lock:
-            if task_id in self.helper_waits_on:
+            if task_id in lane.waits_on:
                 return
-            skip = self._turns[task_id] = loop.create_future()
-        drained = loop.run_in_executor(self.pool, _nothing)
+            skip = loop.create_future()
+            self._turns[task_id] = (lane, skip)
+        drained = loop.run_in_executor(lane.helper, _nothing)
         try:
             await asyncio.wait((skip, drained), return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -201,10 +207,12 @@ class Executor:
         if self.actor_spec is None or actor_id != self.actor_spec.actor_id:
             return False
         me = threading.get_ident()
-        if self.user_loop is not None:  # an async actor: plain methods on the helper
-            on_helper = self._runs_on_helper(method)
-            if isinstance(self.pool, HelperThread) and me == self.pool.ident:
-                return on_helper
+        if self.user_loop is not None:  # an async actor: plain methods on the helper threads
+            target, lane_key = lanes.split(method)
+            on_helper = self._runs_on_helper(target)
+            lane = self.lanes.current() if self.lanes is not None else None
+            if lane is not None:
+                return on_helper and self.lanes.route(lane_key) is lane
             return me == self.loop_ident and not on_helper  # (blocking its own loop)
         return self.pool is None and me == self.main_ident  # one call at a time
 
@@ -236,7 +244,7 @@ class Executor:
     def _resolve_target(self, call: Call):
         if call.is_task:
             return self.load(call.spec.code_id)
-        method = call.method
+        method = lanes.split(call.method)[0]
         if method == "__ray_ready__":
             return lambda: True
         if method == "__ray_call__":
@@ -346,7 +354,7 @@ class Executor:
         (ProcHost runs it), anything else by its own name."""
         from ..mesh.proc_host import ProcHost
 
-        if not isinstance(self.instance, ProcHost) or call.method not in ("call", "call_sync"):
+        if not isinstance(self.instance, ProcHost) or lanes.split(call.method)[0] not in ("call", "call_sync"):
             return call.name
         try:
             args, kwargs = argpack.unpack(call.args, call.deps, deserialize)
@@ -409,7 +417,7 @@ class Executor:
                 self.user_loop = _new_loop()
                 asyncio.set_event_loop(self.user_loop)
                 self.semaphore = asyncio.Semaphore(spec.max_concurrency)
-                self.pool = HelperThread("meshrt-sync-method")
+                self.use_helper(HelperThread("meshrt-sync-method"), "meshrt-sync")
 
                 async def construct():
                     return cls(*args, **kwargs)

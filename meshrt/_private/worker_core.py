@@ -9,7 +9,7 @@ import os
 import sys
 import threading
 
-from . import context, ids, loans, wire
+from . import context, ids, lanes, loans, wire
 from . import messages as m
 from .channels import PeerChannel
 from .core import Core
@@ -284,7 +284,8 @@ class WorkerCore(Core):
     def on_actor_call(self, conn, msg: m.ActorCall) -> None:
         held, arg_refs = self._arrived(msg.args, msg.deps)
         spec = self.executor.actor_spec
-        name = f"{spec.class_name}.{msg.method}" if spec is not None else msg.method
+        name = lanes.split(msg.method)[0]  # (a mesh actor's lane is no part of its name)
+        name = f"{spec.class_name}.{name}" if spec is not None else name
         call = Call(msg.task_id, name, msg.method, msg.args, msg.deps, msg.num_returns,
                     conn.peer_id, held, arg_refs)
         if msg.pins and self.store is not None:
@@ -485,7 +486,7 @@ def refuse_if_waiting_on_itself(core, executor, entries: list) -> None:
 def _call_name(pt) -> str:
     """What the user called: a mesh's endpoint or spawn, or an actor method."""
     if pt.name.startswith("ProcHost."):
-        return {"ProcHost.call_sync": "a plain `def` endpoint of an actor in this same process",
+        return {"ProcHost.call_sync": "a plain `def` endpoint of this same actor",
                 "ProcHost.spawn": "a spawn into this same process"}.get(
                     pt.name, f"{pt.name[len('ProcHost.'):]}() of this same process")
     return f"{pt.name}() (this actor itself)"

@@ -15,7 +15,7 @@ import threading
 from typing import Any
 
 from .. import exceptions as exc
-from .._private import state
+from .._private import lanes, state
 from .._private.args import CallChecker, name_bad_argument
 from .._private.portal import failed
 from ..objstore.serialization import SHM_THRESHOLD, big_bytes_out_of_band
@@ -104,7 +104,7 @@ class ActorMesh(Shaped):
         """Remove these actors from their processes (``__cleanup__`` runs if defined)."""
         core = state.core()
         _stopped_here.add(self._key)
-        refs = [core.call_actor(self._procs[r], "stop_actor", (self._key,), {}, 1,
+        refs = [core.call_actor(self._procs[r], lanes.named("stop_actor", self._key), (self._key,), {}, 1,
                                 inline=self._hosts[r] != core.host_id)
                 for r in self._shape.ranks()]
         return _gather(self, refs, self._points(), None, build=lambda values: None)
@@ -145,7 +145,8 @@ class Endpoint:
         self._mesh = mesh
         self._name = name
         self._checker = checker
-        self._target = "call" if is_async else "call_sync"
+        # A plain endpoint runs on its actor's own helper thread in each process (lanes.py).
+        self._target = "call" if is_async else lanes.named("call_sync", mesh._key)
 
     def _check(self, args: tuple, kwargs: dict) -> None:
         mesh = self._mesh

@@ -21,7 +21,7 @@ from typing import Any
 
 from .. import exceptions as exc
 from .._private import context as rt_context
-from .._private import state
+from .._private import lanes, state
 from .._private.args import CallChecker
 from ..objstore.serialization import dumps_code
 from . import supervision
@@ -221,7 +221,7 @@ class ProcMesh(Shaped):
                 host.classes.setdefault(blob, cls)
         key = f"{name}#{os.urandom(6).hex()}"
         spawned = [
-            core.call_actor(self._procs[r], "spawn", (name, key, blob, extent.labels, extent.sizes, i, args, kwargs),
+            core.call_actor(self._procs[r], lanes.named("spawn", key), (name, key, blob, extent.labels, extent.sizes, i, args, kwargs),
                             {}, 1, inline=self._hosts[r] != core.host_id)
             for i, r in enumerate(self._shape.ranks())
         ]

@@ -4,9 +4,10 @@ Each process of a mesh is an ordinary meshrt actor running ProcHost, so meshes g
 the runtime's direct calls, per-caller FIFO order, death detection and object store
 for free. ProcHost holds the mesh actors spawned on the process (several meshes may
 share one process, as in Monarch) and runs their endpoints on its event loop:
-``async def`` endpoints interleave at ``await``; plain ``def`` endpoints run to
-completion on the process's helper thread, one at a time, in arrival order; an
-``async def`` call starts after the plain calls that arrived before it.
+``async def`` endpoints interleave at ``await``; each actor's plain ``def`` endpoints
+run to completion on a helper thread of its own (lanes.py), one at a time, in arrival
+order; an ``async def`` call starts after the plain calls to its actor that arrived
+before it.
 """
 
 from __future__ import annotations
@@ -59,7 +60,6 @@ class ProcHost:
 
         self.in_driver = executor is not None
         self._executor = executor or state.core().executor
-        self._helper = self._executor.pool  # where plain-def methods run, in order
 
     def spawn(self, name: str, key: str, class_blob: bytes, labels: tuple, sizes: tuple, rank: int,
               args: tuple, kwargs: dict) -> None:
@@ -89,12 +89,12 @@ class ProcHost:
     async def call(self, key: str, method: str, message_rank: int, labels: tuple, sizes: tuple,
                    packed: tuple, ready: Any = None) -> Any:
         """An ``async def`` endpoint: runs on this process's loop, interleaving at await."""
-        if self._executor.helper_busy():
-            # Calls that arrived before this one (a spawn, plain-def endpoints) run on
-            # the helper thread: let them finish first, so one caller's calls start in
-            # the order it made them; unless the plain call running there is blocked
-            # waiting for this very call.
-            await self._executor.helper_turn(rt_context.current_call().task_id)
+        if self._executor.helper_busy(key):
+            # Calls to this actor that arrived before this one (its spawn, plain-def
+            # endpoints) run on its helper thread: let them finish first, so one
+            # caller's calls start in the order it made them; unless the plain call
+            # running there is blocked waiting for this very call.
+            await self._executor.helper_turn(rt_context.current_call().task_id, key)
         hosted = self._hosted(key)
         fn = getattr(hosted.instance, method)
         args, kwargs = (await packed[0]) if type(packed) is list else packed
@@ -158,7 +158,9 @@ class ProcHost:
         return hosted
 
     def stop_actor(self, key: str) -> None:
-        """Drop a mesh actor from this process, running its ``__cleanup__`` first."""
+        """Drop a mesh actor from this process, running its ``__cleanup__`` first (on the
+        actor's own helper thread, which then ends)."""
+        self._executor.lanes.retire(key)  # (what was queued there before still runs)
         hosted = self.actors.pop(key, None)
         if hosted is not None and self.names.get(hosted.info.name) == key:
             del self.names[hosted.info.name]  # (the name may be spawned again)
@@ -212,6 +214,7 @@ class ProcHost:
                 "meshrt.shutdown()")
         from .._private.executor import ActorExit
 
+        self._executor.lanes.drain_others()  # (each actor first finishes the calls it was given)
         raise ActorExit(STOPPED)
 
 

@@ -1,0 +1,122 @@
+"""Lanes: one helper thread per mesh actor for the plain ``def`` methods of a process.
+
+A process of a mesh may host several actor meshes. As in Monarch, each actor runs
+its own plain ``def`` endpoints one at a time, in arrival order, without waiting for
+the other actors of its process: so a blocking endpoint of one actor (``.get()`` on
+another actor of the same process, a collective) never stalls the others. The caller
+names the lane in the method it sends (``"call_sync:<actor key>"``), so the core
+loop routes a call without unpickling its arguments. Methods without a lane (every
+plain method of a Ray-style async actor, a process mesh's own ``stop``...) share the
+default lane, the executor's ``pool``.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from .helper_thread import HelperThread
+
+SEP = ":"
+
+
+def split(method: str) -> tuple[str, str]:
+    """``"call_sync:key"`` -> ``("call_sync", "key")``; ``"ping"`` -> ``("ping", "")``."""
+    target, _, lane = method.partition(SEP)
+    return target, lane
+
+
+def named(method: str, lane: str) -> str:
+    return f"{method}{SEP}{lane}"
+
+
+class Lane:
+    """One helper thread and what the executor tracks about it."""
+
+    __slots__ = ("key", "helper", "submitted", "done", "waits_on", "retired")
+
+    def __init__(self, key: str, helper: HelperThread) -> None:
+        self.key = key
+        self.helper = helper
+        self.submitted = 0  # written by the core loop only (under Lanes.lock)
+        self.done = 0  # written by the lane's thread only
+        self.waits_on: frozenset = frozenset()  # calls its thread is blocked in get() on
+        self.retired = False
+
+    def busy(self) -> bool:
+        """Calls posted here before now have not all finished."""
+        return self.done != self.submitted
+
+
+class Lanes:
+    def __init__(self, default: HelperThread, name: str) -> None:
+        self.name = name
+        self.default = Lane("", default)
+        self._lanes: dict[str, Lane] = {}
+        self._by_thread: dict[int | None, Lane] = {default.ident: self.default}
+        self.lock = threading.Lock()
+
+    def route(self, key: str) -> Lane:
+        """The lane a call naming ``key`` runs on (made on first use; a retired one's
+        late calls go to the default lane, where they fail fast: their actor is gone)."""
+        if not key:
+            return self.default
+        with self.lock:
+            return self._lane(key)
+
+    def post(self, key: str, fn, *args) -> Lane:
+        """Core loop: run ``fn(*args, lane)`` on the lane for ``key``, after what was posted there before."""
+        with self.lock:  # (against retire(): nothing is posted behind a lane's end)
+            lane = self._lane(key) if key else self.default
+            lane.submitted += 1
+            lane.helper.post(fn, *args, lane)
+        return lane
+
+    def _lane(self, key: str) -> Lane:
+        lane = self._lanes.get(key)
+        if lane is None:
+            helper = HelperThread(f"{self.name}-{key.partition('#')[0][:24]}")
+            lane = self._lanes[key] = Lane(key, helper)
+            self._by_thread[helper.ident] = lane
+        return self.default if lane.retired else lane
+
+    def current(self) -> Lane | None:
+        """The lane whose thread this is, if any."""
+        return self._by_thread.get(threading.get_ident())
+
+    def retire(self, key: str) -> None:
+        """The lane's actor was stopped: its thread ends once what was posted there has run."""
+        with self.lock:
+            lane = self._lanes.get(key)
+            if lane is None or lane.retired:
+                return
+            lane.retired = True
+            lane.helper.shutdown(wait=False)
+
+    def all(self) -> list[Lane]:
+        with self.lock:
+            return [self.default, *(lane for lane in self._lanes.values() if not lane.retired)]
+
+    def drain_others(self, timeout: float | None = None) -> None:
+        """From one lane's thread: wait until every other lane has run what was posted
+        to it before now (so a process stopping finishes the calls it was given)."""
+        me = self.current()
+        events = []
+        for lane in self.all():
+            if lane is me:
+                continue
+            done = threading.Event()
+            with self.lock:
+                if lane.retired:
+                    continue
+                lane.helper.post(done.set)
+            events.append(done)
+        for done in events:
+            done.wait(timeout)
+
+    def discard_queued(self) -> None:
+        for lane in self.all():
+            lane.helper.discard_queued()
+
+    def shutdown(self) -> None:
+        for lane in self.all():
+            lane.helper.shutdown(wait=False)
