@@ -519,3 +519,32 @@ async def test_two_actor_meshes_share_processes_and_stop_apart(rt):
         await cleaners.ping.call()
     assert list((await counters.incr.call()).values()) == [1, 1]  # the other mesh lives on
     await procs.stop()
+
+
+class Recorder(Actor):
+    def __init__(self):
+        self.seen = []
+
+    @endpoint
+    async def record(self, i):
+        self.seen.append(i)
+
+    @endpoint
+    async def seen_so_far(self):
+        return self.seen
+
+
+async def test_calls_made_right_after_spawn_start_in_the_order_they_were_made(rt):
+    # The first calls wait behind the constructor (the process is still starting); those
+    # arriving once it has run must not overtake them.
+    for _ in range(4):
+        procs = this_host().spawn_procs(per_host={"gpus": 2})
+        mesh = procs.spawn("r", Recorder)
+        calls = [mesh.slice(gpus=0).record.call_one(i) for i in range(300)]
+        for i in range(300, 400):
+            mesh.record.broadcast(i)
+        await asyncio.gather(*calls)
+        seen = await mesh.seen_so_far.call()
+        assert seen.item(gpus=0) == list(range(400))
+        assert seen.item(gpus=1) == list(range(300, 400))
+        await procs.stop()

@@ -210,3 +210,29 @@ async def test_choose_passes_over_a_dead_process(rt, failures):
     chosen = {await within(mesh.pid.choose()) for _ in range(12)}
     assert chosen <= {pids[0], pids[2]}
     await procs.stop()
+
+
+def _pipes_of(pid: int) -> dict:
+    out = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:  # (closed meanwhile)
+            continue
+        if target.startswith("pipe:"):
+            out[int(fd)] = target
+    return out
+
+
+async def test_no_process_holds_another_ones_output_pipes(rt):
+    # A sibling holding a worker's stdout open would keep its end of output (how its
+    # death is noticed at once) from ever coming: the death would wait for a timer.
+    procs = this_host().spawn_procs(per_host={"gpus": 4})  # (forked in one batch)
+    pids = list((await procs.spawn("f", Fragile).pid.call()).values())
+    own = {pid: {_pipes_of(pid).get(1), _pipes_of(pid).get(2)} for pid in pids}
+    for pid in pids:
+        held = set(_pipes_of(pid).values())
+        for other in pids:
+            if other != pid:
+                assert not (held & own[other]), f"worker {pid} holds the output pipes of worker {other}"
+    await procs.stop()

@@ -186,10 +186,13 @@ class Executor:
                 return
             skip = loop.create_future()
             self._turns[task_id] = (lane, skip)
+        # (a marker through the lane's queue: the waiting calls resume in arrival order)
         drained = loop.run_in_executor(lane.helper, _nothing)
+        lane.turns_waiting += 1
         try:
             await asyncio.wait((skip, drained), return_when=asyncio.FIRST_COMPLETED)
         finally:
+            lane.turns_waiting -= 1
             with self._turn_lock:
                 self._turns.pop(task_id, None)
 

@@ -32,7 +32,7 @@ def named(method: str, lane: str) -> str:
 class Lane:
     """One helper thread and what the executor tracks about it."""
 
-    __slots__ = ("key", "helper", "submitted", "done", "waits_on", "retired")
+    __slots__ = ("key", "helper", "submitted", "done", "waits_on", "retired", "turns_waiting")
 
     def __init__(self, key: str, helper: HelperThread) -> None:
         self.key = key
@@ -41,10 +41,13 @@ class Lane:
         self.done = 0  # written by the lane's thread only
         self.waits_on: frozenset = frozenset()  # calls its thread is blocked in get() on
         self.retired = False
+        self.turns_waiting = 0  # async calls waiting for this lane's turn (the loop's only)
 
     def busy(self) -> bool:
-        """Calls posted here before now have not all finished."""
-        return self.done != self.submitted
+        """Calls posted here before now have not all finished, or async calls that
+        arrived before now still wait their turn behind them (a later one must not
+        overtake those)."""
+        return self.done != self.submitted or self.turns_waiting > 0
 
 
 class Lanes:

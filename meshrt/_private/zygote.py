@@ -85,7 +85,7 @@ def serve(channel_fd: int, parent: int) -> None:
                     except ProcessLookupError:
                         pass
                 os._exit(0)
-            for request, fds in requests:
+            for index, (request, fds) in enumerate(requests):
                 if request[0] != "spawn":
                     continue
                 _, worker_id, env, kind = request
@@ -95,6 +95,12 @@ def serve(channel_fd: int, parent: int) -> None:
                     channel.close()
                     os.close(wake_r)
                     os.close(wake_w)
+                    # The pipes of the workers still to fork from this batch are not
+                    # this one's: held open here, they would keep a dead sibling's
+                    # output from ending, and its death from being reported.
+                    for _, later in requests[index + 1:]:
+                        for fd in later:
+                            os.close(fd)
                     _child(worker_id, env, kind, fds)
                     os._exit(0)  # not reached
                 for fd in fds:
