@@ -48,6 +48,10 @@ class Counter(Actor):
         return (ctx.actor_instance.rank.rank, ctx.message_rank.rank, dict(current_size()), os.getpid())
 
     @endpoint
+    def rank_now(self):
+        return current_rank().rank, dict(current_rank().extent)
+
+    @endpoint
     def wait_on(self, g, rank):
         if current_rank().rank == rank:
             meshrt.get(g.wait.remote())
@@ -95,6 +99,8 @@ async def test_slicing_ranks_and_message_ranks(rt):
     assert column.sizes == {"hosts": 2}
     got = list((await column.where.call()).values())
     assert [(a, m) for a, m, _, _ in got] == [(1, 0), (3, 1)]  # actor rank vs message rank
+    assert [s for _, _, s, _ in got] == [{"hosts": 2}] * 2  # current_size(): the addressed mesh's, as in Monarch
+    assert await counters.slice(hosts=1, gpus=1).rank_now.call_one() == (0, {})  # current_rank(): the message's
     assert list((await column.where.call()).values()) == got  # (a call without arguments reuses its bytes)
     for _ in range(2):
         assert [(a, m) for a, m, _, _ in (await counters.where.call()).values()] == [(r, r) for r in range(4)]
@@ -492,7 +498,7 @@ async def test_each_actor_runs_its_plain_endpoints_on_its_own_thread(rt):
     assert list((await mesh.spawn_then_ask_async.call()).values()) == [0, 0]
     assert list((await mesh.ask_awaiting.call()).values()) == [0, 0]
     other = procs.spawn("other", Sibling)
-    assert list((await mesh.ask_plain_of.call(other.slice(gpus=1))).values()) == [1, 1]
+    assert list((await mesh.ask_plain_of.call(other.slice(gpus=1))).values()) == [0, 0]
     await procs.stop()
 
 

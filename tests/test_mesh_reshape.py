@@ -24,11 +24,11 @@ from meshrt.mesh.shape import Shape
 class Where(Actor):
     @endpoint
     def where(self):
-        return current_rank().rank, dict(context().message_rank), current_actor_name()
+        return context().actor_instance.rank.rank, dict(context().message_rank), current_actor_name()
 
     @endpoint
     def dims(self):
-        return dict(meshrt.current_size())
+        return dict(context().actor_instance.extent), dict(meshrt.current_size())
 
     @endpoint
     def count(self, base):
@@ -36,7 +36,7 @@ class Where(Actor):
 
     @endpoint
     def fail_at(self, rank):
-        if current_rank().rank == rank:
+        if context().actor_instance.rank.rank == rank:
             raise KeyError(f"rank {rank} refuses")
         return rank
 
@@ -93,7 +93,9 @@ async def test_reshaped_meshes_are_called_with_their_new_dims(rt):
     assert (await mesh.rename(gpus="ranks").where.call()).item(ranks=2)[0] == 2
     # processes reshaped before a spawn: the actors' own dims are the new ones
     on_grid = procs.split(gpus=("dp", "tp"), dp=2).spawn("g", Where)
-    assert await on_grid.slice(dp=1, tp=0).dims.call_one() == {"dp": 2, "tp": 2}
+    # (current_size(): the addressed mesh's, as in Monarch)
+    assert await on_grid.slice(dp=1, tp=0).dims.call_one() == ({"dp": 2, "tp": 2}, {})
+    assert (await on_grid.slice(tp=0).dims.call()).item(dp=1) == ({"dp": 2, "tp": 2}, {"dp": 2})
     assert this_host().rename().sizes == {}  # (nothing to rename)
     await procs.stop()
 

@@ -68,7 +68,7 @@ def cluster(monkeypatch):
 class Worker(Actor):
     @endpoint
     def where(self):
-        return (int(os.environ.get("MESHRT_HOST_ID", "0")), os.getpid(), meshrt.current_rank().rank)
+        return (int(os.environ.get("MESHRT_HOST_ID", "0")), os.getpid(), meshrt.context().actor_instance.rank.rank)
 
     @endpoint
     def echo(self, value):

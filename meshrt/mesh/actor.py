@@ -120,14 +120,16 @@ def context() -> Context:
 
 
 def current_rank() -> Point:
-    """This actor's Point in its mesh (``.rank`` is the flat index)."""
-    ctx = context()
-    return ctx.actor_instance.rank if ctx.actor_instance is not None else ctx.message_rank
+    """This message's Point within the mesh the caller addressed (``.rank`` is the flat
+    index), as in Monarch: an actor called through ``mesh.slice(gpus=slice(2, 4))``
+    is rank 0 or 1 of that slice. In a constructor, the actor's Point in the mesh it
+    was spawned as; that stays at ``context().actor_instance.rank``."""
+    return context().message_rank
 
 
 def current_size() -> dict[str, int]:
-    """The sizes of this actor's mesh, by dimension name."""
-    return dict(current_rank().extent)
+    """The sizes of the mesh the caller addressed, by dimension name (as in Monarch)."""
+    return dict(context().message_rank.extent)
 
 
 def current_actor_name() -> str:
