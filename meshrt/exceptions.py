@@ -88,6 +88,11 @@ class TaskError(MeshrtError):
             (self.cause, self.traceback_str, self.function_name, self.pid, self.cause_repr),
         )
 
+    @property
+    def exception(self) -> BaseException | None:
+        """Monarch's name (``ActorError.exception``) for the original exception: ``cause``."""
+        return self.cause
+
     def as_instanceof_cause(self) -> TaskError:
         """Ray's spelling; ours already is an instance of the cause's class."""
         return self

@@ -178,6 +178,7 @@ async def test_endpoint_errors_name_endpoint_and_point(rt):
     with pytest.raises(KeyError) as info:
         await counters.fail.call("nope")
     assert isinstance(info.value, meshrt.ActorError)
+    assert type(info.value.exception) is KeyError and info.value.exception.args == ("nope",)  # (Monarch's name)
     assert re.search(r"c\.fail at Point\(gpus=[01]\)", str(info.value))  # (the first to fail)
     assert "raise KeyError(message)" in str(info.value)  # the remote source line
     with pytest.raises(AttributeError, match="did you mean 'incr'"):

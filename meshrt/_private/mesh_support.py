@@ -17,7 +17,7 @@ from .refs import ObjectRef
 
 class MeshSupport:
     def __init__(self) -> None:
-        self.ports: dict[int, Any] = {}  # port id -> deliver(ref), for mesh Channels
+        self.ports: dict[int, Any] = {}  # port id -> deliver(ref, rank), for mesh Channels
         self.calls_out: dict[int, int] = {}  # actor id -> calls not answered yet (mesh choose())
         self._calls_lock = threading.Lock()
         # actor id -> calls posted to the loop but not yet queued on their ActorClient:
@@ -101,24 +101,24 @@ class MeshSupport:
 
     def on_port_value(self, conn, msg: m.PortValue) -> None:
         """A value sent through a Port: owned here like a put, then handed to its receiver."""
-        self._port_deliver(msg.port_id, msg.payload, self.adopt(msg.payload))
+        self._port_deliver(msg.port_id, msg.payload, self.adopt(msg.payload), msg.rank)
 
-    def _port_deliver(self, port_id: int, payload: Payload, held) -> None:
+    def _port_deliver(self, port_id: int, payload: Payload, held, rank: int) -> None:
         deliver = self.ports.get(port_id)
         if deliver is None:
             self.release_payload(payload)
             return  # the receiver was closed
         entry = self.table.owned(ids.new_put_id())
         self.table.resolve(entry, payload, held)
-        deliver(ObjectRef(entry.id, self.worker_id, self.table.deltas))
+        deliver(ObjectRef(entry.id, self.worker_id, self.table.deltas), rank)
 
-    def send_port(self, owner: int, port_id: int, payload: Payload, held) -> None:
+    def send_port(self, owner: int, port_id: int, payload: Payload, held, rank: int = 0) -> None:
         """Loop: send one Port value to the process that holds its receiver."""
         if owner == self.worker_id:
-            self._port_deliver(port_id, payload, self.adopt(payload, count=False))
+            self._port_deliver(port_id, payload, self.adopt(payload, count=False), rank)
             return
         self.account_outgoing(payload, owner)
-        self.send_to(owner, m.PortValue(port_id, self.lend_out(payload, owner)))
+        self.send_to(owner, m.PortValue(port_id, self.lend_out(payload, owner), rank))
 
 
 class Relayed:

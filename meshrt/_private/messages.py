@@ -114,6 +114,7 @@ class PortValue(NamedTuple):
 
     port_id: int
     payload: Payload
+    rank: int = 0  # the sender's message rank (what a ranked receiver pairs the value with)
 
 
 class StreamEnd(NamedTuple):

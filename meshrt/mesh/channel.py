@@ -2,8 +2,10 @@
 
 The receiver lives in the process that opened the channel; the Port is a small
 picklable address (process + port id) that any process can send through, any
-number of times. Values travel like call results: small ones inline, large ones
-written once into the shared-memory store, owned by the receiving process.
+number of times (once, with ``Channel.open(once=True)``). Values travel like call
+results: small ones inline, large ones written once into the shared-memory store,
+owned by the receiving process. Each carries the sender's message rank, which a
+ranked receiver (``receiver.ranked()``, ``Channel.open_ranked()``) pairs it with.
 """
 
 from __future__ import annotations
@@ -35,19 +37,20 @@ class Port:
         self._host = host  # the receiver's host: a sender on another one cannot use its own store
 
     def send(self, value: Any) -> None:
+        """Send ``value`` to the receiver (tagged with this code's message rank)."""
         core = state.core()
         core.note_peer_host(self._owner, self._host)
         try:
             payload, held = serialize(value, core.placer(None, self._owner))
         except TypeError as err:
             raise TypeError(f"Port.send(): {err}") from None
-        core.io.post(core.send_port, self._owner, self._port_id, payload, held)
+        core.io.post(core.send_port, self._owner, self._port_id, payload, held, _sender_rank())
 
     def exception(self, err: BaseException) -> None:
         """Make the receiver's next ``recv()`` raise ``err``."""
         core = state.core()
         core.io.post(core.send_port, self._owner, self._port_id, error_payload(err, "Port.exception", os.getpid()),
-                     None)
+                     None, _sender_rank())
 
     def __reduce__(self):
         return (Port, (self._owner, self._port_id, self._host))
@@ -60,24 +63,30 @@ class PortReceiver:
     """The receiving end: ``await receiver.recv()`` or ``receiver.recv().get(timeout)``,
     in the order values arrived from each sender."""
 
-    def __init__(self, port_id: int) -> None:
+    def __init__(self, port_id: int, once: bool = False) -> None:
         self._port_id = port_id
+        self._once = once
+        self._taken = 0  # recv() calls made (a once-receiver has one value to give)
         self._lock = threading.Lock()
-        self._ready: collections.deque = collections.deque()
+        self._ready: collections.deque = collections.deque()  # (ref, rank) pairs
         self._waiting: collections.deque = collections.deque()
 
-    def _deliver(self, ref) -> None:  # core loop
+    def _deliver(self, ref, rank: int) -> None:  # core loop
         with self._lock:
             while self._waiting:
                 cf = self._waiting.popleft()
                 if cf.set_running_or_notify_cancel():
-                    cf.set_result(ref)
+                    cf.set_result((ref, rank))
                     return
-            self._ready.append(ref)
+            self._ready.append((ref, rank))
 
     def _next_ref(self) -> concurrent.futures.Future:
         cf: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
+            if self._once and self._taken:
+                raise RuntimeError("recv() again on a receiver opened with Channel.open(once=True): it has "
+                                   "one value to give; open a channel without once=True for more")
+            self._taken += 1
             if self._ready:
                 cf.set_result(self._ready.popleft())
             else:
@@ -86,23 +95,34 @@ class PortReceiver:
 
     def recv(self) -> Future:
         """The next value (raises what ``Port.exception`` sent)."""
+        return self._recv(ranked=False)
+
+    def _recv(self, ranked: bool) -> Future:
         cf = self._next_ref()
 
+        def value(rank: int, value: Any) -> Any:
+            return (rank, value) if ranked else value
+
         async def aget():
-            ref = await asyncio.wrap_future(cf)
-            return await ref
+            ref, rank = await asyncio.wrap_future(cf)
+            return value(rank, await ref)
 
         def get(timeout):
             try:
-                ref = cf.result(timeout)
+                ref, rank = cf.result(timeout)
             except concurrent.futures.TimeoutError:
                 cf.cancel()
                 from ..exceptions import GetTimeoutError
 
                 raise GetTimeoutError(f"PortReceiver.recv() got nothing within {timeout} s") from None
-            return state.core().get([ref], None)[0]
+            return value(rank, state.core().get([ref], None)[0])
 
         return Future(aget, get)
+
+    def ranked(self) -> RankedPortReceiver:
+        """This receiver, giving ``(rank, value)``: the rank of the actor that sent it
+        (its message rank; 0 from outside a mesh actor), as in Monarch."""
+        return RankedPortReceiver(self)
 
     def close(self) -> None:
         core = state.core_or_none()
@@ -113,23 +133,59 @@ class PortReceiver:
         return f"<PortReceiver {self._port_id}>"
 
 
+class RankedPortReceiver:
+    """A view of a PortReceiver whose ``recv()`` gives ``(sender's rank, value)``."""
+
+    def __init__(self, receiver: PortReceiver) -> None:
+        self._receiver = receiver  # (keeps it, and so its port, alive)
+
+    def recv(self) -> Future:
+        return self._receiver._recv(ranked=True)
+
+    def ranked(self) -> RankedPortReceiver:
+        return self
+
+    def close(self) -> None:
+        self._receiver.close()
+
+    def __repr__(self) -> str:
+        return f"<RankedPortReceiver {self._receiver._port_id}>"
+
+
 class Channel:
     @staticmethod
-    def open() -> tuple[Port, PortReceiver]:
-        """A new (Port, PortReceiver) pair; the receiver stays in this process."""
+    def open(once: bool = False) -> tuple[Port, PortReceiver]:
+        """A new (Port, PortReceiver) pair; the receiver stays in this process. ``once``:
+        the receiver takes one value (later sends are dropped, as to a closed receiver)."""
+        if not isinstance(once, bool):
+            raise TypeError(f"Channel.open(once=...): give True or False, got {once!r}")
         core = state.core()
         port_id = next(_port_ids)
-        receiver = PortReceiver(port_id)
+        receiver = PortReceiver(port_id, once)
         deliver = weakref.WeakMethod(receiver._deliver)
 
-        def on_value(ref, deliver=deliver):
+        def on_value(ref, rank, deliver=deliver):
+            if once:  # (the core loop: nothing else is delivered here after this one)
+                core.ports.pop(port_id, None)
             target = deliver()
             if target is not None:
-                target(ref)
+                target(ref, rank)
 
         core.io.post(core.ports.__setitem__, port_id, on_value)
         weakref.finalize(receiver, _forget, core, port_id)
         return Port(core.worker_id, port_id, core.host_id), receiver
+
+    @staticmethod
+    def open_ranked(once: bool = False) -> tuple[Port, RankedPortReceiver]:
+        """``Channel.open()`` with a ranked receiver: ``recv()`` gives ``(rank, value)``."""
+        port, receiver = Channel.open(once)
+        return port, receiver.ranked()
+
+
+def _sender_rank() -> int:
+    from .actor import context
+
+    return context().message_rank.rank
 
 
 def _forget(core, port_id: int) -> None:
