@@ -45,3 +45,47 @@ async def test_a_once_channel_takes_one_value(rt):
     with pytest.raises(TypeError, match=r"Channel.open\(once=...\)"):
         Channel.open(once="yes")
     await procs.stop()
+
+
+class Answerer(Actor):
+    def __init__(self):
+        self.saved = None
+
+    @endpoint(explicit_response_port=True)
+    async def plus_one(self, port, x):
+        port.send(x + 1)
+        return "dropped"  # (the reply is what the port got, as in Monarch)
+
+    @endpoint(explicit_response_port=True)
+    def later(self, port):
+        self.saved = port
+
+    @endpoint
+    def release(self, value):
+        self.saved.send(value)
+
+    @endpoint(explicit_response_port=True)
+    def ask(self, port, helper):
+        helper.send_to.call_one(port, "from a helper").get(timeout=30)  # (answered from elsewhere)
+
+    @endpoint(explicit_response_port=True)
+    def refuse(self, port):
+        port.exception(KeyError("refused"))
+
+
+async def test_an_endpoint_with_an_explicit_response_port_answers_through_it(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    mesh = procs.spawn("a", Answerer)
+    helper = this_host().spawn_procs(per_host={"one": 1}).spawn("h", Sender)
+    assert await mesh.slice(gpus=0).plus_one.call_one(41) == 42
+    assert list((await mesh.plus_one.call(1)).values()) == [2, 2]
+    with pytest.raises(TypeError, match=r"a\.plus_one\(\.\.\.\): missing a required argument: 'x'"):
+        mesh.plus_one.call()  # (the port is not the caller's to give)
+    pending = mesh.slice(gpus=1).later.call_one()  # (its actor goes on serving meanwhile)
+    await mesh.slice(gpus=1).release.call_one("released")
+    assert await pending == "released"
+    assert await mesh.slice(gpus=0).ask.call_one(helper) == "from a helper"
+    with pytest.raises(KeyError, match="refused") as info:
+        await mesh.slice(gpus=1).refuse.call_one()
+    assert "a.refuse at Point(gpus=1)" in str(info.value)
+    await procs.stop()

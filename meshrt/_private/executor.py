@@ -41,6 +41,7 @@ from ..objstore.serialization import (
 from . import args as argpack
 from . import context, ids, lanes, loans
 from . import messages as m
+from .deferred import Deferred
 from .helper_thread import HelperThread
 
 _CANCEL_SIGNAL = signal.SIGUSR1
@@ -285,6 +286,9 @@ class Executor:
             finally:
                 self.running = None
             del args, kwargs
+            if isinstance(result, Deferred):
+                result.then(lambda ok, value: self._settled(call, ok, value))
+                return
             self._finish(call, self._pack_results(call, result))
         except TaskInterrupted:
             self._finish(call, self._cancelled(call))
@@ -294,6 +298,15 @@ class Executor:
             self._failed(call, err)
         finally:
             context.leave(ctx)
+
+    def _settled(self, call: Call, ok: bool, value: Any) -> None:
+        """A Deferred a method returned has settled (on the thread that settled it)."""
+        try:
+            if not ok:
+                raise value
+            self._finish(call, self._pack_results(call, value))
+        except BaseException as err:  # noqa: BLE001 - travels to the caller
+            self._failed(call, err)
 
     def _place(self, call: Call, index: int):
         """Large results go straight into shared memory, owned by whoever receives them."""
@@ -469,6 +482,9 @@ class Executor:
                 return
             result = await fn(*args, **kwargs)
             del args, kwargs
+            if isinstance(result, Deferred):
+                result.then(lambda ok, value: self._settled(call, ok, value))
+                return
             self._finish(call, self._pack_results(call, result))
         except asyncio.CancelledError:
             self._finish(call, self._cancelled(call))

@@ -25,7 +25,7 @@ from .._private import lanes, state
 from .._private.args import CallChecker
 from ..objstore.serialization import dumps_code
 from . import supervision
-from .actor import OwnerCell, current_owner, endpoint_names
+from .actor import ENDPOINT_MARK, OwnerCell, current_owner, endpoint_names
 from .actor_mesh import ActorMesh, MeshState, _gather
 from .future import Future, ready
 from .proc_host import STOPPED, ProcHost
@@ -116,6 +116,17 @@ class HostMesh(Shaped):
         return f"<HostMesh {self.extent}>"
 
 
+def _endpoint_checker(cls: type, endpoint: str, mesh: str) -> CallChecker:
+    """Checks a call's arguments against the endpoint's own (less ``self``, and the
+    port an ``explicit_response_port=True`` endpoint is given)."""
+    fn = getattr(cls, endpoint)
+    bound = isinstance(inspect.getattr_static(cls, endpoint), (staticmethod, classmethod))
+    if (getattr(fn, ENDPOINT_MARK, None) or {}).get("explicit_response_port"):
+        fn = partial(fn, None) if bound else partial(fn, None, None)
+        bound = True
+    return CallChecker.for_callable(fn, f"{mesh}.{endpoint}", drop_self=not bound, call="(...)")
+
+
 def _mesh_core():
     core = state.core()
     if getattr(core, "local_mode", False):
@@ -200,13 +211,7 @@ class ProcMesh(Shaped):
         if inspect.isfunction(init):
             CallChecker.for_callable(init, f"spawn({name!r}, {cls.__name__}, ...): {cls.__name__}.__init__",
                                      drop_self=True, call="").check(args, kwargs)
-        endpoints = {
-            n: (CallChecker.for_callable(getattr(cls, n), f"{name}.{n}",
-                                         drop_self=not isinstance(inspect.getattr_static(cls, n), (staticmethod, classmethod)),
-                                         call="(...)"),
-                is_async)
-            for n, is_async in endpoint_names(cls).items()
-        }
+        endpoints = {n: (_endpoint_checker(cls, n, name), is_async) for n, is_async in endpoint_names(cls).items()}
         hidden = sorted(n for n in endpoints if hasattr(ActorMesh, n))
         if hidden:
             warnings.warn(f"spawn({name!r}, {cls.__name__}, ...): the mesh's own {hidden} hide the endpoint(s) "

@@ -22,7 +22,8 @@ from .. import exceptions as exc
 from .._private import context as rt_context
 from ..objstore.serialization import loads_code
 from . import distributed
-from .actor import ActorInstance, Context, OwnerCell, reset_context, set_context
+from .actor import ENDPOINT_MARK, ActorInstance, Context, OwnerCell, reset_context, set_context
+from .response_port import ResponsePort
 from .shape import Extent, Point
 
 # How a process ended by stop() says it ended (its death is no failure to supervise,
@@ -100,10 +101,11 @@ class ProcHost:
         args, kwargs = (await packed[0]) if type(packed) is list else packed
         tokens = set_context(Context(hosted.info, Point(message_rank, self._extent(labels, sizes))), hosted.owner)
         try:
-            result = fn(*args, **kwargs)
+            port = self._response_port(fn, hosted, method)
+            result = fn(port, *args, **kwargs) if port is not None else fn(*args, **kwargs)
             if inspect.isawaitable(result):
                 result = await result
-            return result
+            return result if port is None else port
         except BaseException as err:
             _label(err, f"{hosted.info.name}.{method} at {hosted.info.rank}")
             raise
@@ -122,12 +124,23 @@ class ProcHost:
         args, kwargs = _fetch(packed[0]) if type(packed) is list else packed
         tokens = set_context(Context(hosted.info, Point(message_rank, self._extent(labels, sizes))), hosted.owner)
         try:
-            return fn(*args, **kwargs)
+            port = self._response_port(fn, hosted, method)
+            if port is None:
+                return fn(*args, **kwargs)
+            fn(port, *args, **kwargs)  # (its return value is dropped, as in Monarch)
+            return port  # (the reply is what is sent there: executor.py takes it as a Deferred)
         except BaseException as err:
             _label(err, f"{hosted.info.name}.{method} at {hosted.info.rank}")
             raise
         finally:
             reset_context(tokens)
+
+    def _response_port(self, fn, hosted: _Hosted, method: str) -> ResponsePort | None:
+        """For an ``@endpoint(explicit_response_port=True)``: the port it answers through."""
+        options = getattr(fn, ENDPOINT_MARK, None)
+        if not options or not options.get("explicit_response_port"):
+            return None
+        return ResponsePort(self._loop, f"{hosted.info.name}.{method} at {hosted.info.rank}")
 
     def describe_call(self, key: str, method: str, *_rest) -> str:
         """``mesh.endpoint at Point(...)``: how errors name a call made with these arguments."""
