@@ -206,8 +206,9 @@ async def test_constructor_failure_is_reported_per_point(rt):
     procs = this_host().spawn_procs(per_host={"gpus": 2})
     mesh = procs.spawn("b", Broken)
     assert await mesh.slice(gpus=0).ping.call_one() == "pong"
-    with pytest.raises(meshrt.exceptions.ActorDiedError, match="no GPU memory left"):
+    with pytest.raises(meshrt.exceptions.ActorDiedError, match="no GPU memory left") as info:
         await mesh.slice(gpus=1).ping.call_one()
+    assert 'raise RuntimeError("no GPU memory left")' in str(info.value)  # (the constructor's traceback)
     with pytest.raises(RuntimeError, match="Broken.__init__ of actor mesh 'b' at Point"):
         await mesh.initialized
     await procs.stop()

@@ -16,6 +16,7 @@ import asyncio
 import inspect
 import logging
 import os
+import traceback
 from typing import Any
 
 from .. import exceptions as exc
@@ -32,13 +33,15 @@ STOPPED = "its processes were stopped with stop()"
 
 
 class _Hosted:
-    __slots__ = ("instance", "info", "error", "owner")
+    __slots__ = ("instance", "info", "error", "owner", "error_tb")
 
-    def __init__(self, instance, info: ActorInstance, error: BaseException | None, owner: OwnerCell) -> None:
+    def __init__(self, instance, info: ActorInstance, error: BaseException | None, owner: OwnerCell,
+                 error_tb: str = "") -> None:
         self.instance = instance
         self.info = info
         self.error = error
         self.owner = owner
+        self.error_tb = error_tb  # the constructor's traceback, for every later call's error
 
 
 class ProcHost:
@@ -80,7 +83,8 @@ class ProcHost:
                 cls = self.classes[class_blob] = loads_code(class_blob)
             instance = owner.value = cls(*args, **kwargs)
         except BaseException as err:
-            self.actors[key] = _Hosted(None, info, err, owner)
+            tb = err.__traceback__.tb_next if err.__traceback__ is not None else None  # (not this frame)
+            self.actors[key] = _Hosted(None, info, err, owner, "".join(traceback.format_exception(type(err), err, tb)))
             _label(err, f"{getattr(cls, '__name__', 'the class')}.__init__ of actor mesh {name!r} at {point}")
             raise
         finally:
@@ -166,7 +170,7 @@ class ProcHost:
                                                   f"actor by that name (it was stopped, or never spawned here)"))
         if hosted.error is not None:
             raise _plain(exc.ActorDiedError(class_name=f"mesh actor {hosted.info.name!r} at {hosted.info.rank}",
-                                            cause=f"its constructor raised {hosted.error!r}",
+                                            cause=f"its constructor raised {hosted.error!r}\n{hosted.error_tb}".rstrip(),
                                             creation_error=hosted.error))
         return hosted
 
