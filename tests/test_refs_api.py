@@ -58,6 +58,34 @@ def test_get_timeout(rt):
     assert meshrt.get(ref, timeout=30) is True
 
 
+@meshrt.remote
+def fails_now():
+    raise KeyError("at once")
+
+
+@meshrt.remote
+def get_twice(ref_in_list):
+    ref = ref_in_list[0]
+    return meshrt.get([ref, ref])
+
+
+def test_get_of_a_ref_named_twice_and_the_first_failure(rt):
+    g = gate()
+    pending = wait_on.remote(g)
+    inner = get_twice.remote([pending])  # (the same, inside a task)
+    failing = fails_now.remote()
+    with pytest.raises(KeyError, match="at once"):  # (as Ray: not after the slow ref, still waiting)
+        meshrt.get([pending, failing])
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(meshrt.get([pending, pending])))
+    waiter.start()  # (it hung: the ref counted twice, its entry woke the waiter once)
+    meshrt.get(g.open.remote())
+    waiter.join(60)
+    assert got == [[True, True]]
+    assert meshrt.get(inner, timeout=60) == [True, True]
+    assert meshrt.wait([]) == ([], [])
+
+
 def test_wait_returns_ready_first_in_order(rt):
     g = gate()
     slow = wait_on.remote(g)

@@ -201,10 +201,15 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
             if entry is None:
                 entry = self._entry_for_unknown(ref)
             found.append(entry)
-        not_ready = [e for e in found if e.payload is None]
+        # (each entry once: a list may name a ref twice, and an entry wakes a waiter once)
+        not_ready = list({id(e): e for e in found if e.payload is None}.values())
         if not_ready:
             self.refuse_waiting_on_itself(not_ready)
-            self._wait_entries(not_ready, refs, timeout)
+            # As Ray does, the first failure is raised as soon as it arrives, not after
+            # the slowest of the other refs.
+            self._wait_entries(not_ready, refs, timeout, fail_fast=True)
+            if any(e.payload is None for e in not_ready):
+                raise error_from_payload(next(e for e in not_ready if e.payload is not None and failed(e)).payload)
         return [self.value_of(e) for e in found]
 
     def refuse_waiting_on_itself(self, entries: list) -> None:

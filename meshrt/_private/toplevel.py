@@ -74,6 +74,8 @@ def wait(object_refs: list, *, num_returns: int = 1, timeout: float | None = Non
     if not isinstance(object_refs, (list, tuple)):
         raise TypeError(f"wait() expects a list of ObjectRefs, got {type(object_refs).__qualname__}")
     refs = list(object_refs)
+    if not refs:  # (as Ray: nothing to wait for)
+        return [], []
     for i, ref in enumerate(refs):
         if not isinstance(ref, ObjectRef):
             raise TypeError(f"wait() expects ObjectRefs, but item {i} is a {type(ref).__qualname__}")
