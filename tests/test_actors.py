@@ -179,7 +179,12 @@ def test_named_actors_namespaces_and_get_if_exists(rt):
         meshrt.get_actor("hits", namespace="nowhere")
     with pytest.raises(ValueError):  # Ray code catches ValueError here
         meshrt.get_actor("missing")
-    del a
+    meshrt.kill(a)  # the name is free at once, as in Ray (not once the process is gone)
+    again = Counter.options(name="hits", namespace="web").remote(7)
+    assert meshrt.get(again.value.remote()) == 7
+    meshrt.kill(again)
+    fresh = Counter.options(name="hits", namespace="web", get_if_exists=True).remote(8)
+    assert meshrt.get(fresh.value.remote()) == 8
 
 
 def test_get_actor_from_a_task(rt):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import threading
 import time
 
@@ -241,6 +242,40 @@ def test_runtime_context(rt):
 
     actor_id, task_id, namespace = meshrt.get(Who.remote().ids.remote())
     assert actor_id and task_id and namespace == ctx.namespace
+
+    @meshrt.remote
+    def task_resources():
+        return meshrt.get_runtime_context().get_assigned_resources()
+
+    assert meshrt.get(task_resources.options(num_cpus=0.5).remote()) == {"CPU": 0.5}
+
+    @meshrt.remote(max_restarts=1)
+    class Restored:
+        def __init__(self):  # (the context is there in the constructor, as in Ray)
+            c = meshrt.get_runtime_context()
+            self.seen = (c.get_actor_id(), c.get_actor_name(), c.was_current_actor_reconstructed,
+                         c.get_assigned_resources())
+
+        def seen_in_init(self):
+            return self.seen
+
+        def crash(self):
+            os._exit(1)
+
+    r = Restored.options(name="restored", num_cpus=1).remote()
+    first = meshrt.get(r.seen_in_init.remote())
+    assert first[0] and first[1:] == ("restored", False, {"CPU": 1.0})
+    r.crash.remote()
+    assert wait_until(lambda: _restarted(r), 30)  # (calls fail while it restarts)
+    again = meshrt.get(r.seen_in_init.remote(), timeout=30)
+    assert again[0] == first[0] and again[2] is True  # was_current_actor_reconstructed
+
+
+def _restarted(handle) -> bool:
+    try:
+        return meshrt.get(handle.seen_in_init.remote(), timeout=30)[2]
+    except meshrt.exceptions.ActorDiedError:
+        return False
 
 
 def test_resources_and_nodes(rt):

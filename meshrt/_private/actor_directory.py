@@ -190,6 +190,8 @@ class ActorDirectory:
             return
         rec.kill_reason = msg.reason
         rec.kill_restart = msg.restart
+        if not msg.restart:  # (as Ray: the name is free at once, not when the process is gone)
+            self._release_name(rec)
         if w.pid:
             self.kill_worker(w)
         elif w.conn is not None:
@@ -239,6 +241,9 @@ class ActorDirectory:
         rec.death = system_error_payload(exc.ActorDiedError(
             ids.to_hex(rec.spec.actor_id), rec.spec.class_name, reason, tail, creation_error))
         self._publish(rec)
+        self._release_name(rec)
+
+    def _release_name(self, rec: ActorRecord) -> None:
         key = (rec.spec.namespace, rec.spec.name)
         if rec.spec.name and self.names.get(key, (None,))[0] == rec.spec.actor_id:
             del self.names[key]

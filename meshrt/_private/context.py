@@ -37,7 +37,11 @@ def set_actor(spec, core, incarnation: int = 0) -> None:
     process["actor_class"] = spec.class_name
     process["actor_meta"] = spec.meta
     process["incarnation"] = incarnation
-    process["resources"] = dict(_units_to_floats(spec.resources))
+    process["resources"] = resources_of(spec)
+
+
+def resources_of(spec) -> dict:
+    return dict(_units_to_floats(spec.resources))
 
 
 def current_call():

@@ -425,6 +425,7 @@ class Executor:
     def start_actor(self, spec: m.ActorSpec, incarnation: int) -> None:
         """Main thread: build the instance; then serve calls in the actor's mode."""
         self.actor_spec = spec
+        context.set_actor(spec, self.core, incarnation)  # (get_runtime_context() in __init__, too)
         error = None
         cls = self.load(spec.code_id)
         try:
@@ -446,7 +447,6 @@ class Executor:
         except BaseException as err:  # noqa: BLE001
             error = error_payload(err, f"{spec.class_name}.__init__", os.getpid(), skip_frames=1)
             self.user_loop = None
-        context.set_actor(spec, self.core)
         self.core.io.post(self.core.send_controller, m.ActorStarted(spec.actor_id, incarnation, error))
 
     def _drain_async(self) -> None:

@@ -162,6 +162,10 @@ class RuntimeContext:
         return context.process.get("actor_name")
 
     def get_assigned_resources(self) -> dict:
+        """What the running task or actor asked for (``{"CPU": 1.0}`` by default)."""
+        call = context.current_call()
+        if getattr(call, "is_task", False):
+            return context.resources_of(call.spec)
         return dict(context.process.get("resources") or {})
 
     def get_accelerator_ids(self) -> dict:
