@@ -346,3 +346,48 @@ RayActorError = ActorDiedError
 ActorUnavailableError = ActorDiedError
 ActorAlreadyExistsError = ActorNameTakenError
 ActorHandleNotFoundError = ActorNotFoundError
+
+
+# Ray raises these where meshrt reports the same event under another name (a node or
+# process lost: ActorDiedError / WorkerCrashedError; a full store: ObjectStoreFullError)
+# or for features meshrt does not have (runtime envs, placement groups, pending-call
+# limits). They exist so that Ray code naming them in ``except`` still imports and runs.
+class RaySystemError(MeshrtError):
+    """Ray's internal system error; meshrt raises none."""
+
+
+class NodeDiedError(MeshrtError):
+    """Ray: the node running a task died; meshrt says ActorDiedError / WorkerCrashedError."""
+
+
+class LocalRayletDiedError(MeshrtError):
+    """Ray: the local raylet died; meshrt has no raylet."""
+
+
+class ObjectFetchTimedOutError(ObjectLostError):
+    """Ray: fetching an object from another node timed out; meshrt says ObjectLostError."""
+
+
+class ObjectReconstructionFailedError(ObjectLostError):
+    """Ray: lineage reconstruction failed; meshrt does not reconstruct (ObjectLostError)."""
+
+
+class OutOfMemoryError(MeshrtError):
+    """Ray: a task was killed by its memory monitor; meshrt names the SIGKILL in the crash error."""
+
+
+class OutOfDiskError(MeshrtError):
+    """Ray: the object store could not spill; meshrt says ObjectStoreFullError."""
+
+
+class PendingCallsLimitExceeded(MeshrtError):
+    """Ray: max_pending_calls reached; meshrt does not limit pending calls."""
+
+
+class RuntimeEnvSetupError(MeshrtError):
+    """Ray: a runtime_env could not be set up; meshrt does not build runtime envs."""
+
+
+__all__ += ["RaySystemError", "NodeDiedError", "LocalRayletDiedError", "ObjectFetchTimedOutError",
+            "ObjectReconstructionFailedError", "OutOfMemoryError", "OutOfDiskError",
+            "PendingCallsLimitExceeded", "RuntimeEnvSetupError"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 
 import pytest
@@ -315,6 +316,55 @@ def test_exit_actor_fails_callers_and_does_not_restart(rt):
         meshrt.get(q.quit.remote(), timeout=30)
     with pytest.raises(ActorDiedError):
         meshrt.get(q.ping.remote(), timeout=30)
+
+
+def test_sys_exit_in_a_method_ends_the_actor_as_in_ray(rt):
+    @meshrt.remote(max_restarts=3)
+    class Leaver:
+        def leave(self):
+            sys.exit(0)
+
+        def ping(self):
+            return "pong"
+
+    a = Leaver.remote()
+    assert meshrt.get(a.ping.remote()) == "pong"
+    with pytest.raises(ActorDiedError, match=r"Leaver.leave called sys.exit\(0\)"):
+        meshrt.get(a.leave.remote(), timeout=30)
+    with pytest.raises(ActorDiedError):  # (an exit, not a crash: no restart)
+        meshrt.get(a.ping.remote(), timeout=30)
+
+
+def test_async_init_and_generators_with_a_fixed_num_returns(rt):
+    @meshrt.remote
+    class Loaded:
+        async def __init__(self, x):  # (an async actor, as in Ray)
+            await asyncio.sleep(0)
+            self.x = x
+
+        def get(self):
+            return self.x
+
+        @meshrt.method(num_returns=2)
+        def pair(self):
+            yield self.x
+            yield self.x + 1
+
+    a = Loaded.remote(5)
+    assert meshrt.get(a.get.remote()) == 5
+    assert meshrt.get(a.pair.remote()) == [5, 6]
+
+    @meshrt.remote(num_returns=1)
+    def one():
+        yield "only"
+
+    @meshrt.remote(num_returns=2)
+    def three():
+        yield from range(3)
+
+    assert meshrt.get(one.remote()) == "only"
+    with pytest.raises(ValueError, match=r"yielded 3 value\(s\), but num_returns=2"):
+        meshrt.get(three.remote())
 
 
 def test_ray_terminate_and_ready(rt):

@@ -36,6 +36,16 @@ def test_put_get_and_snapshot_semantics(rt):
     assert meshrt.get(meshrt.put({"a": [1, 2]})) == {"a": [1, 2]}
 
 
+def test_ref_ids_as_ray_gives_them(rt):
+    refs = [meshrt.put(i) for i in range(20)]
+    assert {len(r.hex()) for r in refs} == {38}  # (one width: it varied with the id)
+    assert all(int.from_bytes(r.binary(), "big") == int(r.hex(), 16) for r in refs)  # (binary() raised)
+    assert not refs[0].is_nil() and refs[0].job_id() == meshrt.get_runtime_context().get_job_id()
+    assert issubclass(meshrt.exceptions.ObjectFetchTimedOutError, meshrt.exceptions.ObjectLostError)
+    for name in ("OutOfMemoryError", "NodeDiedError", "RaySystemError", "PendingCallsLimitExceeded"):
+        assert issubclass(getattr(meshrt.exceptions, name), meshrt.exceptions.MeshrtError)
+
+
 def test_put_of_ref_is_rejected(rt):
     with pytest.raises(TypeError, match="ObjectRef"):
         meshrt.put(meshrt.put(1))

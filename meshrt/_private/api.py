@@ -121,7 +121,8 @@ def _method_meta(cls: type, class_name: str) -> tuple[dict, bool]:
         methods.setdefault(builtin, MethodMeta(1 if builtin == "__ray_ready__" else 0,
                                                CallChecker(builtin, inspect.Signature()), False))
     methods.setdefault("__ray_call__", MethodMeta(1, CallChecker("__ray_call__", None), False))
-    return methods, any_async
+    # (an ``async def __init__`` makes an async actor, as in Ray: it runs on the actor's loop)
+    return methods, any_async or inspect.iscoroutinefunction(getattr(cls, "__init__", None))
 
 
 class ActorClass:

@@ -234,7 +234,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
                 if still and not woke:
                     raise exc.GetTimeoutError(
                         f"get() timed out after {timeout} s: {len(still)} of {len(refs)} "
-                        f"refs not ready (the first is ObjectRef({ids.to_hex(still[0].id, 36)})); "
+                        f"refs not ready (the first is ObjectRef({ids.to_hex(still[0].id, ids.OBJECT_HEX)})); "
                         "raise timeout= or wait with meshrt.wait() first"
                     )
                 if fail_fast and any(failed(e) for e in waiting):

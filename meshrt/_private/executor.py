@@ -294,6 +294,8 @@ class Executor:
             self._finish(call, self._cancelled(call))
         except ActorExit as stop:
             self._exit_actor(str(stop.code) if stop.code else "exit_actor() was called")
+        except SystemExit as stop:
+            self._system_exit(call, stop)
         except BaseException as err:  # noqa: BLE001 - user errors travel to the caller
             self._failed(call, err)
         finally:
@@ -324,6 +326,11 @@ class Executor:
 
     def _pack_results(self, call: Call, result: Any):
         n = call.num_returns
+        if n >= 1 and inspect.isgenerator(result):  # a generator with num_returns=N: its N values
+            values = list(result)
+            if len(values) != n:
+                raise ValueError(f"{call.name} yielded {len(values)} value(s), but num_returns={n} expects {n}")
+            result = values[0] if n == 1 else values
         if n == 1:
             payload, held = serialize(result, self._place(call, 0), self._lender(call, result))
             return (payload,), held
@@ -437,6 +444,10 @@ class Executor:
                 self.use_helper(HelperThread("meshrt-sync-method"), "meshrt-sync")
 
                 async def construct():
+                    if inspect.iscoroutinefunction(getattr(cls, "__init__", None)):  # (Ray runs it)
+                        instance = cls.__new__(cls)
+                        await instance.__init__(*args, **kwargs)
+                        return instance
                     return cls(*args, **kwargs)
 
                 self.instance = self.user_loop.run_until_complete(construct())
@@ -490,10 +501,20 @@ class Executor:
             self._finish(call, self._cancelled(call))
         except ActorExit as stop:
             self._exit_actor(str(stop.code) if stop.code else "exit_actor() was called")
+        except SystemExit as stop:
+            self._system_exit(call, stop)
         except BaseException as err:  # noqa: BLE001
             self._failed(call, err)
         finally:
             context.leave(ctx)
+
+    def _system_exit(self, call: Call, stop: SystemExit) -> None:
+        """``sys.exit()`` in an actor method ends the actor, as in Ray (its callers get
+        ActorDiedError saying so); in a task it fails the task with the SystemExit."""
+        if call.is_task:
+            self._failed(call, stop)
+            return
+        self._exit_actor(f"{self._call_name(call)} called sys.exit({stop.code!r})")
 
     async def _stream_async(self, call: Call, agen) -> None:
         post = self.core.io.post

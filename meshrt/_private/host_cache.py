@@ -178,4 +178,4 @@ def _lost(oid: int, err: BaseException):
     from .. import exceptions as exc
     from . import ids
 
-    return exc.ObjectLostError(ids.to_hex(oid, 36), f"pulling the value from its owner's host failed: {err}")
+    return exc.ObjectLostError(ids.to_hex(oid, ids.OBJECT_HEX), f"pulling the value from its owner's host failed: {err}")

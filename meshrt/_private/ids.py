@@ -14,6 +14,8 @@ import os
 import secrets
 
 _INDEX_BITS = 32
+OBJECT_BYTES = (56 + 64 + _INDEX_BITS + 7) // 8  # the most an object id takes (issuer, sequence, index)
+OBJECT_HEX = 2 * OBJECT_BYTES
 _issuer = 0
 _counter = itertools.count(1)
 

@@ -28,7 +28,7 @@ def memory_summary() -> str:
             refs = _holders(entry) if entry is not None else "-"
             pins = ",".join(f"w{w}x{n}" for w, n in rec["pins"].items()) or "-"
             where = rec["where"] + (" (freed)" if rec["freed"] else "")
-            lines.append(f"{ids.to_hex(rec['key'], 36):38} {_mib(rec['size']):>10}  {where:14} "
+            lines.append(f"{ids.to_hex(rec['key'], ids.OBJECT_HEX):38} {_mib(rec['size']):>10}  {where:14} "
                          f"{'w' + str(rec['owner']):>6}  {pins:14} {refs}")
     inline = [e for e in core.table.entries.values()
               if e.owner == core.worker_id and e.payload is not None and e.payload.shm is None]

@@ -32,7 +32,7 @@ class Ownership:
         borrower = conn.peer_id
         if entry is None:
             payload = system_error_payload(exc.ObjectFreedError(
-                ids.to_hex(msg.object_id, 36), "the owner has already freed this value"))
+                ids.to_hex(msg.object_id, ids.OBJECT_HEX), "the owner has already freed this value"))
             self.send_to(borrower, m.ObjectValue(msg.object_id, payload))
         elif entry.payload is not None:
             self.send_value(entry, borrower)

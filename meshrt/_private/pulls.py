@@ -165,7 +165,7 @@ async def pull_payload(key: int | None, lent: m.LentPayload, client=None, owner:
             client.free((key, total, layout))
         from .. import exceptions as exc
 
-        what = ids.to_hex(key, 36) if key is not None else "a large value"
+        what = ids.to_hex(key, ids.OBJECT_HEX) if key is not None else "a large value"
         return system_error_payload(exc.ObjectLostError(what, f"pulling it from the sender's host failed: {err}"))
     finally:
         drop_lent(lent)  # our copies of the handles: their unpacked keys go

@@ -38,10 +38,19 @@ class ObjectRef:
     # -- identity -------------------------------------------------------------------
 
     def hex(self) -> str:
-        return ids.to_hex(self._id, 36)
+        return ids.to_hex(self._id, ids.OBJECT_HEX)
 
     def binary(self) -> bytes:
-        return self._id.to_bytes(18, "big")
+        return self._id.to_bytes(ids.OBJECT_BYTES, "big")
+
+    def is_nil(self) -> bool:
+        """Ray's check for a nil id; a meshrt ref always names an object."""
+        return False
+
+    def job_id(self) -> str | None:
+        from . import context
+
+        return context.process.get("job_id")
 
     def task_id(self) -> str:
         return ids.to_hex(ids.task_of(self._id))

@@ -53,7 +53,7 @@ def render(info: dict) -> str:
                  f"({_mib(u['spilled_bytes'])})")
     for rec in sorted(info["store"]["objects"], key=lambda r: -r["size"])[:50]:
         pins = ",".join(f"w{w}x{n}" for w, n in rec["pins"].items()) or "-"
-        lines.append(f"  {ids.to_hex(rec['key'], 36)} {_mib(rec['size']):>10}  {rec['where']:14} "
+        lines.append(f"  {ids.to_hex(rec['key'], ids.OBJECT_HEX)} {_mib(rec['size']):>10}  {rec['where']:14} "
                      f"owner w{rec['owner']}  mapped by {pins}")
     return "\n".join(lines)
 
