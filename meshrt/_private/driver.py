@@ -266,6 +266,9 @@ def init(
     unknown = sorted(set(ray_args) - _IGNORED_INIT_ARGS)
     if unknown:
         raise TypeError(f"init() got unexpected keyword argument(s) {', '.join(unknown)}")
+    from .options import warn_runtime_env
+
+    warn_runtime_env(ray_args.get("runtime_env"), "meshrt.init()")
     with state.lock:
         current = state.core_or_none()
         if current is not None:

@@ -28,7 +28,26 @@ DEFAULT_TASK_RETRIES = 3
 DEFAULT_ASYNC_CONCURRENCY = 1000
 
 
+def warn_runtime_env(runtime_env: Any, what: str) -> None:
+    """runtime_env is accepted (Ray code passes it) but not applied: say so at the user's
+    line, rather than run without the environment asked for in silence."""
+    if not runtime_env or (isinstance(runtime_env, dict) and not any(runtime_env.values())):
+        return
+    import os
+    import sys
+    import warnings
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(0), 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(f"{what}: runtime_env is not supported by meshrt yet and is ignored; set environment "
+                  f"variables in the driver before meshrt.init() (every worker inherits them) and "
+                  f"install packages in the driver's environment", RuntimeWarning, stacklevel=level)
+
+
 def check_keys(options: dict, allowed: set, what: str) -> None:
+    warn_runtime_env(options.get("runtime_env"), what)
     for key in options:
         if key not in allowed:
             raise ValueError(f"invalid option {key!r} for {what}; valid options are "
