@@ -116,3 +116,28 @@ def test_zero_cpu_tasks_start_workers_a_few_at_a_time():
     assert start == StartWorkers((), 2)
     s.worker_starting((), 2)
     assert s.schedule() == []
+
+
+def test_nested_tasks_go_before_queued_top_level_ones():
+    # A task blocked in get() lends its CPU: its subtask (depth 1) must take it, not the
+    # next of the driver's many tasks (depth 0), or every top-level task would start and
+    # block first, each holding a process.
+    s = Scheduler(node(CPU=1))
+    one = normalize({"CPU": 1})
+    for t in range(3):
+        s.submit_task(t, one)  # from the driver
+    s.submit_task(10, one, depth=1)  # from task 0
+    s.submit_task(20, one, depth=2)  # from task 10
+    s.submit_task(11, one, depth=1)
+    order = []
+    for worker in range(6):
+        s.worker_idle(worker, ())
+        dispatched = [a for a in s.schedule() if type(a) is Dispatch]
+        assert len(dispatched) == 1
+        order.append(dispatched[0].task_id)
+        s.node.release(dispatched[0].alloc)
+    assert order == [20, 10, 11, 0, 1, 2]
+    assert s.remove_task(0) is False and s.queued_tasks() == 0
+    s.requeue_front([10, 11], one, [1, 1])
+    s.submit_task(5, one)
+    assert s.remove_task(11) and [s.take(one, 5)] == [[10, 5]]

@@ -307,3 +307,25 @@ def test_many_zero_cpu_tasks(rt):
 
     assert meshrt.get([light.remote(i) for i in range(300)], timeout=60) == list(range(300))
     assert len(psutil.Process().children(recursive=True)) < 20
+
+
+@meshrt.remote
+def _leaf(i):
+    return i
+
+
+@meshrt.remote
+def _mid(i):
+    return meshrt.get(_leaf.remote(i))
+
+
+def test_nested_gets_do_not_start_a_process_per_waiting_task(rt):
+    # Each blocked _mid lends its CPU; its _leaf (one level deeper) runs on it before the
+    # next queued _mid starts, so the pool stays small (it grew to one process per _mid).
+    from meshrt._private import state
+
+    controller = state.core().controller
+    before = {w.id for w in controller.workers.values() if w.kind == "task"}
+    assert meshrt.get([_mid.remote(i) for i in range(200)]) == list(range(200))
+    started = [w for w in controller.workers.values() if w.kind == "task" and w.id not in before]
+    assert len(started) < 40, f"{len(started)} task processes for 200 nested gets on 2 CPUs"

@@ -48,6 +48,16 @@ def current_call():
     return _call.get()
 
 
+def nesting_depth() -> int:
+    """The depth of a task submitted from here (scheduler/depth_queue.py): one below
+    the running task; from an actor's method, 1; from the driver's own code, 0."""
+    call = _call.get()
+    if call is None:
+        return 0
+    spec = getattr(call, "spec", None)
+    return getattr(spec, "depth", 0) + 1
+
+
 def _units_to_floats(units):
     from ..scheduler.resources import from_units
 

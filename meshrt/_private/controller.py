@@ -404,7 +404,7 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions):
             self._fail_task(spec, system_error_payload(err))
             return
         self.tasks[spec.task_id] = TaskRecord(spec, spec.resources)
-        self.scheduler.submit_task(spec.task_id, spec.resources)
+        self.scheduler.submit_task(spec.task_id, spec.resources, spec.depth)
         self.schedule()
 
     def schedule(self) -> None:
@@ -426,7 +426,7 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions):
             if w is not None and w.conn is not None:
                 self._set_idle(w)
             if rec is not None:
-                self.scheduler.submit_task(rec.spec.task_id, rec.units)
+                self.scheduler.submit_task(rec.spec.task_id, rec.units, rec.spec.depth)
             return
         w.alloc = action.alloc
         w.units = rec.units
@@ -478,7 +478,7 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions):
     def _requeue(self, rec: TaskRecord) -> None:
         spec = rec.spec._replace(attempt=rec.spec.attempt + 1)
         self.tasks[spec.task_id] = TaskRecord(spec, rec.units)
-        self.scheduler.submit_task(spec.task_id, rec.units)
+        self.scheduler.submit_task(spec.task_id, rec.units, spec.depth)
 
     def on_worker_blocked(self, conn, msg: m.WorkerBlocked) -> None:
         w = self.workers.get(conn.peer_id)
@@ -490,7 +490,7 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions):
                 if rec in w.tasks:
                     w.tasks.remove(rec)
                 rec.worker = None
-            self.scheduler.requeue_front([r.spec.task_id for r in back], w.units)
+            self.scheduler.requeue_front([r.spec.task_id for r in back], w.units, [r.spec.depth for r in back])
         if msg.blocked and not w.blocked:
             w.blocked = True
             self.node.lend_cpu(w.alloc)

@@ -32,7 +32,7 @@ from . import args as argpack
 from . import ids, loans
 from . import messages as m
 from .actor_calls import ActorCalls
-from .context import current_call
+from .context import current_call, nesting_depth
 from .lent_payloads import lendable
 from .mesh_support import MeshSupport
 from .ownership import Ownership
@@ -152,12 +152,13 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
         pt.remote = remote
         result = self._make_returns(pt, opts.num_returns)
         pt.retries_left = opts.max_retries
+        depth = nesting_depth()
 
         def submit(pt=pt, opts=opts, fn=fn):
             spec = m.TaskSpec(
                 task_id, fn.code_id, opts.name, pt.args, self._dep_payloads(pt), pt.num_returns,
                 self.worker_id, self.address(), opts.resources, opts.max_retries,
-                opts.retry_exceptions, owner_host=self.host_id,
+                opts.retry_exceptions, owner_host=self.host_id, depth=depth,
             )
             pt.sent = True
             self.send_controller(m.SubmitTask(spec))

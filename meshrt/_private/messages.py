@@ -65,6 +65,7 @@ class TaskSpec(NamedTuple):
     retry_exceptions: Any  # bool or tuple of exception classes (pickled by reference)
     attempt: int = 0
     owner_host: int = 0  # where results go: another host's owner cannot map this one's store
+    depth: int = 0  # nesting: 0 from the driver, the submitting task's depth + 1 from a task
 
 
 class SubmitTask(NamedTuple):

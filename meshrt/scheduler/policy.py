@@ -4,17 +4,18 @@ The controller feeds events in (a task was submitted, a worker became idle, ...)
 and calls :meth:`Scheduler.schedule`, which returns what to do: place an actor,
 give a task to an idle worker, or start more workers. Tests drive it directly.
 
-Tasks wait in FIFO queues, one per resource shape, so a task that does not fit
-never blocks a smaller one behind it of another shape. Pool workers are keyed by
+Tasks wait in queues, one per resource shape, so a task that does not fit never
+blocks a smaller one behind it of another shape; within a shape the most deeply
+nested tasks go first (depth_queue.py), then FIFO. Pool workers are keyed by
 the GPUs they were started with (``CUDA_VISIBLE_DEVICES`` is fixed before a worker
 imports anything), so a task only lands on a worker that sees the right devices.
 """
 
 from __future__ import annotations
 
-import collections
 from dataclasses import dataclass
 
+from .depth_queue import DepthQueue
 from .resources import Allocation, NodeResources
 
 Units = tuple  # ((name, units), ...)
@@ -47,27 +48,29 @@ class Scheduler:
         # and must not fork a process each; the pool grows a few workers at a time.
         cpus = node.total.get("CPU", 0) // 10_000
         self.max_starting = max_starting if max_starting is not None else max(2, cpus)
-        self.tasks: dict[Units, collections.deque] = {}
-        self.task_units: dict[int, Units] = {}
+        self.tasks: dict[Units, DepthQueue] = {}
+        self.task_units: dict[int, tuple] = {}  # queued task -> (units, depth)
         self.actors: dict[int, Units] = {}  # insertion order = FIFO
         self.idle: dict[PoolKey, list[int]] = {}
         self.starting: dict[PoolKey, int] = {}
 
     # -- events ------------------------------------------------------------------------
 
-    def submit_task(self, task_id: int, units: Units) -> None:
-        self.tasks.setdefault(units, collections.deque()).append(task_id)
-        self.task_units[task_id] = units
+    def submit_task(self, task_id: int, units: Units, depth: int = 0) -> None:
+        """``depth``: how deeply nested the task is (0: submitted by the driver)."""
+        self.tasks.setdefault(units, DepthQueue()).append(task_id, depth)
+        self.task_units[task_id] = (units, depth)
 
     def remove_task(self, task_id: int) -> bool:
         """Drop a queued task (cancel); False if it is not queued any more."""
-        units = self.task_units.pop(task_id, None)
-        if units is None:
+        queued = self.task_units.pop(task_id, None)
+        if queued is None:
             return False
+        units, depth = queued
         queue = self.tasks.get(units)
         if queue is not None:
             try:
-                queue.remove(task_id)
+                queue.remove(task_id, depth)
             except ValueError:
                 return False
             if not queue:
@@ -128,12 +131,13 @@ class Scheduler:
             del self.tasks[units]
         return taken
 
-    def requeue_front(self, task_ids: list[int], units: Units) -> None:
-        """Tasks handed back unstarted go to the head of their queue, in their order."""
-        queue = self.tasks.setdefault(units, collections.deque())
-        for task_id in reversed(task_ids):
-            queue.appendleft(task_id)
-            self.task_units[task_id] = units
+    def requeue_front(self, task_ids: list[int], units: Units, depths: list[int] | None = None) -> None:
+        """Tasks handed back unstarted go to the head of their level, in their order."""
+        queue = self.tasks.setdefault(units, DepthQueue())
+        depths = depths if depths is not None else [0] * len(task_ids)
+        for task_id, depth in zip(reversed(task_ids), reversed(depths), strict=True):
+            queue.appendleft(task_id, depth)
+            self.task_units[task_id] = (units, depth)
 
     # -- decisions -----------------------------------------------------------------------
 
