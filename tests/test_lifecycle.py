@@ -35,6 +35,26 @@ def test_shutdown_then_init_again():
         assert not meshrt.is_initialized()
 
 
+@meshrt.remote
+class Holder:
+    def value(self):
+        return 1
+
+
+def test_a_handle_from_before_shutdown_fails_at_once():
+    meshrt.init(num_cpus=1)
+    stale = Holder.remote()
+    assert meshrt.get(stale.value.remote()) == 1
+    meshrt.shutdown()
+    meshrt.init(num_cpus=1)
+    try:
+        with pytest.raises(meshrt.exceptions.ActorDiedError, match="made before meshrt.shutdown"):
+            stale.value.remote()  # (it waited for an actor that never comes)
+        assert meshrt.get(Holder.remote().value.remote()) == 1
+    finally:
+        meshrt.shutdown()
+
+
 def test_auto_init_on_first_use():
     assert not meshrt.is_initialized()
     assert meshrt.get(one.remote()) == 1

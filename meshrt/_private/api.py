@@ -10,8 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .. import exceptions as exc
 from ..objstore.serialization import dumps_code
-from . import state
+from . import ids, state
 from .args import CallChecker
 from .options import ActorOptions, TaskOptions
 from .refs import ObjectRef
@@ -231,6 +232,18 @@ class ActorHandle:
         return self._actor_id
 
 
+def _check_current(handle: ActorHandle, core) -> None:
+    """A handle this process made in a runtime since shut down names an actor that is
+    gone: say so at once (a call to it would wait for an actor that never comes)."""
+    ref = handle._handle_ref
+    table = getattr(core, "table", None)
+    if (ref is not None and table is not None and ref._owner == getattr(core, "worker_id", None)
+            and ref._id not in table.entries):
+        raise exc.ActorDiedError(ids.to_hex(handle._actor_id), handle._class_name,
+                                 "its handle was made before meshrt.shutdown(); actors end with the runtime, "
+                                 "so create it again after meshrt.init()")
+
+
 def _rebuild_handle(actor_id: int, meta_blob: bytes, handle_ref) -> ActorHandle:
     meta = _META_CACHE.get(actor_id)
     if meta is None:
@@ -252,6 +265,7 @@ class ActorMethod:
     def remote(self, *args, **kwargs):
         self._checker.check(args, kwargs)
         core = state.core()
+        _check_current(self._handle, core)
         if getattr(core, "host_id", 0):  # Ray-style actors run on the head host: from
             # another host, large arguments are lent to it, not put in this host's store
             return core.call_actor(self._handle, self._name, args, kwargs, self._num_returns, inline=True)
