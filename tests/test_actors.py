@@ -367,6 +367,39 @@ def test_async_init_and_generators_with_a_fixed_num_returns(rt):
         meshrt.get(three.remote())
 
 
+def test_retry_exceptions_on_actor_methods_as_in_ray(rt):
+    @meshrt.remote(max_task_retries=2)
+    class Flaky:
+        def __init__(self):
+            self.calls = 0
+
+        @meshrt.method(retry_exceptions=True)
+        def third_time_lucky(self):
+            self.calls += 1
+            if self.calls % 3:
+                raise ValueError(f"attempt {self.calls}")
+            return self.calls
+
+        def fails(self, kind):
+            self.calls += 1
+            raise kind(f"attempt {self.calls}")
+
+        def count(self):
+            return self.calls
+
+    f = Flaky.remote()
+    assert meshrt.get(f.third_time_lucky.remote()) == 3  # (two retries allowed)
+    with pytest.raises(ValueError, match="attempt 4"):
+        meshrt.get(f.fails.remote(ValueError))  # (no retry_exceptions: once)
+    with pytest.raises(KeyError, match="attempt 7"):  # (a listed class: retried twice)
+        meshrt.get(f.fails.options(retry_exceptions=[KeyError]).remote(KeyError))
+    with pytest.raises(ValueError, match="attempt 8"):  # (not listed: once)
+        meshrt.get(f.fails.options(retry_exceptions=[KeyError]).remote(ValueError))
+    assert meshrt.get(f.count.remote()) == 8
+    with pytest.raises(ValueError, match="retry_exceptions"):
+        meshrt.method(retry_exceptions="yes")
+
+
 def test_ray_terminate_and_ready(rt):
     c = Counter.remote()
     assert meshrt.get(c.__ray_ready__.remote()) is True

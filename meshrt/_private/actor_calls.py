@@ -17,7 +17,7 @@ class ActorCalls:
     request_sync, send_controller, namespace, _make_returns, _note_child, _start_pending."""
 
     def call_actor(self, handle, method: str, args: tuple, kwargs: dict, num_returns: int,
-                   inline: bool = False, direct: bool = True, packed=None) -> Any:
+                   inline: bool = False, direct: bool = True, packed=None, retry_exceptions: Any = False) -> Any:
         """``inline``: the actor is on another host, so large arguments are lent
         (lent_payloads.py) instead of placed in this host's store. ``direct``: the
         call may leave from this thread (False for a call to many actors behind one
@@ -35,6 +35,7 @@ class ActorCalls:
         pt.actor_id = handle._actor_id
         pt.remote = inline
         pt.retries_left = handle._max_task_retries
+        pt.retry = retry_exceptions
         result = self._make_returns(pt, num_returns)
         self.pending[task_id] = pt
         self._note_child(task_id)
@@ -45,6 +46,33 @@ class ActorCalls:
         self.count_unsubmitted(handle._actor_id, 1)
         self.io.post(self._submit_actor_call, handle._actor_id, handle._class_name, pt)
         return result
+
+    def retry_call(self, pt: PendingTask, results: tuple) -> bool:
+        """Loop: an actor method called with ``retry_exceptions`` raised one of them: send
+        the call again, as Ray does, while the actor's ``max_task_retries`` allow."""
+        payload = results[0] if results else None
+        if payload is None or not payload.is_error or payload.loans is not None or pt.client is None:
+            return False
+        from ..objstore.serialization import error_from_payload
+
+        try:
+            err = error_from_payload(payload)
+            allowed = pickle.loads(pt.retry) if pt.retry is not True else Exception
+        except Exception:  # noqa: BLE001 - (cannot tell: the error goes to the caller)
+            return False
+        cause = getattr(err, "cause", None)
+        if not isinstance(cause if cause is not None else err, allowed):
+            return False
+        if pt.retries_left > 0:
+            pt.retries_left -= 1
+        self.pending[pt.task_id] = pt
+        client = pt.client
+        with client.lock:
+            client.inflight.pop(pt.task_id, None)
+            pt.sent = False
+            client.queue.appendleft(pt)
+            client._pump_locked()
+        return True
 
     def create_actor(self, actor_cls, args: tuple, kwargs: dict, opts) -> Any:
         from .api import ActorHandle

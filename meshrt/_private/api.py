@@ -14,7 +14,7 @@ from .. import exceptions as exc
 from ..objstore.serialization import dumps_code
 from . import ids, state
 from .args import CallChecker
-from .options import ActorOptions, TaskOptions
+from .options import ActorOptions, TaskOptions, retry_exceptions_value
 from .refs import ObjectRef
 
 _METHOD_OPTIONS = "__meshrt_method_options__"
@@ -85,6 +85,7 @@ class MethodMeta:
     num_returns: int
     checker: CallChecker
     is_async: bool
+    retry_exceptions: Any = False  # (as options.retry_exceptions_value gives it)
 
 
 @dataclass
@@ -117,7 +118,8 @@ def _method_meta(cls: type, class_name: str) -> tuple[dict, bool]:
             nr = 1 if num_returns is None else num_returns
         checker = CallChecker.for_callable(member, f"{class_name}.{name}",
                                            drop_self=not static and not inspect.ismethod(member))
-        methods[name] = MethodMeta(nr, checker, is_async)
+        retry = retry_exceptions_value(opts.get("retry_exceptions"), f"{class_name}.{name}")
+        methods[name] = MethodMeta(nr, checker, is_async, retry)
     for builtin in ("__ray_ready__", "__ray_terminate__"):
         methods.setdefault(builtin, MethodMeta(1 if builtin == "__ray_ready__" else 0,
                                                CallChecker(builtin, inspect.Signature()), False))
@@ -212,7 +214,7 @@ class ActorHandle:
             raise AttributeError(f"actor {self._class_name} has no method {name!r}{extra}")
         # Not cached on the handle: a method pointing back at its handle would make a
         # cycle, and the actor must end as soon as its last handle is dropped.
-        return ActorMethod(self, name, meta.num_returns, meta.checker)
+        return ActorMethod(self, name, meta.num_returns, meta.checker, meta.retry_exceptions)
 
     def __reduce__(self):
         blob = self._meta_blob or pickle.dumps(self._meta, protocol=5)
@@ -254,13 +256,15 @@ def _rebuild_handle(actor_id: int, meta_blob: bytes, handle_ref) -> ActorHandle:
 class ActorMethod:
     """``handle.method``: call ``.remote(...)`` on it."""
 
-    __slots__ = ("_handle", "_name", "_num_returns", "_checker")
+    __slots__ = ("_handle", "_name", "_num_returns", "_checker", "_retry")
 
-    def __init__(self, handle: ActorHandle, name: str, num_returns: int, checker: CallChecker):
+    def __init__(self, handle: ActorHandle, name: str, num_returns: int, checker: CallChecker,
+                 retry_exceptions: Any = False):
         self._handle = handle
         self._name = name
         self._num_returns = num_returns
         self._checker = checker
+        self._retry = retry_exceptions  # (retried up to the actor's max_task_retries, as in Ray)
 
     def remote(self, *args, **kwargs):
         self._checker.check(args, kwargs)
@@ -268,8 +272,10 @@ class ActorMethod:
         _check_current(self._handle, core)
         if getattr(core, "host_id", 0):  # Ray-style actors run on the head host: from
             # another host, large arguments are lent to it, not put in this host's store
-            return core.call_actor(self._handle, self._name, args, kwargs, self._num_returns, inline=True)
-        return core.call_actor(self._handle, self._name, args, kwargs, self._num_returns)
+            return core.call_actor(self._handle, self._name, args, kwargs, self._num_returns, inline=True,
+                                   retry_exceptions=self._retry)
+        return core.call_actor(self._handle, self._name, args, kwargs, self._num_returns,
+                               retry_exceptions=self._retry)
 
     def options(self, num_returns: Any = None, **other) -> ActorMethod:
         unknown = set(other) - {"name", "concurrency_group", "max_task_retries", "retry_exceptions",
@@ -279,7 +285,9 @@ class ActorMethod:
         from .options import num_returns_value
 
         nr = self._num_returns if num_returns is None else num_returns_value(num_returns, self._name, False)
-        return ActorMethod(self._handle, self._name, nr, self._checker)
+        retry = (self._retry if "retry_exceptions" not in other
+                 else retry_exceptions_value(other["retry_exceptions"], f"{self._handle._class_name}.{self._name}"))
+        return ActorMethod(self._handle, self._name, nr, self._checker, retry)
 
     def __call__(self, *args, **kwargs):
         raise TypeError(
@@ -291,13 +299,17 @@ class ActorMethod:
         return f"<meshrt actor method {self._handle._class_name}.{self._name}>"
 
 
-def method(*, num_returns: Any = None, concurrency_group: str | None = None, **_ray_options: Any):
-    """Set per-method options: ``@meshrt.method(num_returns=2)``."""
+def method(*, num_returns: Any = None, concurrency_group: str | None = None, retry_exceptions: Any = None,
+           **_ray_options: Any):
+    """Set per-method options: ``@meshrt.method(num_returns=2)``; ``retry_exceptions=True``
+    (or a list of exception classes) retries the call when the method raises, up to the
+    actor's ``max_task_retries``, as in Ray."""
     if concurrency_group is not None:
         raise ValueError("concurrency groups are not supported by meshrt yet; use max_concurrency")
+    retry_exceptions_value(retry_exceptions, "@meshrt.method(retry_exceptions=...)")  # (bad values: here)
 
     def decorate(fn):
-        setattr(fn, _METHOD_OPTIONS, {"num_returns": num_returns})
+        setattr(fn, _METHOD_OPTIONS, {"num_returns": num_returns, "retry_exceptions": retry_exceptions})
         return fn
 
     return decorate

@@ -479,6 +479,8 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
     def on_task_return(self, conn, msg: m.TaskReturn) -> None:
         sender = conn.peer_id
         pt = self.pending.pop(msg.task_id, None)
+        if pt is not None and pt.retry and pt.retries_left != 0 and self.retry_call(pt, msg.results):
+            return
         if pt is None:  # cancelled or failed meanwhile: nobody wants these values
             for payload in msg.results:
                 if payload.loans is not None:
