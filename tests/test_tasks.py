@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 
 import numpy as np
@@ -329,3 +330,19 @@ def test_nested_gets_do_not_start_a_process_per_waiting_task(rt):
     assert meshrt.get([_mid.remote(i) for i in range(200)]) == list(range(200))
     started = [w for w in controller.workers.values() if w.kind == "task" and w.id not in before]
     assert len(started) < 40, f"{len(started)} task processes for 200 nested gets on 2 CPUs"
+
+
+@meshrt.remote(max_calls=1)
+def _pid_once(i):
+    return os.getpid()
+
+
+def test_max_calls_gives_each_worker_that_many_tasks_of_the_function(rt):
+    # As in Ray (a fresh process per call frees what the task leaves behind, GPU memory say).
+    pids = meshrt.get([_pid_once.remote(i) for i in range(5)])
+    assert len(set(pids)) == 5
+    twice = _pid_once.options(max_calls=2)
+    pids = meshrt.get([twice.remote(i) for i in range(6)])
+    assert max(collections.Counter(pids).values()) == 2 and len(set(pids)) >= 3  # (at most 2 each)
+    with pytest.raises(ValueError, match="max_calls must be an int >= 0"):
+        _pid_once.options(max_calls=-1)

@@ -465,7 +465,9 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions):
         if w is not None and w.state == "busy":
             if rec is not None and rec in w.tasks:
                 w.tasks.remove(rec)
-            if w.tasks:
+            if msg.retiring:  # its max_calls: it exits now; what was queued behind goes back
+                self._retire(w)
+            elif w.tasks:
                 w.label = w.tasks[0].spec.name
                 self._top_up(w)
             else:
@@ -474,6 +476,15 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions):
         if rec is not None and msg.retry and not rec.cancelled:
             self._requeue(rec)
         self.schedule()
+
+    def _retire(self, w: WorkerRecord) -> None:
+        back = [r for r in w.tasks if r.spec.task_id in self.tasks]
+        for r in back:
+            r.worker = None
+        w.tasks.clear()
+        self.scheduler.requeue_front([r.spec.task_id for r in back], w.units, [r.spec.depth for r in back])
+        self._release_worker_alloc(w)
+        w.state = "retiring"  # (never idle again: its exit is no failure)
 
     def _requeue(self, rec: TaskRecord) -> None:
         spec = rec.spec._replace(attempt=rec.spec.attempt + 1)

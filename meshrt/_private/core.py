@@ -158,7 +158,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
             spec = m.TaskSpec(
                 task_id, fn.code_id, opts.name, pt.args, self._dep_payloads(pt), pt.num_returns,
                 self.worker_id, self.address(), opts.resources, opts.max_retries,
-                opts.retry_exceptions, owner_host=self.host_id, depth=depth,
+                opts.retry_exceptions, owner_host=self.host_id, depth=depth, max_calls=opts.max_calls,
             )
             pt.sent = True
             self.send_controller(m.SubmitTask(spec))

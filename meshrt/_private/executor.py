@@ -60,7 +60,7 @@ class Call:
     """One unit of work for the executor: a pool task or an actor method call."""
 
     __slots__ = ("task_id", "name", "method", "args", "deps", "num_returns", "dest", "held",
-                 "arg_refs", "spec", "is_task", "granted")
+                 "arg_refs", "spec", "is_task", "granted", "last")
 
     def __init__(self, task_id, name, method, args, deps, num_returns, dest, held, arg_refs, spec=None):
         self.task_id = task_id
@@ -75,6 +75,7 @@ class Call:
         self.spec = spec
         self.is_task = spec is not None
         self.granted: tuple = ()  # store keys the caller pinned for us (ActorCall.pins)
+        self.last = False  # the worker's last task (its function's max_calls reached): exit after
 
 
 class Executor:
@@ -110,6 +111,10 @@ class Executor:
                 return
             if type(item) is Call:
                 self.run_call(item)
+                if item.last:  # max_calls: what was queued behind it is the controller's again
+                    self.take_unstarted()
+                    self.core.io.post(self.core._leave, 0)
+                    threading.Event().wait()  # (the core loop ends the process once the reply is out)
             else:
                 item()
             if self.user_loop is not None:  # became an async actor: the loop takes over

@@ -66,6 +66,7 @@ class TaskSpec(NamedTuple):
     attempt: int = 0
     owner_host: int = 0  # where results go: another host's owner cannot map this one's store
     depth: int = 0  # nesting: 0 from the driver, the submitting task's depth + 1 from a task
+    max_calls: int = 0  # the worker exits after running this many tasks of this function
 
 
 class SubmitTask(NamedTuple):
@@ -100,6 +101,7 @@ class TaskDone(NamedTuple):
     task_id: int
     retry: bool = False
     error: Payload | None = None
+    retiring: bool = False  # that was the worker's last task (max_calls): it exits now
 
 
 class StreamItem(NamedTuple):

@@ -114,6 +114,7 @@ class TaskOptions:
     resources: tuple
     max_retries: int
     retry_exceptions: Any
+    max_calls: int = 0  # a worker runs at most this many of these tasks, then exits (0: no limit)
 
     @classmethod
     def build(cls, options: dict, default_name: str, is_generator: bool) -> TaskOptions:
@@ -125,6 +126,7 @@ class TaskOptions:
             resources=resource_units(options, what, 1),
             max_retries=_int_option(options, "max_retries", DEFAULT_TASK_RETRIES, what),
             retry_exceptions=retry_exceptions_value(options.get("retry_exceptions"), what),
+            max_calls=_int_option(options, "max_calls", 0, what, minimum=0),
         )
 
 

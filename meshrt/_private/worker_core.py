@@ -37,6 +37,7 @@ class WorkerCore(Core):
         self.channels: dict[int, PeerChannel] = {}
         self.addresses: dict[int, str] = {}
         self.code_blobs: dict[int, bytes] = {}
+        self.max_calls_runs: dict[int, int] = {}  # code id -> tasks of it given here (max_calls)
         self._req_ids = itertools.count(1)
         self._requests: dict[int, asyncio.Future | concurrent.futures.Future] = {}
         self._welcome: asyncio.Future | None = None
@@ -276,6 +277,9 @@ class WorkerCore(Core):
             self.note_peer_host(dest, spec.owner_host)
         call = Call(spec.task_id, spec.name, None, spec.args, spec.deps, spec.num_returns,
                     dest, held, arg_refs, spec)
+        if spec.max_calls:  # (tasks run in arrival order: the Nth to arrive is the Nth to run)
+            runs = self.max_calls_runs[spec.code_id] = self.max_calls_runs.get(spec.code_id, 0) + 1
+            call.last = runs >= spec.max_calls
         self.executor.submit(call)
 
     def on_start_actor(self, conn, msg: m.StartActor) -> None:
@@ -321,7 +325,7 @@ class WorkerCore(Core):
             results = tuple(lend_out(self, payload, dest) for payload in results)
         self.send_to(dest, m.TaskReturn(call.task_id, results, borrowed))
         if call.is_task:
-            self.send_controller(m.TaskDone(call.task_id))
+            self.send_controller(m.TaskDone(call.task_id, retiring=call.last))
 
     def reply_now(self, call: Call, results: tuple, result_held) -> bool:
         """From the thread that ran an actor call: send a plain reply at once, without
@@ -404,7 +408,7 @@ class WorkerCore(Core):
         self.children.pop(call.task_id, None)
         call.held = None
         self.drain()
-        self.send_controller(m.TaskDone(call.task_id, retry=True))
+        self.send_controller(m.TaskDone(call.task_id, retry=True, retiring=call.last))
 
     def stream_item(self, call: Call, index: int, payload, held) -> None:
         self.account_outgoing(payload, call.dest)
