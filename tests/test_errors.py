@@ -83,6 +83,15 @@ def test_unpicklable_argument_is_named_at_call_site(rt):
         f.remote(1, b=threading.Lock())
     with pytest.raises(TypeError, match="put"):
         meshrt.put(threading.Lock())
+    lock = threading.Lock()
+
+    @meshrt.remote
+    def uses_a_lock():
+        with lock:
+            return 1
+
+    with pytest.raises(TypeError, match="uses_a_lock cannot be sent to a worker: cannot pickle '_thread.lock'"):
+        uses_a_lock.remote()  # (the function, not an argument: say which)
 
 
 def test_wrong_arguments_fail_at_remote(rt):

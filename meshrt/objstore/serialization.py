@@ -328,7 +328,13 @@ def dumps_code(obj: Any) -> bytes:
     ``<dynamic-code>``; the real file travels beside it so remote tracebacks keep
     file names and source lines (see :func:`loads_code`).
     """
-    return cloudpickle.dumps((_source_file(obj), obj), protocol=5)
+    try:
+        return cloudpickle.dumps((_source_file(obj), obj), protocol=5)
+    except (TypeError, pickle.PicklingError, AttributeError) as err:
+        name = getattr(obj, "__qualname__", None) or repr(obj)
+        raise TypeError(f"{name} cannot be sent to a worker: {err}. Something it uses from outside "
+                        f"(a global or a variable it closes over: a lock, a file, a connection...) "
+                        f"cannot be pickled; create that inside the function or the actor instead") from err
 
 
 def loads_code(blob: bytes) -> Any:
