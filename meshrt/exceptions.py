@@ -350,8 +350,8 @@ ActorHandleNotFoundError = ActorNotFoundError
 
 # Ray raises these where meshrt reports the same event under another name (a node or
 # process lost: ActorDiedError / WorkerCrashedError; a full store: ObjectStoreFullError)
-# or for features meshrt does not have (runtime envs, placement groups, pending-call
-# limits). They exist so that Ray code naming them in ``except`` still imports and runs.
+# or for features meshrt does not have (runtime envs, placement groups). They exist so
+# that Ray code naming them in ``except`` still imports and runs.
 class RaySystemError(MeshrtError):
     """Ray's internal system error; meshrt raises none."""
 
@@ -381,7 +381,8 @@ class OutOfDiskError(MeshrtError):
 
 
 class PendingCallsLimitExceeded(MeshrtError):
-    """Ray: max_pending_calls reached; meshrt does not limit pending calls."""
+    """Raised at ``.remote()`` on an actor created with ``max_pending_calls=N`` when this
+    process already has N calls to it unanswered (Ray's back-pressure)."""
 
 
 class RuntimeEnvSetupError(MeshrtError):

@@ -11,6 +11,7 @@ import pytest
 
 import meshrt
 from meshrt.exceptions import ActorDiedError, ActorNameTakenError, ActorNotFoundError
+from tests.helpers import gate
 
 
 @meshrt.remote
@@ -398,6 +399,22 @@ def test_retry_exceptions_on_actor_methods_as_in_ray(rt):
     assert meshrt.get(f.count.remote()) == 8
     with pytest.raises(ValueError, match="retry_exceptions"):
         meshrt.method(retry_exceptions="yes")
+
+
+def test_max_pending_calls_refuses_more_at_the_call_site(rt):
+    @meshrt.remote(max_pending_calls=2)
+    class Busy:
+        def wait(self, g):
+            return meshrt.get(g.wait.remote())
+
+    g = gate()
+    b = Busy.remote()
+    first = [b.wait.remote(g), b.wait.remote(g)]
+    with pytest.raises(meshrt.exceptions.PendingCallsLimitExceeded, match="max_pending_calls=2"):
+        b.wait.remote(g)
+    meshrt.get(g.open.remote())
+    assert meshrt.get(first) == [True, True]
+    assert meshrt.get(b.wait.remote(g)) is True  # (answered calls no longer count)
 
 
 def test_ray_terminate_and_ready(rt):

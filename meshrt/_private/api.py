@@ -96,6 +96,7 @@ class ActorMeta:
     methods: dict
     is_async: bool
     max_task_retries: int
+    max_pending_calls: int = -1  # (-1: no limit)
 
 
 def _method_meta(cls: type, class_name: str) -> tuple[dict, bool]:
@@ -143,7 +144,8 @@ class ActorClass:
         self._methods = methods
         self._is_async = is_async
         self._opts = ActorOptions.build(self._options, self._name, is_async)
-        self._meta = ActorMeta(self._name, methods, is_async, self._opts.max_task_retries)
+        self._meta = ActorMeta(self._name, methods, is_async, self._opts.max_task_retries,
+                               self._opts.max_pending_calls)
         self._meta_blob = pickle.dumps(self._meta, protocol=5)
         init = cls.__dict__.get("__init__") or getattr(cls, "__init__", None)
         self._init_checker = (
@@ -270,6 +272,12 @@ class ActorMethod:
         self._checker.check(args, kwargs)
         core = state.core()
         _check_current(self._handle, core)
+        limit = self._handle._meta.max_pending_calls
+        if limit >= 0 and getattr(core, "calls_out", {}).get(self._handle._actor_id, 0) >= limit:
+            raise exc.PendingCallsLimitExceeded(
+                f"{self._handle._class_name}.{self._name}.remote(): this process already has {limit} calls to "
+                f"the actor unanswered (max_pending_calls={limit}); wait for some (meshrt.get / meshrt.wait) "
+                f"before sending more, or raise max_pending_calls")
         if getattr(core, "host_id", 0):  # Ray-style actors run on the head host: from
             # another host, large arguments are lent to it, not put in this host's store
             return core.call_actor(self._handle, self._name, args, kwargs, self._num_returns, inline=True,

@@ -142,6 +142,7 @@ class ActorOptions:
     get_if_exists: bool
     host: int = 0
     label: str = ""  # what the driver prints before its output (default: the class name)
+    max_pending_calls: int = -1  # calls one process may have unanswered before .remote() raises
 
     @classmethod
     def build(cls, options: dict, class_name: str, is_async: bool) -> ActorOptions:
@@ -170,4 +171,5 @@ class ActorOptions:
             get_if_exists=bool(options.get("get_if_exists")),
             host=int(options.get("_host") or 0),
             label=str(options.get("_label") or ""),
+            max_pending_calls=_int_option(options, "max_pending_calls", -1, what),
         )
