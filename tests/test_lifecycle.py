@@ -44,12 +44,15 @@ class Holder:
 def test_a_handle_from_before_shutdown_fails_at_once():
     meshrt.init(num_cpus=1)
     stale = Holder.remote()
-    assert meshrt.get(stale.value.remote()) == 1
+    Holder.options(name="kept").remote()
+    named = meshrt.get_actor("kept")  # (a handle without a ref of its own)
+    assert meshrt.get([stale.value.remote(), named.value.remote()]) == [1, 1]
     meshrt.shutdown()
     meshrt.init(num_cpus=1)
     try:
-        with pytest.raises(meshrt.exceptions.ActorDiedError, match="made before meshrt.shutdown"):
-            stale.value.remote()  # (it waited for an actor that never comes)
+        for handle in (stale, named):
+            with pytest.raises(meshrt.exceptions.ActorDiedError, match="made before meshrt.shutdown"):
+                handle.value.remote()  # (it waited for an actor that never comes)
         assert meshrt.get(Holder.remote().value.remote()) == 1
     finally:
         meshrt.shutdown()

@@ -72,6 +72,15 @@ class Answerer(Actor):
     def refuse(self, port):
         port.exception(KeyError("refused"))
 
+    @endpoint(explicit_response_port=True)
+    def forgets(self, port):
+        return "dropped"
+
+    @endpoint(explicit_response_port=True)
+    def sends_then_raises(self, port):
+        port.send("sent")
+        raise KeyError("after the reply")
+
 
 async def test_an_endpoint_with_an_explicit_response_port_answers_through_it(rt):
     procs = this_host().spawn_procs(per_host={"gpus": 2})
@@ -88,4 +97,7 @@ async def test_an_endpoint_with_an_explicit_response_port_answers_through_it(rt)
     with pytest.raises(KeyError, match="refused") as info:
         await mesh.slice(gpus=1).refuse.call_one()
     assert "a.refuse at Point(gpus=1)" in str(info.value)
+    with pytest.raises(RuntimeError, match="returned without sending a reply on its response port"):
+        await mesh.slice(gpus=0).forgets.call_one()  # (it waited for ever)
+    assert await mesh.slice(gpus=0).sends_then_raises.call_one() == "sent"  # (the first reply stands)
     await procs.stop()

@@ -145,3 +145,12 @@ async def test_stop_lets_every_actor_of_a_process_finish_the_calls_it_was_given(
     await gate.open.call_one()
     assert await held == "opened"  # (not lost to the process's exit)
     await stopped
+
+
+async def test_a_plain_endpoint_stopping_its_own_processes_is_refused_not_hung(rt):
+    # stop() first lets every actor of the process finish, this waiting endpoint too.
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    stopper = procs.spawn("s", Stopper)
+    with pytest.raises(RuntimeError, match=r"stop\(\) of this same process would wait forever"):
+        await stopper.stop_procs.call_one(procs)
+    await procs.stop()

@@ -47,12 +47,16 @@ class ActorCalls:
         self.io.post(self._submit_actor_call, handle._actor_id, handle._class_name, pt)
         return result
 
-    def retry_call(self, pt: PendingTask, results: tuple) -> bool:
+    def retry_call(self, pt: PendingTask, msg: m.TaskReturn, sender: int) -> bool:
         """Loop: an actor method called with ``retry_exceptions`` raised one of them: send
-        the call again, as Ray does, while the actor's ``max_task_retries`` allow."""
+        the call again, as Ray does, while the actor's ``max_task_retries`` allow. Only an
+        error of the method's own (a TaskError), never meshrt's (a cancel, a death)."""
+        results = msg.results
         payload = results[0] if results else None
-        if payload is None or not payload.is_error or payload.loans is not None or pt.client is None:
+        if (payload is None or not payload.is_error or payload.loans is not None or pt.client is None
+                or pt.cancelled):
             return False
+        from .. import exceptions as exc
         from ..objstore.serialization import error_from_payload
 
         try:
@@ -60,9 +64,11 @@ class ActorCalls:
             allowed = pickle.loads(pt.retry) if pt.retry is not True else Exception
         except Exception:  # noqa: BLE001 - (cannot tell: the error goes to the caller)
             return False
-        cause = getattr(err, "cause", None)
-        if not isinstance(cause if cause is not None else err, allowed):
+        if not isinstance(err, exc.TaskError) or not isinstance(err.cause if err.cause is not None else err,
+                                                                 allowed):
             return False
+        for oid, owner in msg.borrowed:  # (what the failed attempt kept of its arguments)
+            self.add_borrower(oid, owner, sender)
         if pt.retries_left > 0:
             pt.retries_left -= 1
         self.pending[pt.task_id] = pt

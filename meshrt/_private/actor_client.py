@@ -97,6 +97,8 @@ class ActorClient:
                 continue
             if not pt.ready:
                 break  # keep submission order: later calls wait for this one's arguments
+            if pt.task_id < 0 and any(c.retry and c.retries_left != 0 for c in self.inflight.values()):
+                break  # the release ends the actor: not before calls that may yet be retried
             queue.popleft()
             self.inflight[pt.task_id] = pt
             pt.sent = True
@@ -112,6 +114,8 @@ class ActorClient:
         self.inflight.pop(pt.task_id, None)
         if pt.task_id > 0:  # not the internal release call
             self.core.count_call(self.actor_id, -1)
+            if self.queue and self.released:  # (a release held back behind this call)
+                self._pump()
 
     def cancel(self, pt, recursive: bool = True) -> bool:
         """True when the call never left (the caller fails it); else ask the actor."""

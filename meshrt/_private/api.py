@@ -202,6 +202,7 @@ class ActorHandle:
         self._handle_ref = handle_ref
         self._class_name = meta.class_name
         self._max_task_retries = meta.max_task_retries
+        self._generation = state.generation  # (the runtime it was made or received in)
 
     def __getattr__(self, name: str) -> ActorMethod:
         if name.startswith("_") and not name.startswith("__ray_"):
@@ -239,10 +240,7 @@ class ActorHandle:
 def _check_current(handle: ActorHandle, core) -> None:
     """A handle this process made in a runtime since shut down names an actor that is
     gone: say so at once (a call to it would wait for an actor that never comes)."""
-    ref = handle._handle_ref
-    table = getattr(core, "table", None)
-    if (ref is not None and table is not None and ref._owner == getattr(core, "worker_id", None)
-            and ref._id not in table.entries):
+    if handle._generation != state.generation:
         raise exc.ActorDiedError(ids.to_hex(handle._actor_id), handle._class_name,
                                  "its handle was made before meshrt.shutdown(); actors end with the runtime, "
                                  "so create it again after meshrt.init()")

@@ -479,12 +479,23 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions):
 
     def _retire(self, w: WorkerRecord) -> None:
         back = [r for r in w.tasks if r.spec.task_id in self.tasks]
-        for r in back:
-            r.worker = None
         w.tasks.clear()
-        self.scheduler.requeue_front([r.spec.task_id for r in back], w.units, [r.spec.depth for r in back])
+        self._hand_back(back, w.units)
         self._release_worker_alloc(w)
         w.state = "retiring"  # (never idle again: its exit is no failure)
+
+    def _hand_back(self, back: list, units) -> None:
+        """Tasks a worker gives back unstarted go first in line again; one cancelled
+        meanwhile (its CancelTask went to that worker) fails now instead."""
+        again = []
+        for rec in back:
+            rec.worker = None
+            if rec.cancelled:
+                del self.tasks[rec.spec.task_id]
+                self._fail_task(rec.spec, system_error_payload(exc.TaskCancelledError(ids.to_hex(rec.spec.task_id))))
+            else:
+                again.append(rec)
+        self.scheduler.requeue_front([r.spec.task_id for r in again], units, [r.spec.depth for r in again])
 
     def _requeue(self, rec: TaskRecord) -> None:
         spec = rec.spec._replace(attempt=rec.spec.attempt + 1)
@@ -500,8 +511,7 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions):
             for rec in back:
                 if rec in w.tasks:
                     w.tasks.remove(rec)
-                rec.worker = None
-            self.scheduler.requeue_front([r.spec.task_id for r in back], w.units, [r.spec.depth for r in back])
+            self._hand_back(back, w.units)
         if msg.blocked and not w.blocked:
             w.blocked = True
             self.node.lend_cpu(w.alloc)

@@ -205,6 +205,9 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
         # (each entry once: a list may name a ref twice, and an entry wakes a waiter once)
         not_ready = list({id(e): e for e in found if e.payload is None}.values())
         if not_ready:
+            failure = next((e for e in found if e.payload is not None and failed(e)), None)
+            if failure is not None:  # (one failed already: no waiting on the others, as in Ray)
+                raise error_from_payload(failure.payload)
             self.refuse_waiting_on_itself(not_ready)
             # As Ray does, the first failure is raised as soon as it arrives, not after
             # the slowest of the other refs.
@@ -479,7 +482,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
     def on_task_return(self, conn, msg: m.TaskReturn) -> None:
         sender = conn.peer_id
         pt = self.pending.pop(msg.task_id, None)
-        if pt is not None and pt.retry and pt.retries_left != 0 and self.retry_call(pt, msg.results):
+        if pt is not None and pt.retry and pt.retries_left != 0 and self.retry_call(pt, msg, sender):
             return
         if pt is None:  # cancelled or failed meanwhile: nobody wants these values
             for payload in msg.results:

@@ -193,7 +193,7 @@ class Executor:
             skip = loop.create_future()
             self._turns[task_id] = (lane, skip)
         # (a marker through the lane's queue: the waiting calls resume in arrival order)
-        drained = loop.run_in_executor(lane.helper, _nothing)
+        drained = asyncio.wrap_future(self.lanes.marker(lane_key), loop=loop)
         lane.turns_waiting += 1
         try:
             await asyncio.wait((skip, drained), return_when=asyncio.FIRST_COMPLETED)
@@ -221,6 +221,8 @@ class Executor:
             on_helper = self._runs_on_helper(target)
             lane = self.lanes.current() if self.lanes is not None else None
             if lane is not None:
+                if target in getattr(type(self.instance), "__meshrt_waits_for_lanes__", ()):
+                    return True  # (it waits for every lane, this one too)
                 return on_helper and self.lanes.route(lane_key) is lane
             return me == self.loop_ident and not on_helper  # (blocking its own loop)
         return self.pool is None and me == self.main_ident  # one call at a time
@@ -549,10 +551,6 @@ class Executor:
             return
         self.exiting = True
         self.core.io.post(self.core.exit_actor, reason)
-
-
-def _nothing() -> None:
-    return None
 
 
 def _set_if_pending(fut: asyncio.Future) -> None:

@@ -25,6 +25,10 @@ class HelperThread(concurrent.futures.Executor):
     def ident(self) -> int | None:
         return self._thread.ident
 
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def post(self, fn: Callable, *args: Any) -> None:
         """Run ``fn(*args)`` on the helper thread after everything posted before it."""
         self._queue.put((fn, args))

@@ -19,6 +19,10 @@ from .helper_thread import HelperThread
 SEP = ":"
 
 
+def _nothing() -> None:
+    return None
+
+
 def split(method: str) -> tuple[str, str]:
     """``"call_sync:key"`` -> ``("call_sync", "key")``; ``"ping"`` -> ``("ping", "")``."""
     target, _, lane = method.partition(SEP)
@@ -55,6 +59,7 @@ class Lanes:
         self.name = name
         self.default = Lane("", default)
         self._lanes: dict[str, Lane] = {}
+        self._retired: set[str] = set()  # keys of stopped actors: their late calls take the default lane
         self._by_thread: dict[int | None, Lane] = {default.ident: self.default}
         self.lock = threading.Lock()
 
@@ -74,30 +79,44 @@ class Lanes:
             lane.helper.post(fn, *args, lane)
         return lane
 
+    def marker(self, key: str):
+        """A concurrent Future done once what was posted to ``key``'s lane before now has
+        run (under the lock: a lane retired meanwhile gives the default lane's)."""
+        with self.lock:
+            lane = self._lane(key) if key else self.default
+            return lane.helper.submit(_nothing)
+
     def _lane(self, key: str) -> Lane:
         lane = self._lanes.get(key)
         if lane is None:
+            if key in self._retired:
+                return self.default
             helper = HelperThread(f"{self.name}-{key.partition('#')[0][:24]}")
             lane = self._lanes[key] = Lane(key, helper)
             self._by_thread[helper.ident] = lane
-        return self.default if lane.retired else lane
+        return lane
 
     def current(self) -> Lane | None:
         """The lane whose thread this is, if any."""
         return self._by_thread.get(threading.get_ident())
 
     def retire(self, key: str) -> None:
-        """The lane's actor was stopped: its thread ends once what was posted there has run."""
+        """The lane's actor was stopped (or never started): its thread ends once what was
+        posted there has run; later calls naming it take the default lane."""
         with self.lock:
-            lane = self._lanes.get(key)
-            if lane is None or lane.retired:
+            self._retired.add(key)
+            lane = self._lanes.pop(key, None)
+            if lane is None:
                 return
             lane.retired = True
             lane.helper.shutdown(wait=False)
+            for ident, other in list(self._by_thread.items()):  # (threads of lanes retired before)
+                if other.retired and not other.helper.alive:
+                    del self._by_thread[ident]
 
     def all(self) -> list[Lane]:
         with self.lock:
-            return [self.default, *(lane for lane in self._lanes.values() if not lane.retired)]
+            return [self.default, *self._lanes.values()]
 
     def drain_others(self, timeout: float | None = None) -> None:
         """From one lane's thread: wait until every other lane has run what was posted

@@ -6,6 +6,7 @@ import threading
 
 _core = None
 lock = threading.RLock()
+generation = 0  # counts the runtimes this process has had (handles made in an older one are stale)
 
 
 def core():
@@ -29,5 +30,6 @@ def deltas():
 
 
 def set_core(c) -> None:
-    global _core
+    global _core, generation
     _core = c
+    generation += 1

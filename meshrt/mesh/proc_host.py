@@ -45,6 +45,10 @@ class _Hosted:
 
 
 class ProcHost:
+    # Methods that wait for every actor's thread here (a plain endpoint blocking on one
+    # of them would wait for itself: refused, see executor.runs_after_me).
+    __meshrt_waits_for_lanes__ = frozenset({"stop"})
+
     def __init__(self, mesh_name: str, labels: tuple, sizes: tuple, rank: int, env: dict,
                  executor=None) -> None:
         """``executor``: given for the driver's own process (driver_actors.py), which is
@@ -74,6 +78,7 @@ class ProcHost:
             err = ValueError(f"process {self.point} of mesh {self.mesh_name!r} already hosts an actor "
                              f"mesh named {name!r}; stop() that one first or spawn under another name")
             self.actors[key] = _Hosted(None, info, err, owner)
+            self._executor.lanes.retire(key)  # (no actor here: its calls fail at once, on no thread of its own)
             raise err
         self.names[name] = key
         cls = self.classes.get(class_blob)
@@ -85,6 +90,7 @@ class ProcHost:
         except BaseException as err:
             tb = err.__traceback__.tb_next if err.__traceback__ is not None else None  # (not this frame)
             self.actors[key] = _Hosted(None, info, err, owner, "".join(traceback.format_exception(type(err), err, tb)))
+            self._executor.lanes.retire(key)
             _label(err, f"{getattr(cls, '__name__', 'the class')}.__init__ of actor mesh {name!r} at {point}")
             raise
         finally:
@@ -104,13 +110,15 @@ class ProcHost:
         fn = getattr(hosted.instance, method)
         args, kwargs = (await packed[0]) if type(packed) is list else packed
         tokens = set_context(Context(hosted.info, Point(message_rank, self._extent(labels, sizes))), hosted.owner)
+        port = self._response_port(fn, hosted, method)
         try:
-            port = self._response_port(fn, hosted, method)
             result = fn(port, *args, **kwargs) if port is not None else fn(*args, **kwargs)
             if inspect.isawaitable(result):
                 result = await result
             return result if port is None else port
         except BaseException as err:
+            if _replied_already(port, err):
+                return port
             _label(err, f"{hosted.info.name}.{method} at {hosted.info.rank}")
             raise
         finally:
@@ -127,13 +135,15 @@ class ProcHost:
         # pulls them once per host); a bare ref would have travelled inside the message.
         args, kwargs = _fetch(packed[0]) if type(packed) is list else packed
         tokens = set_context(Context(hosted.info, Point(message_rank, self._extent(labels, sizes))), hosted.owner)
+        port = self._response_port(fn, hosted, method)
         try:
-            port = self._response_port(fn, hosted, method)
             if port is None:
                 return fn(*args, **kwargs)
             fn(port, *args, **kwargs)  # (its return value is dropped, as in Monarch)
             return port  # (the reply is what is sent there: executor.py takes it as a Deferred)
         except BaseException as err:
+            if _replied_already(port, err):
+                return port
             _label(err, f"{hosted.info.name}.{method} at {hosted.info.rank}")
             raise
         finally:
@@ -233,6 +243,16 @@ class ProcHost:
 
         self._executor.lanes.drain_others()  # (each actor first finishes the calls it was given)
         raise ActorExit(STOPPED)
+
+
+def _replied_already(port: ResponsePort | None, err: BaseException) -> bool:
+    """An endpoint that sent its reply and then raised: the reply stands (the first one
+    wins, as in Monarch); the error is logged here, in the actor's process."""
+    if port is None or not port.settled or not isinstance(err, Exception):
+        return False
+    logging.getLogger("meshrt").error("meshrt: %r raised after sending its reply (the reply stands)",
+                                      port, exc_info=err)
+    return True
 
 
 def _plain(err: BaseException) -> BaseException:

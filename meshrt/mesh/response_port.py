@@ -38,6 +38,16 @@ class ResponsePort(Deferred):
         if not self.settle(False, err):
             raise RuntimeError(f"the response port of {self._where} was already used: a call has one reply")
 
+    def __del__(self) -> None:
+        # Dropped unsent (and never handed on): the call would wait for ever; fail it.
+        try:
+            if not self.settled and self._port is None:
+                self.settle(False, RuntimeError(
+                    f"{self._where} returned without sending a reply on its response port, and kept no "
+                    f"reference to it: send on the port (port.send(value)) or keep it to send later"))
+        except Exception:  # noqa: BLE001 - (interpreter shutdown)
+            pass
+
     def __reduce__(self):
         return self._forwarding_port().__reduce__()
 
