@@ -205,7 +205,9 @@ class LocalCore(Core):
                 ids.to_hex(actor_id), actor_cls._name, f"its constructor raised {type(err).__name__}: {err}"))
         return ActorHandle(actor_id, actor_cls._meta, None)
 
-    def call_actor(self, handle, method: str, args: tuple, kwargs: dict, num_returns: int) -> Any:
+    def call_actor(self, handle, method: str, args: tuple, kwargs: dict, num_returns: int,
+                   retry_exceptions: Any = False) -> Any:
+        """(``retry_exceptions``: local mode runs each call once, as it simulates no retries.)"""
         payload, deps, pins = argpack.pack(args, kwargs, f"{handle._class_name}.{method}.remote()")
         name = f"{handle._class_name}.{method}"
         pt = PendingTask(ids.new_task_id(), name, payload, deps, pins, num_returns)
