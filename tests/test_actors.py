@@ -199,6 +199,16 @@ def test_get_actor_from_a_task(rt):
     assert meshrt.get(use.remote()) == 6
 
 
+def test_a_kill_right_after_creation_is_not_lost(rt):
+    # (the kill reached the controller before the actor's process was up, and was dropped:
+    # the actor came up alive)
+    for _ in range(5):
+        c = Counter.remote()
+        meshrt.kill(c)
+        with pytest.raises(ActorDiedError, match="meshrt.kill"):
+            meshrt.get(c.incr.remote(), timeout=30)
+
+
 def test_kill_fails_later_calls(rt):
     c = Counter.remote()
     assert meshrt.get(c.incr.remote()) == 1

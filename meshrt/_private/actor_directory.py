@@ -130,6 +130,9 @@ class ActorDirectory:
         if rec is None or rec.worker != w.id or rec.state == "dead":
             w.conn.send(m.Exit("its actor is gone"))
             return
+        if rec.kill_reason is not None:  # killed before its process was up: the kill lands now
+            w.conn.send(m.Exit(rec.kill_reason))
+            return
         w.state = "busy"
         self.send_code(w, rec.spec.code_id)
         w.conn.send(m.StartActor(rec.spec, rec.incarnation, rec.alloc.gpu_ids if rec.alloc else ()))
