@@ -346,3 +346,23 @@ def test_max_calls_gives_each_worker_that_many_tasks_of_the_function(rt):
     assert max(collections.Counter(pids).values()) == 2 and len(set(pids)) >= 3  # (at most 2 each)
     with pytest.raises(ValueError, match="max_calls must be an int >= 0"):
         _pid_once.options(max_calls=-1)
+
+
+@meshrt.remote(num_returns="streaming")
+def _gated_numbers(g, n):
+    for i in range(n):
+        if i == 1:
+            meshrt.get(g.wait.remote())
+        yield i
+
+
+def test_wait_takes_streaming_generators_as_in_ray(rt):
+    g = helpers.gate()
+    numbers = _gated_numbers.remote(g, 3)
+    assert meshrt.wait([numbers], timeout=30) == ([numbers], [])  # (its first value is there)
+    assert meshrt.get(next(numbers)) == 0
+    assert meshrt.wait([numbers], timeout=0.2) == ([], [numbers])  # (the next waits on the gate)
+    meshrt.get(g.open.remote())
+    ready, _ = meshrt.wait([numbers, g.open.remote()], num_returns=2, timeout=30)
+    assert numbers in ready and [meshrt.get(r) for r in numbers] == [1, 2]
+    assert meshrt.wait([numbers], timeout=30) == ([numbers], [])  # (ended: ready)

@@ -37,7 +37,7 @@ from .lent_payloads import lendable
 from .mesh_support import MeshSupport
 from .ownership import Ownership
 from .pending import PendingTask
-from .portal import AsyncWaiter, CountdownWaiter, LoopThread, Wakeup, bridge_for, failed
+from .portal import AsyncWaiter, CountdownWaiter, LoopThread, bridge_for, failed
 from .pulls import LENT_TYPES, Pulls, carries_lent
 from .refs import ObjectRef, ObjectRefGenerator
 from .store_side import StoreSide
@@ -305,41 +305,9 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
         return cf
 
     def wait(self, refs: list, num_returns: int, timeout: float | None) -> tuple[list, list]:
-        entries = self.table.entries
-        found = [entries.get(r._id) or self._entry_for_unknown(r) for r in refs]
-        deadline = None if timeout is None else time.monotonic() + timeout
+        from .waiting import wait
 
-        def ready_count():
-            return sum(1 for e in found if e.payload is not None)
-
-        if ready_count() < num_returns and timeout != 0:
-            if self.io.in_loop():
-                raise RuntimeError("meshrt.wait() was called from inside meshrt's event loop")
-            waker = Wakeup()
-            for e in found:
-                if e.payload is None:
-                    if e.owner != self.worker_id and not e.fetching:
-                        self.io.post(self._fetch, e)
-                    e.add_waiter(waker)
-            self.on_block(True)
-            try:
-                while ready_count() < num_returns:
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        break
-                    waker.wait(remaining)
-            finally:
-                self.on_block(False)
-                for e in found:
-                    if e.payload is None:
-                        e.remove_waiter(waker)
-        ready, not_ready = [], []
-        for ref, e in zip(refs, found, strict=True):
-            if e.payload is not None and len(ready) < num_returns:
-                ready.append(ref)
-            else:
-                not_ready.append(ref)
-        return ready, not_ready
+        return wait(self, refs, num_returns, timeout)
 
     def cancel(self, task_id: int, force: bool, recursive: bool = True) -> None:
         pt = self.pending.get(task_id)

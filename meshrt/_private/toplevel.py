@@ -68,7 +68,8 @@ def put(value: Any, *, _owner: Any = None) -> ObjectRef:
 
 def wait(object_refs: list, *, num_returns: int = 1, timeout: float | None = None,
          fetch_local: bool = True) -> tuple[list, list]:
-    """Split refs into (ready, not_ready) once ``num_returns`` are ready or on timeout."""
+    """Split refs into (ready, not_ready) once ``num_returns`` are ready or on timeout; a
+    streaming generator is ready once its next ref is (or it has ended), as in Ray."""
     if isinstance(object_refs, ObjectRef):
         raise TypeError("wait() expects a list of ObjectRefs, not a single ObjectRef: wait([ref])")
     if not isinstance(object_refs, (list, tuple)):
@@ -77,8 +78,9 @@ def wait(object_refs: list, *, num_returns: int = 1, timeout: float | None = Non
     if not refs:  # (as Ray: nothing to wait for)
         return [], []
     for i, ref in enumerate(refs):
-        if not isinstance(ref, ObjectRef):
-            raise TypeError(f"wait() expects ObjectRefs, but item {i} is a {type(ref).__qualname__}")
+        if not isinstance(ref, (ObjectRef, ObjectRefGenerator)):
+            raise TypeError(f"wait() expects ObjectRefs (or streaming generators), but item {i} is a "
+                            f"{type(ref).__qualname__}")
     if len(set(refs)) != len(refs):
         raise ValueError("wait() got the same ObjectRef more than once; pass each ref once")
     if isinstance(num_returns, bool) or not isinstance(num_returns, int) or num_returns < 1:
