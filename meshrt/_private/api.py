@@ -12,12 +12,12 @@ from typing import Any
 
 from .. import exceptions as exc
 from ..objstore.serialization import dumps_code
-from . import ids, state
+from . import concurrency_groups, ids, state
 from .args import CallChecker
 from .options import ActorOptions, TaskOptions, retry_exceptions_value
 from .refs import ObjectRef
 
-_METHOD_OPTIONS = "__meshrt_method_options__"
+_METHOD_OPTIONS = concurrency_groups.METHOD_OPTIONS
 
 
 def _new_code_id() -> int:
@@ -144,6 +144,7 @@ class ActorClass:
         self._methods = methods
         self._is_async = is_async
         self._opts = ActorOptions.build(self._options, self._name, is_async)
+        self._groups_checked = False
         self._meta = ActorMeta(self._name, methods, is_async, self._opts.max_task_retries,
                                self._opts.max_pending_calls)
         self._meta_blob = pickle.dumps(self._meta, protocol=5)
@@ -168,6 +169,9 @@ class ActorClass:
     def remote(self, *args, **kwargs) -> ActorHandle:
         """Start the actor; returns its handle at once (calls queue until it is up)."""
         self._init_checker.check(args, kwargs)
+        if not self._groups_checked:
+            _check_groups(self._cls, self._opts.concurrency_groups, self._name)
+            self._groups_checked = True
         core = state.core()
         if core.is_driver:
             core.check_feasible(self._opts.resources, f"actor {self._name}", actor=True)
@@ -237,6 +241,16 @@ class ActorHandle:
         return self._actor_id
 
 
+def _check_groups(cls: type, groups: tuple, class_name: str) -> None:
+    """Every ``@meshrt.method(concurrency_group=...)`` names a group the actor defines."""
+    names = {name for name, _ in groups}
+    for attr, member in inspect.getmembers(cls, callable):
+        group = concurrency_groups.group_of(member)
+        if group is not None and group not in names:
+            raise ValueError(f"{class_name}.{attr} is in concurrency group {group!r}, which the actor does not "
+                             f"define: pass concurrency_groups={{{group!r}: N, ...}} to @meshrt.remote or .options()")
+
+
 def _check_current(handle: ActorHandle, core) -> None:
     """A handle this process made in a runtime since shut down names an actor that is
     gone: say so at once (a call to it would wait for an actor that never comes)."""
@@ -288,6 +302,10 @@ class ActorMethod:
                                 "enable_task_events", "tensor_transport"}
         if unknown:
             raise ValueError(f"invalid option(s) {sorted(unknown)} for actor method {self._name}")
+        if other.get("concurrency_group") is not None:
+            raise ValueError(f"{self._handle._class_name}.{self._name}.options(concurrency_group=...): choosing "
+                             f"the group per call is not supported by meshrt yet; put the method in its group "
+                             f"with @meshrt.method(concurrency_group=...)")
         from .options import num_returns_value
 
         nr = self._num_returns if num_returns is None else num_returns_value(num_returns, self._name, False)
@@ -310,12 +328,13 @@ def method(*, num_returns: Any = None, concurrency_group: str | None = None, ret
     """Set per-method options: ``@meshrt.method(num_returns=2)``; ``retry_exceptions=True``
     (or a list of exception classes) retries the call when the method raises, up to the
     actor's ``max_task_retries``, as in Ray."""
-    if concurrency_group is not None:
-        raise ValueError("concurrency groups are not supported by meshrt yet; use max_concurrency")
+    if concurrency_group is not None and (not isinstance(concurrency_group, str) or not concurrency_group):
+        raise ValueError(f"@meshrt.method(concurrency_group=...): give a group name, got {concurrency_group!r}")
     retry_exceptions_value(retry_exceptions, "@meshrt.method(retry_exceptions=...)")  # (bad values: here)
 
     def decorate(fn):
-        setattr(fn, _METHOD_OPTIONS, {"num_returns": num_returns, "retry_exceptions": retry_exceptions})
+        setattr(fn, _METHOD_OPTIONS, {"num_returns": num_returns, "retry_exceptions": retry_exceptions,
+                                      "concurrency_group": concurrency_group})
         return fn
 
     return decorate

@@ -41,6 +41,7 @@ from ..objstore.serialization import (
 from . import args as argpack
 from . import context, ids, lanes, loans
 from . import messages as m
+from .concurrency_groups import Groups
 from .deferred import Deferred
 from .helper_thread import HelperThread
 
@@ -97,6 +98,7 @@ class Executor:
         self._async_wake = False
         self._sync_methods: dict[str, bool] = {}
         self.lanes: lanes.Lanes | None = None  # an async actor's helper threads (lanes.py)
+        self.groups: Groups | None = None  # Ray's concurrency groups, when the actor has some
         self._turns: dict[int, tuple] = {}  # async calls waiting for a lane's turn: (lane, future)
         self._turn_lock = threading.Lock()
         self.exiting = False
@@ -153,7 +155,8 @@ class Executor:
                 self._async_wake = True
                 self.user_loop.call_soon_threadsafe(self._drain_async)
         elif self.pool is not None:
-            self.pool.submit(self.run_call, call)
+            pool = self.groups.pool(call.method, self.pool) if self.groups is not None else self.pool
+            pool.submit(self.run_call, call)
         else:
             self.queue.put(call)
 
@@ -459,9 +462,11 @@ class Executor:
 
                 self.instance = self.user_loop.run_until_complete(construct())
             else:
-                if spec.max_concurrency > 1:
+                if spec.max_concurrency > 1 or spec.concurrency_groups:  # (groups: a threaded actor)
                     self.pool = ThreadPoolExecutor(spec.max_concurrency, thread_name_prefix="meshrt-actor")
                 self.instance = cls(*args, **kwargs)
+            if spec.concurrency_groups:
+                self.groups = Groups(spec.concurrency_groups, cls, spec.is_async)
         except BaseException as err:  # noqa: BLE001
             error = error_payload(err, f"{spec.class_name}.__init__", os.getpid(), skip_frames=1)
             self.user_loop = None
@@ -480,7 +485,8 @@ class Executor:
                 self.cancel_requested.discard(call.task_id)
                 self._finish(call, self._cancelled(call))
                 return
-            async with self.semaphore:
+            semaphore = self.groups.semaphore(call.method, self.semaphore) if self.groups else self.semaphore
+            async with semaphore:
                 fn = self._resolve_target(call)
                 if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
                     await self._run_coroutine(call, fn)

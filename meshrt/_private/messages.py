@@ -166,6 +166,7 @@ class ActorSpec(NamedTuple):
     meta: bytes  # pickled ActorMeta, handed to get_actor() callers
     host: int = 0  # where to start it: 0 = the head host, else an agent's host id
     label: str = ""  # its name before its output in the driver's (default: class_name)
+    concurrency_groups: tuple = ()  # ((group, max concurrency), ...)
 
 
 class CreateActor(NamedTuple):

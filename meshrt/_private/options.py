@@ -13,6 +13,7 @@ from typing import Any
 import cloudpickle
 
 from ..scheduler.resources import normalize, validate_request
+from . import concurrency_groups
 
 _RESOURCE_KEYS = {"num_cpus", "num_gpus", "resources", "memory", "accelerator_type"}
 _IGNORED = {"runtime_env", "scheduling_strategy", "placement_group", "placement_group_bundle_index",
@@ -52,8 +53,6 @@ def check_keys(options: dict, allowed: set, what: str) -> None:
         if key not in allowed:
             raise ValueError(f"invalid option {key!r} for {what}; valid options are "
                              f"{', '.join(sorted(k for k in allowed - _IGNORED if not k.startswith('_')))}")
-    if options.get("concurrency_groups"):
-        raise ValueError(f"{what}: concurrency_groups are not supported by meshrt yet; use max_concurrency")
 
 
 def resource_units(options: dict, what: str, default_cpus: float) -> tuple:
@@ -143,6 +142,7 @@ class ActorOptions:
     host: int = 0
     label: str = ""  # what the driver prints before its output (default: the class name)
     max_pending_calls: int = -1  # calls one process may have unanswered before .remote() raises
+    concurrency_groups: tuple = ()  # ((group, max concurrency), ...): concurrency_groups.py
 
     @classmethod
     def build(cls, options: dict, class_name: str, is_async: bool) -> ActorOptions:
@@ -172,4 +172,5 @@ class ActorOptions:
             host=int(options.get("_host") or 0),
             label=str(options.get("_label") or ""),
             max_pending_calls=_int_option(options, "max_pending_calls", -1, what),
+            concurrency_groups=concurrency_groups.check(options.get("concurrency_groups"), what),
         )

@@ -1,0 +1,80 @@
+"""Ray's concurrency groups: each group of an actor's methods has its own limit."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+import meshrt
+from tests.helpers import gate
+
+
+@meshrt.remote(concurrency_groups={"io": 2, "compute": 1})
+class Threaded:
+    @meshrt.method(concurrency_group="io")
+    def io(self, g):
+        return meshrt.get(g.wait.remote())
+
+    @meshrt.method(concurrency_group="compute")
+    def compute(self):
+        return threading.current_thread().name
+
+    def default(self):
+        return threading.current_thread().name
+
+
+@meshrt.remote(concurrency_groups={"io": 2})
+class Async:
+    def __init__(self):
+        self.running = 0
+        self.peak = 0
+
+    @meshrt.method(concurrency_group="io")
+    async def io(self, g):
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+        await asyncio.sleep(0)
+        done = await g.wait.remote()
+        self.running -= 1
+        return done
+
+    async def peak_seen(self):
+        return self.peak
+
+
+def test_a_busy_group_leaves_the_others_serving(rt):
+    g = gate()
+    actor = Threaded.remote()
+    blocked = [actor.io.remote(g) for _ in range(3)]  # (two run, one waits in its group)
+    assert meshrt.get(actor.compute.remote(), timeout=30).startswith("meshrt-compute")
+    assert meshrt.get(actor.default.remote(), timeout=30).startswith("meshrt-actor")
+    meshrt.get(g.open.remote())
+    assert meshrt.get(blocked, timeout=30) == [True] * 3
+
+
+def test_an_async_group_limits_its_running_calls(rt):
+    g = gate()
+    actor = Async.remote()
+    calls = [actor.io.remote(g) for _ in range(4)]
+    assert meshrt.get(actor.peak_seen.remote(), timeout=30) <= 2  # (the others answer meanwhile)
+    meshrt.get(g.open.remote())
+    assert meshrt.get(calls, timeout=30) == [True] * 4
+    assert meshrt.get(actor.peak_seen.remote()) == 2
+
+
+def test_groups_are_checked_where_they_are_named(rt):
+    @meshrt.remote
+    class Undefined:
+        @meshrt.method(concurrency_group="nope")
+        def f(self):
+            return 1
+
+    with pytest.raises(ValueError, match="concurrency group 'nope', which the actor does not define"):
+        Undefined.remote()
+    assert meshrt.get(Undefined.options(concurrency_groups={"nope": 1}).remote().f.remote()) == 1
+    with pytest.raises(ValueError, match=r"concurrency_groups\['io'\] must be an int >= 1"):
+        Threaded.options(concurrency_groups={"io": 0})
+    with pytest.raises(ValueError, match="per call is not supported"):
+        Threaded.remote().compute.options(concurrency_group="io")
