@@ -205,15 +205,13 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
         # (each entry once: a list may name a ref twice, and an entry wakes a waiter once)
         not_ready = list({id(e): e for e in found if e.payload is None}.values())
         if not_ready:
-            failure = next((e for e in found if e.payload is not None and failed(e)), None)
-            if failure is not None:  # (one failed already: no waiting on the others, as in Ray)
-                raise error_from_payload(failure.payload)
-            self.refuse_waiting_on_itself(not_ready)
-            # As Ray does, the first failure is raised as soon as it arrives, not after
-            # the slowest of the other refs.
-            self._wait_entries(not_ready, refs, timeout, fail_fast=True)
-            if any(e.payload is None for e in not_ready):
-                raise error_from_payload(next(e for e in not_ready if e.payload is not None and failed(e)).payload)
+            # As Ray does, a failure is raised as soon as it is known, not after the
+            # slowest of the other refs: no waiting when one has failed already.
+            if not any(e.payload is not None and failed(e) for e in found):
+                self.refuse_waiting_on_itself(not_ready)
+                self._wait_entries(not_ready, refs, timeout, fail_fast=True)
+            if any(e.payload is None for e in not_ready):  # (a failure ended the wait)
+                raise error_from_payload(next(e for e in found if e.payload is not None and failed(e)).payload)
         return [self.value_of(e) for e in found]
 
     def refuse_waiting_on_itself(self, entries: list) -> None:

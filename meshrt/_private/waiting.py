@@ -51,6 +51,8 @@ def wait(core, refs: list, num_returns: int, timeout: float | None) -> tuple[lis
     if ready_count() < num_returns and timeout != 0:
         if core.io.in_loop():
             raise RuntimeError("meshrt.wait() was called from inside meshrt's event loop")
+        # (as get() does: refuse a wait that could never end, an actor waiting on itself)
+        core.refuse_waiting_on_itself([e for e in found if e.payload is None and type(e) is not _NextOf])
         waker = Wakeup()
         for e in found:
             if e.payload is None:
