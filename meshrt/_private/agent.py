@@ -92,8 +92,8 @@ class Agent:
         log.info("meshrt agent %s joined %s as host %d", self.name, self.head_address, self.host_id)
         await self.done.wait()
         await self.zygote.close()
-        for transport in self.pipes:
-            transport.close()
+        for pipe in list(self.pipes):
+            pipe.close()
         server.close()
         self.store.close()
         return 0
@@ -158,10 +158,10 @@ class Agent:
         def sink(stream_name: str, lines: list[str]) -> None:
             self.head.send(m.WorkerOutput(worker_id, stream_name, tuple(lines)))
 
-        async def attach():
-            self.pipes.extend(await attach_pipes(self.loop, out_fd, err_fd, sink, lambda: None))
+        def eof() -> None:
+            self.pipes[:] = [p for p in self.pipes if p.fd is not None]
 
-        self.loop.create_task(attach())
+        self.pipes.extend(attach_pipes(self.loop, out_fd, err_fd, sink, eof))
 
     def on_spawned(self, worker_id: int, pid: int) -> None:
         self.pids[worker_id] = pid

@@ -186,8 +186,8 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions):
         if self.zygote is not None:
             await self.zygote.close()
         for w in self.workers.values():
-            for transport in w.pipes:
-                transport.close()
+            for pipe in w.pipes:
+                pipe.close()
         for server in self.servers:
             await server.wait_closed()
         self.flush_logs()  # (what the processes printed on their way out)
@@ -218,11 +218,7 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions):
             w.pipes_open -= 1
             self._maybe_finalize(w)
 
-        async def attach():
-            w.pipes = await attach_pipes(self.loop, out_fd, err_fd,
-                                         worker_output(w, self.config["log_to_driver"]), eof)
-
-        self.spawn_background(attach())
+        w.pipes = attach_pipes(self.loop, out_fd, err_fd, worker_output(w, self.config["log_to_driver"]), eof)
         return w
 
     def spawn_background(self, coro) -> None:

@@ -81,6 +81,10 @@ class Zygote:
         fds = [out_w, err_w] + ([self.store_fd] if self.store_fd is not None else [])
         try:
             socket.send_fds(self.sock, [pickle.dumps(("spawn", worker_id, {**self.spawn_env, **env}, kind))], fds)
+        except BaseException:
+            os.close(out_r)
+            os.close(err_r)
+            raise
         finally:
             os.close(out_w)
             os.close(err_w)
@@ -359,16 +363,40 @@ async def _exited(loop, proc, timeout: float) -> bool:
         os.close(fd)
 
 
-class OutputPipe(asyncio.Protocol):
-    """Reads one worker stream line by line and hands the lines to ``sink(stream, lines)``."""
+class OutputPipe:
+    """Reads one worker stream line by line and hands the lines to ``sink(stream, lines)``.
 
-    def __init__(self, stream_name: str, sink: Callable[[str, list[str]], None], on_eof: Callable[[], None]) -> None:
+    Written on ``add_reader`` rather than ``loop.connect_read_pipe``: uvloop's pipe
+    transport and the file object it is given both close the same descriptor number
+    (uvloop issue #763), and the second close may hit a file another thread has just
+    opened under that number. Here the descriptor has one owner: this reader.
+    """
+
+    def __init__(self, loop, fd: int, stream_name: str, sink: Callable[[str, list[str]], None],
+                 on_eof: Callable[[], None]) -> None:
+        self.loop = loop
+        self.fd: int | None = fd
         self.stream_name = stream_name
         self.sink = sink
         self.on_eof = on_eof
         self._partial = b""
+        os.set_blocking(fd, False)
+        loop.add_reader(fd, self._readable)
 
-    def data_received(self, data: bytes) -> None:
+    def _readable(self) -> None:
+        while self.fd is not None:
+            try:
+                data = os.read(self.fd, 1 << 16)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self.close()
+                return
+            self._received(data)
+
+    def _received(self, data: bytes) -> None:
         data = self._partial + data
         lines = data.split(b"\n")
         self._partial = lines.pop()
@@ -378,7 +406,14 @@ class OutputPipe(asyncio.Protocol):
     def _emit(self, lines: list[bytes]) -> None:
         self.sink(self.stream_name, [line.decode("utf-8", "replace").rstrip("\r") for line in lines])
 
-    def connection_lost(self, exc) -> None:
+    def close(self) -> None:
+        """Stop reading (at the end of the stream, or when the runtime stops)."""
+        if self.fd is None:
+            return
+        fd, self.fd = self.fd, None
+        if not self.loop.is_closed():
+            self.loop.remove_reader(fd)
+        os.close(fd)
         if self._partial:
             self._emit([self._partial])
             self._partial = b""
@@ -405,10 +440,6 @@ def new_tail() -> collections.deque:
     return collections.deque(maxlen=STDERR_TAIL_LINES)
 
 
-async def attach_pipes(loop, out_fd: int, err_fd: int, sink, on_eof) -> list:
-    transports = []
-    for fd, name in ((out_fd, "stdout"), (err_fd, "stderr")):
-        pipe = os.fdopen(fd, "rb", buffering=0)
-        transport, _ = await loop.connect_read_pipe(lambda n=name: OutputPipe(n, sink, on_eof), pipe)
-        transports.append(transport)
-    return transports
+def attach_pipes(loop, out_fd: int, err_fd: int, sink, on_eof) -> list[OutputPipe]:
+    """Read a worker's stdout and stderr on ``loop`` (called on the loop's thread)."""
+    return [OutputPipe(loop, fd, name, sink, on_eof) for fd, name in ((out_fd, "stdout"), (err_fd, "stderr"))]
