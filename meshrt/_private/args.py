@@ -110,16 +110,18 @@ class CallChecker:
         return True
 
 
-# Types that are never a ref, a stored tensor or a large bytes (checked first: a mesh
+# Types that are never a ref or a large bytes (checked first: a mesh
 # call packs seven such values per actor)
 _PLAIN = frozenset({str, int, float, bool, type(None), tuple})
 
 
-def pack(args: tuple, kwargs: dict, what: str, place=None, stored=None, lend=None) -> tuple[Payload, list, list]:
+def pack(args: tuple, kwargs: dict, what: str, place=None, lend=None) -> tuple[Payload, list, list]:
     """Serialize a call's arguments; returns (payload, [(position, dep_ref)], pins).
 
-    ``stored(value)`` may turn a large argument into the ref of a stored copy (see
-    Core.stored_arg), which then travels like any ref argument.
+    Each call stores its own copy of a large argument (as Ray does): a value written
+    between two calls must reach each call as it was when that call was made, and
+    writes through numpy, ``.data`` or ``from_numpy`` leave no trace to check. To
+    share one copy, ``put`` it once and pass the ref.
 
     ``pins`` are every ObjectRef the payload mentions: the caller keeps them alive
     until the call has finished, so the values cannot be freed under the callee.
@@ -135,8 +137,6 @@ def pack(args: tuple, kwargs: dict, what: str, place=None, stored=None, lend=Non
             deps.append((i, value))
         elif t in _PLAIN:
             continue
-        elif stored is not None and (ref := stored(value)) is not None:
-            deps.append((i, ref))
         elif (t is bytes or t is bytearray) and len(value) >= INBAND_LIMIT:
             big.append(i)
     if kwargs:
@@ -144,8 +144,6 @@ def pack(args: tuple, kwargs: dict, what: str, place=None, stored=None, lend=Non
             t = type(value)
             if t is ObjectRef:
                 deps.append((key, value))
-            elif stored is not None and (ref := stored(value)) is not None:
-                deps.append((key, ref))
             elif (t is bytes or t is bytearray) and len(value) >= INBAND_LIMIT:
                 big.append(key)
     if big:  # one copy into the store instead of through the pickle stream

@@ -63,7 +63,6 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
         self.actor_clients: dict[int, Any] = {}
         self.code_defined: set[int] = set()
         self.children: dict[int, list[int]] = {}  # running call -> tasks it submitted
-        self._arg_cache: dict[int, tuple] = {}  # id(tensor) -> (weakref, signature, ref)
         # Large bytes to processes of this host are lent (loans.py): decided once here.
         self.lends_bytes = loans.available()
         self.args_lender = loans.lender() if self.lends_bytes else None

@@ -34,8 +34,9 @@ _IGNORED_INIT_ARGS = {
     "include_dashboard", "dashboard_host", "dashboard_port", "configure_logging",
     "logging_format", "log_to_driver_level", "runtime_env", "job_config", "_system_config",
     "_temp_dir", "_plasma_directory", "_metrics_export_port", "storage", "_enable_object_reconstruction",
-    "_node_ip_address", "object_spilling_directory", "logging_config", "enable_resource_isolation",
+    "_node_ip_address", "logging_config", "enable_resource_isolation",
     "labels", "_memory", "_redis_password", "_tracing_startup_hook",
+    "object_spilling_directory",  # (used: where spilled and fallback objects go)
 }
 
 
@@ -294,6 +295,7 @@ def init(
             "prestart": int(amounts.get("CPU", 0)),
             "hostname": socket.gethostname(),
             "tcp_address": tcp,
+            "spill_dir": ray_args.get("object_spilling_directory"),
         }
         if local_mode:
             from .local_mode import LocalCore

@@ -352,10 +352,15 @@ class Executor:
                 f"a tuple or list of {n} values"
             )
         payloads, held = [], []
-        for i, value in enumerate(result):
-            payload, refs = serialize(value, self._place(call, i))
-            payloads.append(payload)
-            held.extend(refs)
+        try:
+            for i, value in enumerate(result):
+                payload, refs = serialize(value, self._place(call, i))
+                payloads.append(payload)
+                held.extend(refs)
+        except BaseException:
+            for payload in payloads:  # (written for a result that will not be sent)
+                self.core.release_payload(payload)
+            raise
         return tuple(payloads), held
 
     def _cancelled(self, call: Call):

@@ -8,17 +8,14 @@ overrides the pinning and sealing hooks.
 
 from __future__ import annotations
 
-import sys
-import weakref
 from functools import partial
-from typing import Any
 
 from ..objstore.client import layout_of
-from ..objstore.serialization import SHM_THRESHOLD, Payload
+from ..objstore.serialization import Payload
+from ..objstore.store import AlreadyStored
 from . import args as argpack
 from . import ids, loans
 from .lent_payloads import drop_lent, lend_args
-from .refs import ObjectRef
 
 
 class StoreSide:
@@ -37,36 +34,17 @@ class StoreSide:
     def _place(self, key: int | None, owner: int, buffers: list) -> tuple:
         if self.table.deltas and not self.store.backend.has_used_room(layout_of(buffers)[0]):
             self.flush_frees()  # blocks dropped meanwhile may be what makes room
-        return self.store.put(ids.new_put_id() if key is None else key, owner, buffers,
-                              seal=not self.owner_seals(owner))
+        seal = not self.owner_seals(owner)
+        if key is not None:
+            try:
+                return self.store.put(key, owner, buffers, seal=seal)
+            except AlreadyStored:  # a retried generator yields again what the owner has:
+                pass  # a key of its own, freed by the owner on arrival (on_stream_item)
+        return self.store.put(ids.new_put_id(), owner, buffers, seal=seal)
 
     def owner_seals(self, owner: int) -> bool:
         """Does ``owner`` keep this host's store, sealing a block when the value arrives?"""
         return False
-
-    def stored_arg(self, value: Any) -> ObjectRef | None:
-        """A large torch tensor passed again, unchanged, reuses the copy stored the
-        first time: ``[f.remote(w) for _ in range(8)]`` stores ``w`` once, not 8 times.
-
-        "Unchanged" is exact: torch bumps ``_version`` on every in-place write, so a
-        tensor written between calls is stored again (each call still sees the value
-        as it was when the call was made). Numpy arrays have no such counter and are
-        copied per call, as in Ray.
-        """
-        torch = sys.modules.get("torch")
-        if torch is None or self.store is None or not isinstance(value, torch.Tensor):
-            return None
-        if value.device.type != "cpu" or value.numel() * value.element_size() < SHM_THRESHOLD:
-            return None
-        key = id(value)
-        signature = (value._version, value.data_ptr(), tuple(value.shape), value.stride(), value.dtype)
-        cached = self._arg_cache.get(key)
-        if cached is not None and cached[0]() is value and cached[1] == signature:
-            return cached[2]
-        ref = self.put(value)
-        cache = self._arg_cache
-        cache[key] = (weakref.ref(value, lambda _, k=key: cache.pop(k, None)), signature, ref)
-        return ref
 
     def arg_placer(self):
         """Large call arguments get a block of their own (keyed when placed), freed when
@@ -79,9 +57,9 @@ class StoreSide:
         large ``bytes`` for an actor of this host are lent in place instead (loans.py),
         until the call is over."""
         if remote:
-            payload, deps, pins = argpack.pack(args, kwargs, what, None, None)
+            payload, deps, pins = argpack.pack(args, kwargs, what, None)
             return lend_args(payload), deps, pins
-        return argpack.pack(args, kwargs, what, self.arg_placer(), self.stored_arg, self.args_lender if lend else None)
+        return argpack.pack(args, kwargs, what, self.arg_placer(), self.args_lender if lend else None)
 
     def flush_frees(self) -> None:
         """Before taking a large block: apply refs dropped since the last drain, so

@@ -73,7 +73,7 @@ def _warn_if_small(directory: str, capacity: int) -> None:
 
         logging.getLogger("meshrt").warning(
             "meshrt: the object store (%d MiB) is larger than the free space of %s (%d MiB); "
-            "puts beyond that fail with ObjectStoreFullError. Lower init(object_store_memory=...)",
+            "values beyond that go to disk (slower). Lower init(object_store_memory=...)",
             capacity >> 20, directory, free >> 20)
 
 

@@ -18,6 +18,7 @@ import contextlib
 import threading
 import weakref
 
+from . import disk_blocks
 from .arena import Arena
 
 ALIGN = 64  # each buffer of a value starts on a cache line inside its block
@@ -46,9 +47,13 @@ class StoreClient:
         """Write buffers into a new block; returns the descriptor payloads carry.
         ``seal=False``: the owner seals it when the value reaches it (one message less)."""
         total, layout = layout_of(buffers)
-        offset = self.backend.allocate(key, total, owner)
+        where = self.backend.allocate(key, total, owner)
+        parts = [(rel, buf) for (rel, _), buf in zip(layout, buffers, strict=True)]
         try:
-            self.arena.write(offset, [(rel, buf) for (rel, _), buf in zip(layout, buffers, strict=True)])
+            if type(where) is str:  # (no room in shared memory: a file, see store.py)
+                disk_blocks.write(where, parts)
+            else:
+                self.arena.write(where, parts)
         except BaseException:
             self.backend.free(key)
             raise
@@ -68,9 +73,9 @@ class StoreClient:
         """Read-only views of each buffer of a stored value for a reader that copies them
         before the block ends: over this process's shared mapping, pinned meanwhile."""
         key, total, layout = desc
-        offset, _size = self.backend.pin(key)
+        where, _size = self.backend.pin(key)
         try:
-            whole = self.arena.shared_view(offset, total)
+            whole = self.arena.shared_view(where, total) if type(where) is int else disk_blocks.map_shared(where, total)
             views = [whole[rel : rel + n] for rel, n in layout]
             try:
                 yield views
@@ -87,9 +92,12 @@ class StoreClient:
 
     def _map_pinned(self, key: int):
         """A private mapping of the block, pinned until it is garbage-collected."""
-        offset, size = self.backend.pin(key)
+        where, size = self.backend.pin(key)
         try:
-            mapping = self.arena.view_private(offset, size)
+            if type(where) is int:
+                mapping = self.arena.view_private(where, size)
+            else:
+                mapping = disk_blocks.map_private(where, size)
         except BaseException:
             self.backend.unpin_later(key)
             raise
@@ -99,8 +107,10 @@ class StoreClient:
     def reserve(self, key: int, owner: int, total: int) -> memoryview:
         """A new block to fill in place; ``seal(key)`` once it is written, ``free``
         the descriptor if the write failed."""
-        offset = self.backend.allocate(key, total, owner)
-        return self.arena.block_view(offset, total)
+        where = self.backend.allocate(key, total, owner)
+        if type(where) is str:
+            return disk_blocks.map_shared(where, total, writable=True)
+        return self.arena.block_view(where, total)
 
     def seal(self, key: int) -> None:
         self.backend.seal(key)
@@ -116,9 +126,8 @@ class LocalBackend:
         self.store = store
         self.worker_id = worker_id
 
-    def allocate(self, key: int, size: int, owner: int) -> int:
-        self.drain()
-        return self.store.allocate(key, size, owner)
+    def allocate(self, key: int, size: int, owner: int) -> int | str:
+        return self.store.allocate(key, size, owner, self.worker_id)
 
     def has_used_room(self, size: int) -> bool:
         return self.store.has_used_room(size)
@@ -126,7 +135,7 @@ class LocalBackend:
     def seal(self, key: int) -> None:
         self.store.seal(key)
 
-    def pin(self, key: int) -> tuple[int, int]:
+    def pin(self, key: int) -> tuple[int | str, int]:
         self.drain()
         return self.store.pin(key, self.worker_id)
 

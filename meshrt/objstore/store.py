@@ -10,13 +10,17 @@ view outliving its ref) pins it; a freed but pinned block is reclaimed when the
 last pin goes. A process that dies drops its pins, and its own objects are freed.
 
 Under pressure, unpinned objects are spilled least recently used first to files in
-the spill directory, and read back on the next ``pin``. Only when pinned objects
-alone fill the arena does ``allocate`` raise ObjectStoreFullError.
+the spill directory, and read back on the next ``pin``. When pinned objects alone
+fill the arena (or a value is larger than it), the value is written to a file there
+instead, and readers that find no room to bring a spilled value back map its file:
+as Ray's fallback allocation, slower but never an error while the disk has room.
+Where a block is: an int (its offset in the arena) or a str (the path of its file).
 """
 
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import shutil
 import tempfile
@@ -29,6 +33,11 @@ from .allocator import Allocator, round_up
 from .arena import Arena, ArenaFullError, create_arena_fd
 
 MiB = 1 << 20
+log = logging.getLogger("meshrt")
+
+
+class AlreadyStored(KeyError):
+    """A key taken: a retried generator writing again a value its owner already has."""
 
 
 @dataclass
@@ -42,6 +51,7 @@ class StoredObject:
     sealed: bool = False
     freed: bool = False
     last_access: float = 0.0
+    writer: int | None = None  # the process writing it (its leftovers go if it dies)
 
 
 class SharedStore:
@@ -53,38 +63,70 @@ class SharedStore:
         self.blocks = Allocator(capacity)
         self.objects: dict[int, StoredObject] = {}
         self.lock = threading.RLock()
-        self._spill_root = spill_dir
+        self._spill_root = spill_dir or os.environ.get("MESHRT_SPILL_DIR")
         self._spill_dir: str | None = None
         self.spilled_bytes = 0
         self.spill_count = 0
         self.restore_count = 0
+        self.fallback_count = 0  # objects written to a file for want of room (see _on_disk)
         self._unpins: collections.deque = collections.deque()  # (key, worker) from finalizers
 
     # -- producers ---------------------------------------------------------------------------
 
-    def allocate(self, key: int, size: int, owner: int) -> int:
-        """A block for a new object: its offset in the arena."""
+    def allocate(self, key: int, size: int, owner: int, writer: int | None = None) -> int | str:
+        """Where to write a new object: an offset in the arena, or a file's path when
+        the arena has no room for it (see the module docstring)."""
         need = round_up(max(size, 1))
-        if need > self.capacity:
-            raise ObjectStoreFullError(
-                f"an object of {_mib(size)} is larger than the whole object store "
-                f"({_mib(self.capacity)}); raise init(object_store_memory=...)"
-            )
+        self.drain_unpins()  # (views dropped just now may be what makes room)
         with self.lock:
             if key in self.objects:  # (its block would be lost to the allocator for good)
-                raise ValueError(f"object {key:x} is already in the store")
-            offset = self.blocks.alloc(need)
+                raise AlreadyStored(f"object {key:x} is already in the store")
+            offset = None
+            if need <= self.capacity:
+                offset = self.blocks.alloc(need)
+                if offset is None:
+                    offset = self._make_room(need)
             if offset is None:
-                offset = self._make_room(need, f"an object of {_mib(size)}")
-            self.objects[key] = StoredObject(key, owner, size, offset, last_access=time.monotonic())
+                return self._on_disk(key, owner, size, writer, "it does not fit in shared memory")
+            self.objects[key] = StoredObject(key, owner, size, offset, last_access=time.monotonic(), writer=writer)
         try:
             self.arena.reserve(offset, need)
         except ArenaFullError as err:
             with self.lock:
                 self.objects.pop(key, None)
                 self.blocks.free(offset, need)
-            raise ObjectStoreFullError(str(err)) from None
+                return self._on_disk(key, owner, size, writer, str(err))
         return offset
+
+    def _on_disk(self, key: int, owner: int, size: int, writer: int | None, why: str) -> str:
+        """Ray's fallback allocation: the object's block is a file in the spill directory."""
+        path = os.path.join(self.spill_dir(), f"{key:x}")
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                if size:
+                    os.posix_fallocate(fd, 0, size)  # the disk's room is taken now, not at the first write
+            finally:
+                os.close(fd)
+        except OSError as err:
+            _remove(path)
+            raise ObjectStoreFullError(
+                f"no room for an object of {_mib(size)}: the object store ({_mib(self.capacity)}, "
+                f"{_mib(self._pinned_bytes())} held by pinned or unwritten objects) cannot take it, and "
+                f"the spill directory {self.spill_dir()} cannot either ({err.strerror}); release views of "
+                "stored objects, raise init(object_store_memory=...) or free disk space"
+            ) from None
+        if not self.fallback_count:
+            log.warning("meshrt: an object of %s goes to disk (%s): %s; set init(object_store_memory=...) "
+                        "higher if this is the working set", _mib(size), why, self.spill_dir())
+        self.fallback_count += 1
+        self.spilled_bytes += size
+        self.objects[key] = StoredObject(key, owner, size, None, spill_path=path,
+                                         last_access=time.monotonic(), writer=writer)
+        return path
+
+    def _pinned_bytes(self) -> int:
+        return sum(round_up(max(o.size, 1)) for o in self.objects.values() if o.offset is not None)
 
     def has_used_room(self, size: int) -> bool:
         """Room for ``size`` bytes in pages used before (see Allocator.fits_in_used)."""
@@ -99,8 +141,9 @@ class SharedStore:
 
     # -- readers -------------------------------------------------------------------------------
 
-    def pin(self, key: int, worker: int) -> tuple[int, int]:
-        """Keep an object in place while ``worker`` maps it; restores it if spilled."""
+    def pin(self, key: int, worker: int) -> tuple[int | str, int]:
+        """Keep an object in place while ``worker`` maps it; restores it if spilled (or,
+        with no room to, has it mapped from its file)."""
         with self.lock:
             obj = self.objects.get(key)
             if obj is None or obj.freed:
@@ -109,7 +152,7 @@ class SharedStore:
                 self._restore(obj)
             obj.pins[worker] = obj.pins.get(worker, 0) + 1
             obj.last_access = time.monotonic()
-            return obj.offset, obj.size
+            return (obj.spill_path if obj.offset is None else obj.offset), obj.size
 
     def unpin_later(self, key: int, worker: int) -> None:
         """Safe from a garbage-collection finalizer on any thread: applied by drain_unpins."""
@@ -134,9 +177,9 @@ class SharedStore:
 
     def serve(self, caller: int, method: str, args: tuple):
         """A store request from a process of this host (whoever owns the store answers)."""
-        if method == "store_allocate":
-            return self.allocate(*args)
         self.drain_unpins()
+        if method == "store_allocate":
+            return self.allocate(*args, writer=caller)
         if method == "store_pin":
             return self.pin(args[0], caller)
         if method == "store_summary":
@@ -173,8 +216,10 @@ class SharedStore:
             for obj in list(self.objects.values()):
                 if obj.pins.pop(worker, None) is not None and obj.freed and not obj.pins:
                     self._reclaim(obj)
-                elif obj.owner == worker and obj.key in self.objects:
-                    obj.freed = True  # nobody can free it any more
+                elif (obj.owner == worker or (obj.writer == worker and not obj.sealed)) and obj.key in self.objects:
+                    # nobody can free it any more: its owner is gone, or it is a block the dead
+                    # process was writing for an owner it never reached (a retry writes anew)
+                    obj.freed = True
                     if not obj.pins:
                         self._reclaim(obj)
 
@@ -190,8 +235,9 @@ class SharedStore:
 
     # -- pressure ----------------------------------------------------------------------------------
 
-    def _make_room(self, need: int, what: str) -> int:
-        """Spill unpinned objects, least recently used first, until ``need`` bytes fit."""
+    def _make_room(self, need: int) -> int | None:
+        """Spill unpinned objects, least recently used first, until ``need`` bytes fit;
+        None if pinned objects leave no room."""
         candidates = sorted(
             (o for o in self.objects.values() if o.offset is not None and o.sealed and not o.pins),
             key=lambda o: o.last_access,
@@ -203,13 +249,7 @@ class SharedStore:
             offset = self.blocks.alloc(need)
             if offset is not None:
                 return offset
-        pinned = sum(round_up(max(o.size, 1)) for o in self.objects.values() if o.offset is not None)
-        raise ObjectStoreFullError(
-            f"the object store is full: {what} needs {_mib(need)}, but {_mib(pinned)} of its "
-            f"{_mib(self.capacity)} are held by objects still being written or mapped by readers "
-            f"(largest free block: {_mib(self.blocks.largest_free())}); release views of stored "
-            "objects, or raise init(object_store_memory=...)"
-        )
+        return None
 
     def _spill(self, obj: StoredObject) -> None:
         path = os.path.join(self.spill_dir(), f"{obj.key:x}")
@@ -223,18 +263,30 @@ class SharedStore:
         self.spill_count += 1
 
     def _restore(self, obj: StoredObject) -> None:
+        """Back into the arena; left in its file (which readers then map) when there is
+        no room. Lost only when the file cannot be read."""
+        if not os.path.exists(obj.spill_path):
+            path = obj.spill_path
+            self._reclaim(obj)
+            raise ObjectLostError(f"{obj.key:x}", f"its spilled copy at {path} is gone")
         need = round_up(max(obj.size, 1))
-        offset = self.blocks.alloc(need)
+        offset = self.blocks.alloc(need) if need <= self.capacity else None
+        if offset is None and need <= self.capacity:
+            offset = self._make_room(need)
         if offset is None:
-            offset = self._make_room(need, f"restoring a spilled object of {_mib(obj.size)}")
+            return
         try:
             self.arena.reserve(offset, need)
+        except ArenaFullError:
+            self.blocks.free(offset, need)
+            return
+        try:
             shared, _ = self.arena._mapping()
             with open(obj.spill_path, "rb") as f:
                 got = f.readinto(memoryview(shared)[offset : offset + obj.size])
             if got != obj.size:
                 raise OSError(f"short read: {got} of {obj.size} bytes")
-        except (OSError, ArenaFullError) as err:
+        except OSError as err:
             self.blocks.free(offset, need)
             path = obj.spill_path
             self._reclaim(obj)
@@ -266,6 +318,7 @@ class SharedStore:
                 "spilled_bytes": self.spilled_bytes,
                 "spills": self.spill_count,
                 "restores": self.restore_count,
+                "fallback_allocations": self.fallback_count,
             }
 
     def records(self) -> list[dict]:
