@@ -27,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     agent.add_argument("--num-cpus", type=float, help="CPUs to offer (default: all)")
     agent.add_argument("--num-gpus", type=int, help="GPUs to offer (default: all visible)")
     agent.add_argument("--object-store-memory", type=int, help="bytes for this host's object store")
+    agent.add_argument("--connect-timeout", type=float, default=None,
+                       help="seconds to keep trying to reach a head that is not listening yet (default: 300)")
     status = sub.add_parser("status", help="print a running cluster's hosts, actors and object store")
     status.add_argument("--address", help="the driver's HOST:PORT (meshrt.init(address=...))")
     status.add_argument("--token-file", help="file holding the cluster token (as for agent)")
@@ -39,12 +41,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _token(args) -> bytes | None:
+    token, _source = _token_and_source(args)
+    return token
+
+
+def _token_and_source(args) -> tuple[bytes | None, str]:
     from ._private import cluster_token
 
-    token = cluster_token.from_env_or_file(args.token_file)
-    if token is None and os.path.exists(cluster_token.DEFAULT_FILE):
-        token = cluster_token.from_env_or_file(cluster_token.DEFAULT_FILE)
-    return token
+    source = cluster_token.source(args.token_file)
+    if source is None and os.path.exists(cluster_token.DEFAULT_FILE):
+        source = cluster_token.DEFAULT_FILE
+    return (cluster_token.from_env_or_file(source if source != "MESHRT_TOKEN" else None), source or "")
 
 
 def run_status(args) -> int:
@@ -108,7 +115,7 @@ def run_agent(args) -> int:
     if ":" not in address:
         address = f"{address}:{DEFAULT_PORT}"
     try:
-        token = _token(args)
+        token, source = _token_and_source(args)
     except ValueError as err:
         print(f"meshrt agent: {err}", file=sys.stderr)
         return 2
@@ -119,7 +126,8 @@ def run_agent(args) -> int:
     resources = _node_resources(args.num_cpus, args.num_gpus, None, args.object_store_memory)
     name = args.name or slurm.node_name() or default_name()
     agent = Agent("tcp:" + address.removeprefix("tcp:"), token, name, resources,
-                  int(resources["object_store_memory"]))
+                  int(resources["object_store_memory"]), token_source=source,
+                  **({} if args.connect_timeout is None else {"connect_timeout": args.connect_timeout}))
     try:
         # uvloop, as in every other meshrt process: the agent relays every message of
         # its host, and the default loop's Python transports cost several times more.

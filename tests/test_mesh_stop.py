@@ -128,6 +128,10 @@ class Holder(Actor):
         return gate.wait.call_one().get(timeout=60)
 
     @endpoint
+    async def hold_async(self, gate):
+        return await gate.wait.call_one()
+
+    @endpoint
     def ping(self):
         return "pong"
 
@@ -144,6 +148,20 @@ async def test_stop_lets_every_actor_of_a_process_finish_the_calls_it_was_given(
     stopped = procs.stop()
     await gate.open.call_one()
     assert await held == "opened"  # (not lost to the process's exit)
+    await stopped
+
+
+async def test_stop_lets_running_async_endpoints_finish(rt):
+    # They run on the process's loop, not on an actor's thread: stop() waited for the
+    # threads only, and the process exited under a running async call.
+    gate = this_host().spawn_procs(per_host={"one": 1}).spawn("gate", Gate)
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    holder = procs.spawn("holder", Holder)
+    held = holder.hold_async.call_one(gate)
+    await gate.someone_waits.call_one()
+    stopped = procs.stop()
+    await gate.open.call_one()
+    assert await held == "opened"
     await stopped
 
 

@@ -28,12 +28,19 @@ log = logging.getLogger("meshrt")
 
 # Replies to one mesh call go back together; one that is slower than this goes alone.
 GATHER_WINDOW_S = 0.002
+# How long an agent keeps dialing a head that is not listening (yet): under SLURM the
+# agents start first (`srun meshrt agent &`), then the driver, which may take a while
+# to import. A refused token is not retried.
+CONNECT_TIMEOUT_S = 300.0
 
 
 class Agent:
     def __init__(self, head: str, token: bytes, name: str, resources: dict, store_bytes: int,
-                 spill_dir: str | None = None) -> None:
+                 spill_dir: str | None = None, connect_timeout: float = CONNECT_TIMEOUT_S,
+                 token_source: str = "MESHRT_TOKEN") -> None:
         self.head_address = head
+        self.connect_timeout = connect_timeout
+        self.token_source = token_source
         self.token = token
         self.name = name
         self.resources = resources
@@ -66,16 +73,15 @@ class Agent:
         welcome = loop.create_future()
         self._welcome = welcome
         try:
-            self.head = await wire.connect(self.head_address, self.token, on_messages=self.on_head,
-                                           on_close=self.on_head_lost)
+            self.head = await self._dial_head()
+            listen_host = self.head.transport.get_extra_info("sockname")[0]
+            self.head.send(m.AgentHello(self.name, os.getpid(), self.resources, listen_host))
+            self.host_id = await welcome
         except (OSError, ConnectionError) as err:
             log.error("meshrt agent: cannot join the head at %s: %s", self.head_address, err)
             server.close()
             self.store.close()
             return 1
-        listen_host = self.head.transport.get_extra_info("sockname")[0]
-        self.head.send(m.AgentHello(self.name, os.getpid(), self.resources, listen_host))
-        self.host_id = await welcome
         env = dict(os.environ)
         env.update({
             "MESHRT_CONTROLLER": self.head_address, "MESHRT_TOKEN": self.token.hex(),
@@ -99,6 +105,30 @@ class Agent:
         return 0
 
     # -- the head --------------------------------------------------------------------------
+
+    async def _dial_head(self):
+        """Connect, retrying while the head is not listening yet (see CONNECT_TIMEOUT_S)."""
+        from ..exceptions import AuthenticationError
+
+        deadline = self.loop.time() + self.connect_timeout
+        delay, said = 0.1, None
+        while True:
+            try:
+                return await wire.connect(self.head_address, self.token, on_messages=self.on_head,
+                                          on_close=self.on_head_lost)
+            except AuthenticationError as err:
+                raise ConnectionError(f"{err}; the head refused this agent's cluster token (from "
+                                      f"{self.token_source}): give both sides the same one") from None
+            except OSError as err:
+                now = self.loop.time()
+                if now + delay > deadline:
+                    raise ConnectionError(f"{err.strerror or err} (kept trying for {self.connect_timeout:g} s)") from None
+                if said is None or now - said > 30:
+                    log.info("meshrt agent %s: the head at %s does not answer yet (%s); retrying for up to %g s",
+                             self.name, self.head_address, err.strerror or err, deadline - now)
+                    said = now
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     def on_head(self, conn, msgs: list) -> None:
         self._group_calls(msgs)
@@ -127,6 +157,8 @@ class Agent:
         elif kind is m.PeerGone:
             self.cache.owner_gone(msg.worker_id)
         elif kind is m.Exit:
+            if not self._welcome.done():  # refused (a name already taken)
+                self._welcome.set_exception(ConnectionError(msg.reason))
             self.done.set()
         elif kind is m.Relay:
             inner = type(msg.msg)
@@ -146,6 +178,9 @@ class Agent:
             self.early_relays.setdefault(msg.dest, []).append(msg)  # not connected yet
 
     def on_head_lost(self, conn, _exc) -> None:
+        if not self._welcome.done():
+            self._welcome.set_exception(ConnectionError("the head closed the connection before welcoming this agent"))
+            return
         log.warning("meshrt agent %s: the head at %s went away; stopping", self.name, self.head_address)
         self.done.set()
 

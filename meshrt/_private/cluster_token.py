@@ -2,8 +2,10 @@
 
 Both sides read it from ``MESHRT_TOKEN`` (hex or text) or from a file
 (``--token-file`` / ``MESHRT_TOKEN_FILE``). A driver that listens on TCP with
-neither generates one and writes it to DEFAULT_FILE (mode 0600), which an agent
-on the same machine or a shared home directory reads by default.
+neither uses the one in DEFAULT_FILE, or generates one and writes it there (mode
+0600), which an agent on the same machine or a shared home directory reads by
+default. Drivers of one user share it: a second driver must not lock out the
+agents of the first.
 """
 
 from __future__ import annotations
@@ -23,23 +25,43 @@ def _decode(text: str) -> bytes:
 
 
 def from_env_or_file(token_file: str | None = None) -> bytes | None:
-    env = os.environ.get("MESHRT_TOKEN")
-    if env:
-        return _decode(env)
-    path = token_file or os.environ.get("MESHRT_TOKEN_FILE")
-    if path:
-        try:
-            with open(path) as f:
-                return _decode(f.read())
-        except OSError as err:
-            raise ValueError(f"cannot read the cluster token file {path}: {err.strerror}") from None
-    return None
+    """The token from, in order: the file given (``--token-file``), ``MESHRT_TOKEN``,
+    ``MESHRT_TOKEN_FILE``; None if none is set. A file named explicitly wins over
+    the environment, which may be left over from another cluster."""
+    token = source(token_file)
+    if token is None:
+        return None
+    if token == "MESHRT_TOKEN":
+        return _decode(os.environ["MESHRT_TOKEN"])
+    try:
+        with open(token) as f:
+            return _decode(f.read())
+    except OSError as err:
+        raise ValueError(f"cannot read the cluster token file {token}: {err.strerror}") from None
 
 
-def generate_and_write(path: str = DEFAULT_FILE) -> bytes:
-    token = secrets.token_bytes(32)
+def source(token_file: str | None = None) -> str | None:
+    """Where from_env_or_file reads the token: a file's path, "MESHRT_TOKEN", or None."""
+    if token_file:
+        return token_file
+    if os.environ.get("MESHRT_TOKEN"):
+        return "MESHRT_TOKEN"
+    return os.environ.get("MESHRT_TOKEN_FILE") or None
+
+
+def generate_or_reuse(path: str = DEFAULT_FILE) -> tuple[bytes, bool]:
+    """The token in ``path`` if there is one (another driver of this user wrote it, and
+    agents may already use it), else a fresh one written there; (token, fresh)."""
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    token = secrets.token_bytes(32)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        with open(path) as f:
+            existing = _decode(f.read())
+        if existing:
+            return existing, False
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)  # (an empty file: fill it)
     with os.fdopen(fd, "w") as f:
         f.write(token.hex())
-    return token
+    return token, True

@@ -97,7 +97,8 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions):
         self.code: dict[int, bytes] = {}
         self.tasks: dict[int, TaskRecord] = {}
         self.address = wire.new_unix_address("ctl")
-        self.tcp_address: str | None = config.get("tcp_address")
+        self.tcp_address: str | None = config.get("tcp_address")  # where it listens
+        self.public_address: str | None = None
         self.servers: list = []
         self.zygote: Zygote | None = None
         self.store: SharedStore | None = None
@@ -132,6 +133,8 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions):
             server = await wire.listen(self.tcp_address, self.token, self._conn_kwargs)
             host, port = server.sockets[0].getsockname()[:2]
             self.tcp_address = f"tcp:{host}:{port}"  # the real port when asked for port 0
+            # what other hosts dial: this host's address when listening on every interface
+            self.public_address = f"tcp:{host_ip() if host in ('', '0.0.0.0', '::') else host}:{port}"
             self.servers.append(server)
         env = dict(os.environ)
         if self.tcp_address:  # processes on other hosts must reach this host's workers too

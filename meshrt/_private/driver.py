@@ -332,7 +332,7 @@ def init(
 def _info(core) -> RuntimeInfo:
     config = getattr(core, "config", {})
     controller = getattr(core, "controller", None)
-    tcp = controller.tcp_address if controller is not None else None
+    tcp = controller.public_address if controller is not None else None
     return RuntimeInfo(
         address=controller.address if controller is not None else "local",
         tcp_address=tcp.removeprefix("tcp:") if tcp else None,
@@ -390,10 +390,10 @@ def _token(tcp_address: str | None, token_file: str | None) -> bytes:
         return token
     if tcp_address is None:
         return secrets.token_bytes(32)
-    token = cluster_token.generate_and_write()
-    log.warning("meshrt: generated a cluster token and wrote it to %s (mode 0600); agents on other "
-                "hosts need it: `meshrt agent --address HOST:PORT --token-file %s`, or set MESHRT_TOKEN "
-                "on both sides", cluster_token.DEFAULT_FILE, cluster_token.DEFAULT_FILE)
+    token, fresh = cluster_token.generate_or_reuse()
+    log.warning("meshrt: %s the cluster token in %s (mode 0600); agents on other hosts need it: "
+                "`meshrt agent --address HOST:PORT --token-file %s`, or set MESHRT_TOKEN on both sides",
+                "generated" if fresh else "using", cluster_token.DEFAULT_FILE, cluster_token.DEFAULT_FILE)
     return token
 
 

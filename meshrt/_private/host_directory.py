@@ -80,6 +80,14 @@ class HostDirectory:
         if getattr(conn, "peer_id", None) is not None or self.tcp_address is None:
             conn.abort()
             return
+        same = next((h for h in self.hosts.values() if h.alive and h.name == msg.name), None)
+        if same is not None:  # (meshes and logs name hosts: two of one name is a mistake)
+            log.warning("meshrt: refused an agent named %r (pid %d): host %d already has that name",
+                        msg.name, msg.pid, same.id)
+            conn.send(m.Exit(f"a host named {msg.name!r} is already in the cluster (agent pid {same.pid}); "
+                             "give this agent another --name"))
+            conn.close()
+            return
         host = HostRecord(next(self._host_ids), msg.name, conn, msg.pid,
                           NodeResources.create(msg.resources), msg.listen_host)
         self.hosts[host.id] = host
@@ -103,7 +111,7 @@ class HostDirectory:
             left = None if deadline is None else deadline - self.loop.time()
             if left is not None and left <= 0:
                 joined = sum(h.alive for h in self.hosts.values())
-                where = self.tcp_address or "(not listening: pass init(address='0.0.0.0:6380'))"
+                where = self.public_address or "(not listening: pass init(address='0.0.0.0:6380'))"
                 raise TimeoutError(
                     f"hosts(min_hosts={min_hosts}): only {joined} host agent(s) joined within {timeout} s; "
                     f"start one per host with `meshrt agent --address {where.removeprefix('tcp:')}`")

@@ -29,7 +29,7 @@ def collect(controller) -> dict:
         actors[(rec.spec.class_name, rec.state, rec.spec.host)] += 1
     return {
         "session": controller.config["session"],
-        "address": controller.tcp_address,
+        "address": controller.public_address,
         "hosts": hosts,
         "actors": [{"class": c, "state": s, "host": h, "count": n} for (c, s, h), n in sorted(actors.items())],
         "store": {"usage": controller.store.usage(), "objects": controller.store.records()},

@@ -241,8 +241,18 @@ class ProcHost:
                 "meshrt.shutdown()")
         from .._private.executor import ActorExit
 
-        self._executor.lanes.drain_others()  # (each actor first finishes the calls it was given)
+        self._executor.lanes.drain_others()  # (each actor first finishes the calls it was given:
+        self._finish_async_calls()  # its plain endpoints on their threads, its async ones here)
         raise ActorExit(STOPPED)
+
+    def _finish_async_calls(self) -> None:
+        """Wait (on stop's thread) for the ``async def`` calls running or queued on the
+        process's loop; the driver's stop(timeout=) kills a process stuck in one."""
+        executor = self._executor
+        me = rt_context.current_call().task_id
+        running = [task for task_id, task in list(executor.async_tasks.items()) if task_id != me]
+        if running and executor.user_loop is not None:
+            asyncio.run_coroutine_threadsafe(asyncio.wait(running), executor.user_loop).result()
 
 
 def _replied_already(port: ResponsePort | None, err: BaseException) -> bool:
