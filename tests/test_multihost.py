@@ -32,6 +32,16 @@ def _start_agent(address: str | None, name: str | None, token: str = TOKEN, **en
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
+def stop_agent(agent: subprocess.Popen) -> None:
+    """Wait for an agent to leave (it does once the driver is gone); kill it if it does not."""
+    try:
+        agent.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        agent.kill()
+        agent.wait()
+    agent.stderr.close()
+
+
 @pytest.fixture
 def cluster(monkeypatch):
     """A driver listening on loopback TCP, and two agents acting as two hosts."""
@@ -55,12 +65,7 @@ def cluster(monkeypatch):
     remember()
     meshrt.shutdown()
     for agent in agents:
-        try:
-            agent.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            agent.kill()
-            agent.wait()
-        agent.stderr.close()
+        stop_agent(agent)
     assert wait_until(lambda: not [p for p in seen if psutil.pid_exists(p)
                                    and psutil.Process(p).status() != psutil.STATUS_ZOMBIE], 15)
 

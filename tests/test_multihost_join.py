@@ -13,7 +13,7 @@ import pytest
 import meshrt
 from meshrt._private import cluster_token
 
-from .test_multihost import TOKEN, Worker, _start_agent, cluster  # noqa: F401 - fixture
+from .test_multihost import TOKEN, Worker, _start_agent, cluster, stop_agent  # noqa: F401 - fixture
 
 
 def _free_port() -> int:
@@ -32,15 +32,6 @@ def _wait_for_line(agent: subprocess.Popen, text: str) -> str:
     raise AssertionError(f"the agent exited without saying {text!r}: {''.join(seen)}")
 
 
-def _stop(agent: subprocess.Popen) -> None:
-    try:
-        agent.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        agent.kill()
-        agent.wait()
-    agent.stderr.close()
-
-
 @pytest.mark.timeout(120)
 def test_an_agent_started_before_the_head_joins_once_it_listens(monkeypatch):
     """Under SLURM the agents start first (`srun meshrt agent &`), then the driver."""
@@ -55,7 +46,7 @@ def test_an_agent_started_before_the_head_joins_once_it_listens(monkeypatch):
         assert mesh.where.call_one().get(timeout=60)[0] != 0
     finally:
         meshrt.shutdown()
-        _stop(agent)
+        stop_agent(agent)
 
 
 @pytest.mark.timeout(120)
@@ -68,7 +59,7 @@ def test_an_agent_that_cannot_reach_the_head_gives_up_after_its_timeout():
         assert agent.wait(timeout=60) == 1
         assert "kept trying for 0.5 s" in agent.stderr.read()
     finally:
-        _stop(agent)
+        stop_agent(agent)
 
 
 def test_a_second_agent_with_a_name_already_taken_is_refused(cluster):  # noqa: F811
@@ -78,7 +69,7 @@ def test_a_second_agent_with_a_name_already_taken_is_refused(cluster):  # noqa: 
         assert twin.wait(timeout=60) == 1
         assert "a host named 'host1' is already in the cluster" in twin.stderr.read()
     finally:
-        _stop(twin)
+        stop_agent(twin)
     assert meshrt.hosts(min_hosts=2, timeout=5).sizes == {"hosts": 2}
 
 
@@ -94,7 +85,7 @@ def test_a_token_file_given_wins_over_a_stale_environment(cluster, tmp_path):  #
         assert meshrt.hosts(min_hosts=3, timeout=60).sizes == {"hosts": 3}
     finally:
         meshrt.shutdown()
-        _stop(agent)
+        stop_agent(agent)
 
 
 def test_drivers_of_one_user_share_the_generated_token(tmp_path):
@@ -119,4 +110,4 @@ def test_a_driver_listening_on_every_interface_prints_an_address_agents_can_dial
     finally:
         meshrt.shutdown()
         if agent is not None:
-            _stop(agent)
+            stop_agent(agent)
