@@ -19,8 +19,8 @@ import signal
 import socket
 
 from ..objstore.store import SharedStore
+from . import heartbeat, procutil, wire
 from . import messages as m
-from . import procutil, wire
 from .host_cache import HostCache
 from .spawn import Zygote
 
@@ -77,7 +77,8 @@ class Agent:
             listen_host = self.head.transport.get_extra_info("sockname")[0]
             self.head.send(m.AgentHello(self.name, os.getpid(), self.resources, listen_host))
             self.host_id = await welcome
-        except (OSError, ConnectionError) as err:
+            timeout = heartbeat.timeout_s()
+        except (OSError, ConnectionError, ValueError) as err:
             log.error("meshrt agent: cannot join the head at %s: %s", self.head_address, err)
             server.close()
             self.store.close()
@@ -96,7 +97,10 @@ class Agent:
             self.spawn(early)
         self._early.clear()
         log.info("meshrt agent %s joined %s as host %d", self.name, self.head_address, self.host_id)
+        watch = heartbeat.Watch(loop, timeout, self._head_silent)
+        watch.add(self.head)
         await self.done.wait()
+        watch.stop()
         await self.zygote.close()
         for pipe in list(self.pipes):
             pipe.close()
@@ -176,6 +180,11 @@ class Agent:
             conn.send(msg)
         elif msg.dest in self.pids or msg.dest not in self.gone:
             self.early_relays.setdefault(msg.dest, []).append(msg)  # not connected yet
+
+    def _head_silent(self, conn, silent_s: float) -> None:
+        log.warning("meshrt agent %s: nothing from the head at %s for %.0f s (MESHRT_HOST_TIMEOUT_S); stopping",
+                    self.name, self.head_address, silent_s)
+        self.done.set()
 
     def on_head_lost(self, conn, _exc) -> None:
         if not self._welcome.done():

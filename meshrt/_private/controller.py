@@ -165,6 +165,8 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions):
         self.flush_logs()
         if self._trim_timer is not None:
             self._trim_timer.cancel()
+        if self.host_watch is not None:
+            self.host_watch.stop()
         for server in self.servers:
             server.close()
         for w in self.workers.values():

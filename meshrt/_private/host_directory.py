@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..scheduler.resources import NodeResources
+from . import heartbeat
 from . import messages as m
 
 log = logging.getLogger("meshrt")
@@ -33,6 +34,7 @@ class HostRecord:
     workers: set = field(default_factory=set)
     alive: bool = True
     leaving: bool = False  # told to exit (HostMesh.shutdown()): its going is no failure
+    went: str | None = None  # how it was lost, when not by its connection closing
 
 
 class HostDirectory:
@@ -43,6 +45,7 @@ class HostDirectory:
         self._host_ids = itertools.count(1)
         self._hosts_changed: asyncio.Event | None = None
         self._head_cache = None  # HostCache over the head host's store, once a process needs it
+        self.host_watch = None  # heartbeat.Watch over the agents' connections, once listening
 
     def host_handlers(self) -> dict:
         return {
@@ -51,6 +54,7 @@ class HostDirectory:
             m.WorkerExited: self.on_worker_exited,
             m.WorkerOutput: self.on_worker_output,
             m.DropHostCopies: self.on_drop_host_copies,
+            m.Heartbeat: lambda conn, msg: None,  # (its arrival is what counts: heartbeat.py)
         }
 
     def on_drop_host_copies(self, conn, msg: m.DropHostCopies) -> None:
@@ -93,6 +97,9 @@ class HostDirectory:
         self.hosts[host.id] = host
         conn.agent_host = host.id
         conn.send(m.AgentWelcome(host.id, self.tcp_address))
+        if self.host_watch is None:
+            self.host_watch = heartbeat.Watch(self.loop, heartbeat.timeout_s(), self._host_silent)
+        self.host_watch.add(conn)
         log.info("meshrt: host %r joined as host %d", msg.name, host.id)
         self._notify_hosts()
 
@@ -193,14 +200,21 @@ class HostDirectory:
 
             worker_output(w, self.config["log_to_driver"])(msg.stream, list(msg.lines))
 
+    def _host_silent(self, conn, silent_s: float) -> None:
+        host = self.hosts.get(conn.agent_host)
+        if host is not None and host.alive:
+            host.went = f"stopped answering (nothing from it for {silent_s:.0f} s; MESHRT_HOST_TIMEOUT_S)"
+            conn.abort()  # (should it wake up, it finds itself cut off, and exits)
+            self.agent_lost(conn)
+
     def agent_lost(self, conn) -> None:
         host = self.hosts.get(conn.agent_host)
         if host is None or not host.alive:
             return
         host.alive = False
+        went = host.went or ("was shut down (HostMesh.shutdown())" if host.leaving else "went away")
         if not self.stopping and not host.leaving:
-            log.warning("meshrt: host %r (host %d) went away; its actors fail", host.name, host.id)
-        went = "was shut down (HostMesh.shutdown())" if host.leaving else "went away"
+            log.warning("meshrt: host %r (host %d) %s; its actors fail", host.name, host.id, went)
         for worker_id in list(host.workers):
             w = self.workers.get(worker_id)
             if w is not None:

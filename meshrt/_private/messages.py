@@ -24,6 +24,10 @@ class Hello(NamedTuple):
     host: int = 0  # 0 = the head host; agents' hosts count from 1
 
 
+class Heartbeat(NamedTuple):
+    """Head <-> agent, every quarter of the host timeout: still here (heartbeat.py)."""
+
+
 class Welcome(NamedTuple):
     """Controller -> new worker: the cluster facts a worker needs."""
 

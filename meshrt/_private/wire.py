@@ -149,6 +149,10 @@ class Connection(asyncio.BufferedProtocol):
             self._start, self._end = 0, pending
         return memoryview(self._buf)[self._end :]
 
+    def progress(self) -> tuple:
+        """Changes whenever bytes arrive, even inside one long frame (heartbeat.py)."""
+        return self.bytes_in, self._big_filled, self._end
+
     def buffer_updated(self, nbytes: int) -> None:
         try:
             if self._big is not None:
