@@ -165,6 +165,21 @@ async def test_stop_lets_running_async_endpoints_finish(rt):
     await stopped
 
 
+class AsyncStopper(Actor):
+    @endpoint
+    async def stop_procs(self, procs):
+        await procs.stop()
+
+
+async def test_an_async_endpoint_stopping_its_own_processes_is_refused_not_hung(rt):
+    # stop() waits for the running async endpoints, this one too: it would wait forever.
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    stopper = procs.spawn("s", AsyncStopper)
+    with pytest.raises(RuntimeError, match=r"stop\(\) of this same process, awaited by one of its own endpoints"):
+        await stopper.stop_procs.call_one(procs)
+    await procs.stop()
+
+
 async def test_a_plain_endpoint_stopping_its_own_processes_is_refused_not_hung(rt):
     # stop() first lets every actor of the process finish, this waiting endpoint too.
     procs = this_host().spawn_procs(per_host={"gpus": 1})

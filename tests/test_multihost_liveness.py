@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import psutil
 import pytest
@@ -47,3 +48,24 @@ def test_a_stopped_host_is_taken_for_dead_and_the_rest_serves(monkeypatch, failu
         stop_agent(sleepy)
         if awake is not None:
             stop_agent(awake)
+
+
+@pytest.mark.timeout(120)
+def test_an_idle_agent_beats_at_the_heads_pace_whatever_its_own_setting(monkeypatch, failures):
+    """The agent takes the head's timeout from its welcome: beating every quarter of its
+    own 600 s, an idle agent was dropped by a head that allows 1.5 s of silence."""
+    monkeypatch.setenv("MESHRT_TOKEN", TOKEN)
+    monkeypatch.setenv("MESHRT_HOST_TIMEOUT_S", "1.5")
+    info = meshrt.init(address="127.0.0.1:0", num_cpus=1)
+    agent = _start_agent(info["tcp_address"], "calm", MESHRT_HOST_TIMEOUT_S="600")
+    try:
+        hosts = meshrt.hosts(min_hosts=1, timeout=60)
+        workers = hosts.spawn_procs(per_host={"gpus": 1}).spawn("w", Worker)
+        first = workers.where.call_one().get(timeout=60)
+        time.sleep(4.5)  # (the behaviour under test: three times the head's timeout, idle)
+        assert workers.where.call_one().get(timeout=30) == first
+        seen, _ = failures
+        assert seen == []
+    finally:
+        meshrt.shutdown()
+        stop_agent(agent)

@@ -420,6 +420,34 @@ def test_an_actor_result_arrives_sealed_and_after_its_arguments_unpins(rt):
     assert used() == baseline + 8 * MiB  # the result alone: the argument's block is back
 
 
+def test_a_value_read_from_its_file_stays_there_while_mapped(tmp_path):
+    """A reader told to map a value's file keeps it: another reader's pin, once there is
+    room again, must not restore the value into shared memory and remove the file."""
+    from meshrt.objstore import disk_blocks
+    from meshrt.objstore.store import SharedStore
+
+    store = SharedStore(4 * MiB, spill_dir=str(tmp_path))
+    try:
+        assert store.allocate(1, 3 * MiB, owner=5) == 0
+        store.seal(1)
+        store.pin(1, 7)  # held: no room for the next one
+        where = store.allocate(2, 2 * MiB, owner=5, writer=5)
+        assert isinstance(where, str)
+        disk_blocks.write(where, [(0, b"x" * (2 * MiB))])
+        store.seal(2)
+        assert store.pin(2, 8)[0] == where  # reader 8 maps the file
+        store.unpin(1, 7)
+        store.free(1)  # room again
+        assert store.pin(2, 9)[0] == where  # still from the file, which stays
+        assert bytes(disk_blocks.map_private(where, 2 * MiB)[:4]) == b"xxxx"
+        store.unpin(2, 8)
+        store.unpin(2, 9)
+        assert isinstance(store.pin(2, 10)[0], int)  # nobody maps the file: back in memory
+        assert not os.path.exists(where)
+    finally:
+        store.close()
+
+
 def test_allocator_knows_when_used_pages_have_room():
     from meshrt.objstore.allocator import PAGE, Allocator
 

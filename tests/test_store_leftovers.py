@@ -88,6 +88,41 @@ def test_a_streaming_generator_retried_after_its_first_item_yields_it_again(rt, 
     assert wait_until(lambda: used() == baseline, timeout=10)
 
 
+@meshrt.remote(num_returns=2, max_retries=1)
+def two_dying_once(marker):
+    return np.full(8 * MiB, 1, dtype=np.uint8), DiesOnce(marker)
+
+
+@meshrt.remote(num_returns=2, max_retries=0)
+def two_dying(marker):
+    return np.full(8 * MiB, 1, dtype=np.uint8), DiesOnce(marker)
+
+
+@meshrt.remote
+class Owner:
+    """Owns the results of the tasks it calls: they are sealed as they are written, so
+    only the owner can tell that a block written for it never arrived."""
+
+    def retried(self, marker):
+        big, small = two_dying_once.remote(marker)
+        return int(meshrt.get(big, timeout=30)[-1]), meshrt.get(small, timeout=30)
+
+    def crashed(self, marker):
+        try:
+            meshrt.get(list(two_dying.remote(marker)), timeout=30)
+        except WorkerCrashedError:
+            return "crashed"
+
+
+@pytest.mark.timeout(60)
+def test_blocks_a_dead_attempt_wrote_for_an_actor_go_back(rt, tmp_path):
+    owner = Owner.remote()
+    baseline = used()
+    assert meshrt.get(owner.retried.remote(str(tmp_path / "a")), timeout=60) == (1, 5)
+    assert meshrt.get(owner.crashed.remote(str(tmp_path / "b")), timeout=60) == "crashed"
+    assert wait_until(lambda: used() == baseline, timeout=10)
+
+
 @pytest.mark.timeout(60)
 def test_results_that_never_reach_their_owner_leave_no_block(rt, tmp_path):
     @meshrt.remote(num_returns=2, max_retries=0)

@@ -157,6 +157,8 @@ class ActorClient:
                 retry.append(pt)
             else:
                 self.core.fail_pending(pt, st.death)
+                for entry in pt.entries:  # (in flight when the actor died)
+                    self.core.drop_left_behind(entry.id)
         self.queue.extendleft(reversed(retry))
         if st.state == "dead":
             self.creation_pins = None

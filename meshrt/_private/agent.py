@@ -32,6 +32,7 @@ GATHER_WINDOW_S = 0.002
 # agents start first (`srun meshrt agent &`), then the driver, which may take a while
 # to import. A refused token is not retried.
 CONNECT_TIMEOUT_S = 300.0
+EXIT_GRACE_S = 2.0  # a worker that exited but whose connection stays open (its child holds it)
 
 
 class Agent:
@@ -57,6 +58,7 @@ class Agent:
         self.early_relays: dict = {}  # worker id -> relayed messages that beat its Hello
         self.gone: set = set()
         self.gathering: dict = {}  # task id -> the _Gather its reply joins
+        self.exited: dict = {}  # worker id -> timer: exited, its connection not yet read to the end
 
     async def run(self) -> int:
         """Serve until the head goes away; returns the process exit code."""
@@ -76,9 +78,8 @@ class Agent:
             self.head = await self._dial_head()
             listen_host = self.head.transport.get_extra_info("sockname")[0]
             self.head.send(m.AgentHello(self.name, os.getpid(), self.resources, listen_host))
-            self.host_id = await welcome
-            timeout = heartbeat.timeout_s()
-        except (OSError, ConnectionError, ValueError) as err:
+            self.host_id, timeout = await welcome
+        except (OSError, ConnectionError) as err:
             log.error("meshrt agent: cannot join the head at %s: %s", self.head_address, err)
             server.close()
             self.store.close()
@@ -146,7 +147,7 @@ class Agent:
         kind = type(msg)
         if kind is m.AgentWelcome:
             if not self._welcome.done():
-                self._welcome.set_result(msg.host_id)
+                self._welcome.set_result((msg.host_id, msg.host_timeout))
         elif kind is m.SpawnWorker:
             if self.zygote is None:  # the welcome is still being processed
                 self._early.append(msg)
@@ -217,8 +218,18 @@ class Agent:
         if worker_id is None:
             return
         self.pids.pop(worker_id, None)
-        self.store.worker_died(worker_id)
+        if worker_id in self.local_conns:  # what it sent before exiting (a seal, a free) goes first
+            self.exited[worker_id] = self.loop.call_later(EXIT_GRACE_S, self._worker_gone, worker_id)
+        else:
+            self._worker_gone(worker_id)
         self.head.send(m.WorkerExited(worker_id, code))
+
+    def _worker_gone(self, worker_id: int) -> None:
+        """Exited, and its connection read to the end: its store pins and leftovers go."""
+        timer = self.exited.pop(worker_id, None)
+        if timer is not None:
+            timer.cancel()
+        self.store.worker_died(worker_id)
 
     def on_zygote_lost(self) -> None:
         if not self.done.is_set():
@@ -296,6 +307,8 @@ class Agent:
             del self.local_conns[conn.peer_id]
             self.gone.add(conn.peer_id)
             self.early_relays.pop(conn.peer_id, None)
+            if conn.peer_id in self.exited:
+                self._worker_gone(conn.peer_id)
 
 
 class _Gather:

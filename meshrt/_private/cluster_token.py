@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import tempfile
 
 DEFAULT_FILE = os.path.join(os.path.expanduser("~"), ".meshrt", "cluster_token")
 
@@ -51,17 +52,25 @@ def source(token_file: str | None = None) -> str | None:
 
 def generate_or_reuse(path: str = DEFAULT_FILE) -> tuple[bytes, bool]:
     """The token in ``path`` if there is one (another driver of this user wrote it, and
-    agents may already use it), else a fresh one written there; (token, fresh)."""
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    agents may already use it), else a fresh one written there; (token, fresh). The
+    file appears whole or not at all (linked into place), so two drivers starting at
+    once agree on one token."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
     token = secrets.token_bytes(32)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".cluster_token.")  # (mode 0600)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        with open(path) as f:
-            existing = _decode(f.read())
-        if existing:
+        with os.fdopen(fd, "w") as f:
+            f.write(token.hex())
+        try:
+            os.link(tmp, path)
+            return token, True
+        except FileExistsError:
+            with open(path) as f:
+                existing = _decode(f.read())
+            if not existing:
+                raise ValueError(f"the cluster token file {path} is empty: delete it (a new token is "
+                                 "generated) or write the cluster's token into it") from None
             return existing, False
-        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)  # (an empty file: fill it)
-    with os.fdopen(fd, "w") as f:
-        f.write(token.hex())
-    return token, True
+    finally:
+        os.unlink(tmp)

@@ -161,6 +161,14 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions):
         return {"on_messages": self.core.on_messages, "on_close": self._on_conn_close}
 
     async def stop(self) -> None:
+        try:
+            await self._stop_processes()
+        finally:
+            self.flush_logs()  # (what the processes printed on their way out)
+            if self.store is not None:
+                self.store.close()
+
+    async def _stop_processes(self) -> None:
         self.stopping = True
         self.flush_logs()
         if self._trim_timer is not None:
@@ -169,7 +177,8 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions):
             self.host_watch.stop()
         for server in self.servers:
             server.close()
-        for w in self.workers.values():
+        # (list(): a worker finalized on the way, a pipe closed say, leaves self.workers)
+        for w in list(self.workers.values()):
             if w.conn is not None and not w.conn.closed:
                 w.conn.send(m.Exit("the driver is shutting down"))
                 w.conn.close()
@@ -181,23 +190,20 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions):
             await asyncio.wait_for(self._all_exited.wait(), 1.0)
         except asyncio.TimeoutError:
             pass
-        for w in self.workers.values():
+        for w in list(self.workers.values()):
             if w.pid and w.exit_code is _UNSET:
                 self.kill_worker(w)
-        for host in self.hosts.values():
+        for host in list(self.hosts.values()):
             if host.alive and not host.conn.closed:
                 host.conn.send(m.Exit("the driver is shutting down"))
                 host.conn.close()
         if self.zygote is not None:
             await self.zygote.close()
-        for w in self.workers.values():
+        for w in list(self.workers.values()):
             for pipe in w.pipes:
                 pipe.close()
         for server in self.servers:
             await server.wait_closed()
-        self.flush_logs()  # (what the processes printed on their way out)
-        if self.store is not None:
-            self.store.close()
 
     # -- workers -----------------------------------------------------------------------
 

@@ -466,6 +466,8 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
         for entry, payload in zip(pt.entries, results, strict=False):
             self.table.resolve(entry, payload, self.adopt(payload))
             self._check.append(entry)
+            if self.store is not None and (getattr(payload, "is_error", False) or getattr(payload, "shm", None)):
+                self.drop_left_behind(entry.id, payload)
         if pt.stream is not None and not pt.stream.finished:
             pt.stream.end(self, None)
         for oid, owner in msg.borrowed:
@@ -499,6 +501,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
         oid = ids.object_id(msg.task_id, msg.index + 1)
         entry = self.table.owned(oid)
         self.table.resolve(entry, msg.payload, held)
+        self.drop_left_behind(oid, msg.payload)
         stream.push(ObjectRef(oid, self.worker_id, self.table.deltas), msg.index)
 
     def on_stream_end(self, conn, msg: m.StreamEnd) -> None:

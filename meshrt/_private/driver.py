@@ -282,6 +282,10 @@ def init(
         amounts = _node_resources(num_cpus, num_gpus, resources, object_store_memory)
         tcp = _tcp_address(address)
         token = _token(tcp, token_file)
+        if tcp is not None:
+            from . import heartbeat
+
+            heartbeat.timeout_s()  # (a bad MESHRT_HOST_TIMEOUT_S is named here, not when an agent joins)
         config = {
             "token": token,
             "resources": amounts,

@@ -41,6 +41,7 @@ class Watch:
         self.timeout = timeout
         self.on_silent = on_silent
         self.watched: dict[int, list] = {}  # id(conn) -> [conn, progress, when it last changed]
+        self._last_tick = loop.time()
         self._timer = loop.call_later(timeout / 4, self._tick)
 
     def add(self, conn) -> None:
@@ -52,13 +53,17 @@ class Watch:
 
     def _tick(self) -> None:
         now = self.loop.time()
+        stalled = now - self._last_tick > self.timeout / 2
+        self._last_tick = now
         for key, seen in list(self.watched.items()):
             conn = seen[0]
             if conn.closed:
                 del self.watched[key]
                 continue
             progress = conn.progress()
-            if progress != seen[1]:
+            if progress != seen[1] or stalled:
+                # (after a stall of this loop, what the peer sent meanwhile may still wait
+                # unread in the socket: judge from the next tick, not this one)
                 seen[1], seen[2] = progress, now
             elif now - seen[2] > self.timeout:
                 del self.watched[key]

@@ -96,9 +96,9 @@ class HostDirectory:
                           NodeResources.create(msg.resources), msg.listen_host)
         self.hosts[host.id] = host
         conn.agent_host = host.id
-        conn.send(m.AgentWelcome(host.id, self.tcp_address))
         if self.host_watch is None:
             self.host_watch = heartbeat.Watch(self.loop, heartbeat.timeout_s(), self._host_silent)
+        conn.send(m.AgentWelcome(host.id, self.tcp_address, self.host_watch.timeout))
         self.host_watch.add(conn)
         log.info("meshrt: host %r joined as host %d", msg.name, host.id)
         self._notify_hosts()

@@ -318,6 +318,7 @@ class AgentWelcome(NamedTuple):
 
     host_id: int
     controller_address: str
+    host_timeout: float = 30.0  # the head's MESHRT_HOST_TIMEOUT_S: both sides beat and judge by it
 
 
 class SpawnWorker(NamedTuple):

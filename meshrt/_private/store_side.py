@@ -67,6 +67,25 @@ class StoreSide:
         if self.table.deltas and not self.io.in_loop():
             self.io.call_sync(self.drain, timeout=30)
 
+    def drop_left_behind(self, oid: int, payload: Payload | None = None) -> None:
+        """The value of ``oid`` arrived under a key of its own (its retry found an earlier
+        attempt's block at ``oid``: AlreadyStored), or as the death of its writer (then
+        ``payload`` is None or that error): a block a dead attempt wrote for it and never
+        delivered goes back. Only the owner knows that it never got that block. A no-op
+        when there is none."""
+        if self.store is None:
+            return
+        if payload is not None:
+            if payload.is_error:
+                from .. import exceptions as exc
+                from ..objstore.serialization import error_from_payload
+
+                if not isinstance(error_from_payload(payload), (exc.WorkerCrashedError, exc.ActorDiedError)):
+                    return  # (a live writer's error: it wrote nothing it kept)
+            elif type(payload) is not Payload or payload.shm is None or payload.shm[0] == oid:
+                return
+        self.store.backend.free(oid)
+
     def release_payload(self, payload: Payload | None) -> None:
         """The owner is done with a value: give its shared-memory block back (or the
         buffers a call's arguments were lent from, lent_payloads.py)."""

@@ -352,14 +352,24 @@ class ProcMesh(Shaped):
         if timeout is not None:
             core.io.post(lambda: core.io.loop.call_later(timeout, kill_the_rest))
 
+        def refused() -> None:
+            """A process that died or was killed counts as stopped; one that refused says why."""
+            for ref in refs:
+                try:
+                    core.get([ref], 0)
+                except exc.ActorDiedError:
+                    pass
+
         async def aget():
-            await core.wait_all_async(refs)  # (a process that died or was killed counts as done)
+            await core.wait_all_async(refs)
+            refused()
 
         def get(wait_s):
             ready = core.wait(refs, len(refs), wait_s)[0]
             if len(ready) < len(refs):
                 raise exc.GetTimeoutError(f"stop() of mesh {self._name!r}: {len(refs) - len(ready)} process(es) "
                                           f"still running after {wait_s} s")
+            refused()
 
         return Future(aget, get)
 

@@ -148,7 +148,7 @@ class SharedStore:
             obj = self.objects.get(key)
             if obj is None or obj.freed:
                 raise ObjectLostError(f"{key:x}", "its owner has freed it")
-            if obj.offset is None:
+            if obj.offset is None and not obj.pins:  # (pinned: readers map its file, which must stay)
                 self._restore(obj)
             obj.pins[worker] = obj.pins.get(worker, 0) + 1
             obj.last_access = time.monotonic()
