@@ -171,19 +171,14 @@ class AsyncStopper(Actor):
         await procs.stop()
 
 
-async def test_an_async_endpoint_stopping_its_own_processes_is_refused_not_hung(rt):
-    # stop() waits for the running async endpoints, this one too: it would wait forever.
+@pytest.mark.parametrize("cls, refusal", [
+    (Stopper, r"stop\(\) of this same process would wait forever"),
+    (AsyncStopper, r"stop\(\) of this same process, awaited by one of its own endpoints"),
+], ids=["plain", "async"])
+async def test_an_endpoint_stopping_its_own_processes_is_refused_not_hung(rt, cls, refusal):
+    # stop() first lets every call the process was given finish, the waiting endpoint too.
     procs = this_host().spawn_procs(per_host={"gpus": 1})
-    stopper = procs.spawn("s", AsyncStopper)
-    with pytest.raises(RuntimeError, match=r"stop\(\) of this same process, awaited by one of its own endpoints"):
-        await stopper.stop_procs.call_one(procs)
-    await procs.stop()
-
-
-async def test_a_plain_endpoint_stopping_its_own_processes_is_refused_not_hung(rt):
-    # stop() first lets every actor of the process finish, this waiting endpoint too.
-    procs = this_host().spawn_procs(per_host={"gpus": 1})
-    stopper = procs.spawn("s", Stopper)
-    with pytest.raises(RuntimeError, match=r"stop\(\) of this same process would wait forever"):
+    stopper = procs.spawn("s", cls)
+    with pytest.raises(RuntimeError, match=refusal):
         await stopper.stop_procs.call_one(procs)
     await procs.stop()
