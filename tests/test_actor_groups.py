@@ -76,5 +76,22 @@ def test_groups_are_checked_where_they_are_named(rt):
     assert meshrt.get(Undefined.options(concurrency_groups={"nope": 1}).remote().f.remote()) == 1
     with pytest.raises(ValueError, match=r"concurrency_groups\['io'\] must be an int >= 1"):
         Threaded.options(concurrency_groups={"io": 0})
-    with pytest.raises(ValueError, match="per call is not supported"):
-        Threaded.remote().compute.options(concurrency_group="io")
+    with pytest.raises(ValueError, match=r"options\(concurrency_group='nope'\): the actor defines no such group "
+                                         r"\(it defines 'io', 'compute'\)"):
+        Threaded.remote().compute.options(concurrency_group="nope")
+
+
+def test_a_group_chosen_per_call(rt):
+    """``.options(concurrency_group=)`` runs that call in another group than its method's,
+    as in Ray: a compute method sent to the io threads, a default one to compute."""
+    actor = Threaded.remote()
+    assert meshrt.get(actor.compute.options(concurrency_group="io").remote(), timeout=30).startswith("meshrt-io")
+    assert meshrt.get(actor.default.options(concurrency_group="compute").remote(), timeout=30).startswith(
+        "meshrt-compute")
+    assert meshrt.get(actor.compute.remote(), timeout=30).startswith("meshrt-compute")  # (the method's own again)
+    g = gate()
+    actor = Async.remote()
+    calls = [actor.io.options(concurrency_group="io").remote(g) for _ in range(3)]
+    assert meshrt.get(actor.peak_seen.remote(), timeout=30) <= 2
+    meshrt.get(g.open.remote())
+    assert meshrt.get(calls, timeout=30) == [True] * 3

@@ -17,7 +17,8 @@ class ActorCalls:
     request_sync, send_controller, namespace, _make_returns, _note_child, _start_pending."""
 
     def call_actor(self, handle, method: str, args: tuple, kwargs: dict, num_returns: int,
-                   inline: bool = False, direct: bool = True, packed=None, retry_exceptions: Any = False) -> Any:
+                   inline: bool = False, direct: bool = True, packed=None, retry_exceptions: Any = False,
+                   concurrency_group: str | None = None) -> Any:
         """``inline``: the actor is on another host, so large arguments are lent
         (lent_payloads.py) instead of placed in this host's store. ``direct``: the
         call may leave from this thread (False for a call to many actors behind one
@@ -36,6 +37,7 @@ class ActorCalls:
         pt.remote = inline
         pt.retries_left = handle._max_task_retries
         pt.retry = retry_exceptions
+        pt.group = concurrency_group
         result = self._make_returns(pt, num_returns)
         self.pending[task_id] = pt
         self._note_child(task_id)

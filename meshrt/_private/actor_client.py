@@ -57,7 +57,7 @@ class ActorClient:
             pt.ready = pt.sent = True
             self.inflight[pt.task_id] = pt  # before sending: the reply may come back at once
             pins = () if through_agent else self.core.pin_for(self.worker_id, pt.args)
-            msg = m.ActorCall(pt.task_id, self.actor_id, pt.method, pt.args, (), pt.num_returns, pins)
+            msg = m.ActorCall(pt.task_id, self.actor_id, pt.method, pt.args, (), pt.num_returns, pins, pt.group)
             try:  # raises only before anything was written: the loop path then takes it
                 conn.send_from_thread(m.Relay(self.worker_id, self.core.worker_id, msg) if through_agent else msg)
             except Exception:  # noqa: BLE001
@@ -107,7 +107,7 @@ class ActorClient:
             core.send_to(
                 self.worker_id,
                 m.ActorCall(pt.task_id, self.actor_id, pt.method, pt.args,
-                            core._dep_payloads(pt), pt.num_returns, core.pin_for(self.worker_id, pt.args)),
+                            core._dep_payloads(pt), pt.num_returns, core.pin_for(self.worker_id, pt.args), pt.group),
             )
 
     def replied(self, pt) -> None:

@@ -97,6 +97,7 @@ class ActorMeta:
     is_async: bool
     max_task_retries: int
     max_pending_calls: int = -1  # (-1: no limit)
+    groups: tuple = ()  # the concurrency groups it defines, by name
 
 
 def _method_meta(cls: type, class_name: str) -> tuple[dict, bool]:
@@ -146,7 +147,7 @@ class ActorClass:
         self._opts = ActorOptions.build(self._options, self._name, is_async)
         self._groups_checked = False
         self._meta = ActorMeta(self._name, methods, is_async, self._opts.max_task_retries,
-                               self._opts.max_pending_calls)
+                               self._opts.max_pending_calls, tuple(name for name, _ in self._opts.concurrency_groups))
         self._meta_blob = pickle.dumps(self._meta, protocol=5)
         init = cls.__dict__.get("__init__") or getattr(cls, "__init__", None)
         self._init_checker = (
@@ -270,15 +271,16 @@ def _rebuild_handle(actor_id: int, meta_blob: bytes, handle_ref) -> ActorHandle:
 class ActorMethod:
     """``handle.method``: call ``.remote(...)`` on it."""
 
-    __slots__ = ("_handle", "_name", "_num_returns", "_checker", "_retry")
+    __slots__ = ("_handle", "_name", "_num_returns", "_checker", "_retry", "_group")
 
     def __init__(self, handle: ActorHandle, name: str, num_returns: int, checker: CallChecker,
-                 retry_exceptions: Any = False):
+                 retry_exceptions: Any = False, group: str | None = None):
         self._handle = handle
         self._name = name
         self._num_returns = num_returns
         self._checker = checker
         self._retry = retry_exceptions  # (retried up to the actor's max_task_retries, as in Ray)
+        self._group = group  # (.options(concurrency_group=): else the method's own)
 
     def remote(self, *args, **kwargs):
         self._checker.check(args, kwargs)
@@ -293,25 +295,27 @@ class ActorMethod:
         if getattr(core, "host_id", 0):  # Ray-style actors run on the head host: from
             # another host, large arguments are lent to it, not put in this host's store
             return core.call_actor(self._handle, self._name, args, kwargs, self._num_returns, inline=True,
-                                   retry_exceptions=self._retry)
+                                   retry_exceptions=self._retry, concurrency_group=self._group)
         return core.call_actor(self._handle, self._name, args, kwargs, self._num_returns,
-                               retry_exceptions=self._retry)
+                               retry_exceptions=self._retry, concurrency_group=self._group)
 
     def options(self, num_returns: Any = None, **other) -> ActorMethod:
         unknown = set(other) - {"name", "concurrency_group", "max_task_retries", "retry_exceptions",
                                 "enable_task_events", "tensor_transport"}
         if unknown:
             raise ValueError(f"invalid option(s) {sorted(unknown)} for actor method {self._name}")
-        if other.get("concurrency_group") is not None:
-            raise ValueError(f"{self._handle._class_name}.{self._name}.options(concurrency_group=...): choosing "
-                             f"the group per call is not supported by meshrt yet; put the method in its group "
-                             f"with @meshrt.method(concurrency_group=...)")
+        group = other.get("concurrency_group", self._group)
+        if group is not None and group not in self._handle._meta.groups:
+            defined = ", ".join(map(repr, self._handle._meta.groups)) or "none"
+            raise ValueError(f"{self._handle._class_name}.{self._name}.options(concurrency_group={group!r}): the "
+                             f"actor defines no such group (it defines {defined}); pass concurrency_groups="
+                             f"{{{group!r}: N, ...}} to @meshrt.remote or .options() of the class")
         from .options import num_returns_value
 
         nr = self._num_returns if num_returns is None else num_returns_value(num_returns, self._name, False)
         retry = (self._retry if "retry_exceptions" not in other
                  else retry_exceptions_value(other["retry_exceptions"], f"{self._handle._class_name}.{self._name}"))
-        return ActorMethod(self._handle, self._name, nr, self._checker, retry)
+        return ActorMethod(self._handle, self._name, nr, self._checker, retry, group)
 
     def __call__(self, *args, **kwargs):
         raise TypeError(

@@ -46,14 +46,18 @@ class Groups:
             self.pools = {name: ThreadPoolExecutor(limit, thread_name_prefix=f"meshrt-{name}")
                           for name, limit in groups}
 
-    def of(self, method: str) -> str | None:
-        group = self._of.get(method, _UNSET)
+    def of(self, call) -> str | None:
+        """The call's group: chosen for this call (``.options(concurrency_group=)``), else
+        its method's."""
+        if call.group is not None:
+            return call.group
+        group = self._of.get(call.method, _UNSET)
         if group is _UNSET:
-            group = self._of[method] = group_of(getattr(self._cls, method, None))
+            group = self._of[call.method] = group_of(getattr(self._cls, call.method, None))
         return group
 
-    def pool(self, method: str, default):
-        return self.pools.get(self.of(method), default)
+    def pool(self, call, default):
+        return self.pools.get(self.of(call), default)
 
-    def semaphore(self, method: str, default):
-        return self.semaphores.get(self.of(method), default)
+    def semaphore(self, call, default):
+        return self.semaphores.get(self.of(call), default)

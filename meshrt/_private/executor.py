@@ -61,7 +61,7 @@ class Call:
     """One unit of work for the executor: a pool task or an actor method call."""
 
     __slots__ = ("task_id", "name", "method", "args", "deps", "num_returns", "dest", "held",
-                 "arg_refs", "spec", "is_task", "granted", "last")
+                 "arg_refs", "spec", "is_task", "granted", "last", "group")
 
     def __init__(self, task_id, name, method, args, deps, num_returns, dest, held, arg_refs, spec=None):
         self.task_id = task_id
@@ -77,6 +77,7 @@ class Call:
         self.is_task = spec is not None
         self.granted: tuple = ()  # store keys the caller pinned for us (ActorCall.pins)
         self.last = False  # the worker's last task (its function's max_calls reached): exit after
+        self.group: str | None = None  # the concurrency group chosen for this call, if any
 
 
 class Executor:
@@ -155,7 +156,7 @@ class Executor:
                 self._async_wake = True
                 self.user_loop.call_soon_threadsafe(self._drain_async)
         elif self.pool is not None:
-            pool = self.groups.pool(call.method, self.pool) if self.groups is not None else self.pool
+            pool = self.groups.pool(call, self.pool) if self.groups is not None else self.pool
             pool.submit(self.run_call, call)
         else:
             self.queue.put(call)
@@ -490,7 +491,7 @@ class Executor:
                 self.cancel_requested.discard(call.task_id)
                 self._finish(call, self._cancelled(call))
                 return
-            semaphore = self.groups.semaphore(call.method, self.semaphore) if self.groups else self.semaphore
+            semaphore = self.groups.semaphore(call, self.semaphore) if self.groups else self.semaphore
             async with semaphore:
                 fn = self._resolve_target(call)
                 if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):

@@ -206,8 +206,9 @@ class LocalCore(Core):
         return ActorHandle(actor_id, actor_cls._meta, None)
 
     def call_actor(self, handle, method: str, args: tuple, kwargs: dict, num_returns: int,
-                   retry_exceptions: Any = False) -> Any:
-        """(``retry_exceptions``: local mode runs each call once, as it simulates no retries.)"""
+                   retry_exceptions: Any = False, concurrency_group: str | None = None) -> Any:
+        """(``retry_exceptions``: local mode runs each call once, as it simulates no retries;
+        ``concurrency_group``: and one at a time.)"""
         payload, deps, pins = argpack.pack(args, kwargs, f"{handle._class_name}.{method}.remote()")
         name = f"{handle._class_name}.{method}"
         pt = PendingTask(ids.new_task_id(), name, payload, deps, pins, num_returns)

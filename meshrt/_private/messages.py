@@ -207,6 +207,7 @@ class ActorCall(NamedTuple):
     # ((key, offset, size), ...): the args' store blocks, already pinned for the actor's
     # process by the sender (the store's owner), so it maps them without asking.
     pins: tuple = ()
+    group: str | None = None  # a concurrency group chosen for this call (.options(concurrency_group=))
 
 
 class ActorState(NamedTuple):

@@ -292,6 +292,7 @@ class WorkerCore(Core):
         name = f"{spec.class_name}.{name}" if spec is not None else name
         call = Call(msg.task_id, name, msg.method, msg.args, msg.deps, msg.num_returns,
                     conn.peer_id, held, arg_refs)
+        call.group = msg.group
         if msg.pins and self.store is not None:
             self.store_backend.grant(msg.pins)
             call.granted = tuple(key for key, _offset, _size in msg.pins)
