@@ -91,3 +91,15 @@ def test_list_named_actors(rt):
     Doubler.options(name="beta", namespace="other").remote()
     assert list_named_actors() == ["alpha"]
     assert {"name": "beta", "namespace": "other"} in list_named_actors(all_namespaces=True)
+
+
+def test_get_node_ip_address_is_this_hosts_address_everywhere(rt):
+    import socket
+
+    @meshrt.remote
+    def where():
+        return meshrt.util.get_node_ip_address()
+
+    here = meshrt.util.get_node_ip_address()
+    socket.inet_aton(here)  # an IPv4 address
+    assert meshrt.get(where.remote(), timeout=30) == here

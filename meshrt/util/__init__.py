@@ -4,7 +4,22 @@ from __future__ import annotations
 
 from .actor_pool import ActorPool
 
-__all__ = ["ActorPool", "list_named_actors", "queue"]
+__all__ = ["ActorPool", "get_node_ip_address", "list_named_actors", "queue"]
+
+
+def get_node_ip_address() -> str:
+    """The address other hosts reach this process's host on (Ray's function of that
+    name; e.g. for MASTER_ADDR): the one a worker advertises, else the interface of
+    the default route."""
+    import os
+
+    for name in ("MESHRT_ADVERTISE_HOST", "MESHRT_LISTEN_HOST"):
+        host = os.environ.get(name)
+        if host and host not in ("0.0.0.0", "::"):
+            return host
+    from .._private.host_directory import host_ip
+
+    return host_ip()
 
 
 def list_named_actors(all_namespaces: bool = False) -> list:
