@@ -77,11 +77,15 @@ class StoreSide:
             return
         if payload is not None:
             if payload.is_error:
+                import pickle
+
                 from .. import exceptions as exc
                 from ..objstore.serialization import error_from_payload
 
-                if not isinstance(error_from_payload(payload), (exc.WorkerCrashedError, exc.ActorDiedError)):
-                    return  # (a live writer's error: it wrote nothing it kept)
+                # (a user's error comes from a live writer, which kept no block: not unpickled here)
+                if pickle.loads(payload.data)[0] != "sys" or not isinstance(
+                        error_from_payload(payload), (exc.WorkerCrashedError, exc.ActorDiedError)):
+                    return
             elif type(payload) is not Payload or payload.shm is None or payload.shm[0] == oid:
                 return
         self.store.backend.free(oid)
