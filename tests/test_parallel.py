@@ -137,6 +137,30 @@ def test_checkpoint_resumes_on_a_new_mesh_after_a_death(rt, tmp_path):
     procs2.stop().get(timeout=30)
 
 
+@pytest.mark.timeout(240)
+def test_a_rank_that_raises_alone_breaks_the_trainer_instead_of_hanging_it(rt, tmp_path):
+    """Rank 1's loss raises; rank 0 waits in DDP's all-reduce for it: the next step hung
+    (for gloo's 30 minutes). The failure is raised, then the trainer says it is broken."""
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    flag = tmp_path / "raise"
+    trainer = parallel.Trainer(mlp, procs, Strategy(dp=2), optimizer=adamw,
+                               loss_fn=functools.partial(_raises_on_flag, str(flag)))
+    data = batches(2)
+    trainer.step(data[0]).get(timeout=120)
+    flag.write_text("1")
+    with pytest.raises(exceptions.TaskError, match="boom on rank 1"):
+        trainer.step(data[1]).get(timeout=120)
+    with pytest.raises(exceptions.ActorDiedError, match=r"failed on rank 1 .*still in a collective"):
+        trainer.step(data[1]).get(timeout=30)
+    procs.stop().get(timeout=30)
+
+
+def _raises_on_flag(flag, out, batch):
+    if os.path.exists(flag) and meshrt.current_rank().rank == 1:
+        raise RuntimeError("boom on rank 1")
+    return mse(out, batch)
+
+
 def _dies_on_flag(flag, out, batch):
     if os.path.exists(flag) and meshrt.current_rank().rank == 1:
         os._exit(3)

@@ -137,3 +137,28 @@ def test_a_pipeline_plan_lays_out_stages_that_the_trainer_follows(rt):
     losses = [trainer.step(b).get(timeout=120) for b in data]
     assert_same_training(losses, trainer.state_dict().get(timeout=60), *single_process(deep_mlp, data))
     procs.stop().get(timeout=30)
+
+
+def test_tensor_parallel_pairs_only_across_elementwise_layers():
+    """A softmax or a norm between two Linears sees all features: splitting the pair
+    around it gave wrong numbers without a word."""
+    from meshrt.parallel.tensor_plan import linear_pairs
+
+    nn = torch.nn
+    assert linear_pairs(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.0), nn.Linear(16, 4))) == [
+        (["0"], "3")]
+    assert linear_pairs(nn.Sequential(nn.Linear(8, 16), nn.Softmax(dim=-1), nn.Linear(16, 4))) == []
+    assert linear_pairs(nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16, elementwise_affine=False),
+                                      nn.Linear(16, 4), nn.Tanh(), nn.Linear(4, 4))) == [(["2"], "4")]
+
+
+def test_pipeline_stages_refuse_what_they_would_get_wrong():
+    from meshrt.parallel.pipeline import PipelineLayoutError, check_pipelinable, starts_from_plan
+
+    nn = torch.nn
+    shared = nn.Linear(8, 8)
+    with pytest.raises(PipelineLayoutError, match="uses one module at two positions"):
+        check_pipelinable(nn.Sequential(nn.Linear(8, 8), nn.Tanh(), shared, nn.Tanh(), shared, nn.Linear(8, 4)))
+    assert starts_from_plan(mlp(), [["0"], ["1", "2", "3", "4"]]) == [0, 1]
+    with pytest.raises(PipelineLayoutError, match="made for another model"):
+        starts_from_plan(deep_mlp(), [["0"], ["1", "2", "3", "4"]])

@@ -50,6 +50,13 @@ def stage_module(model: nn.Module, starts: list[int], stage: int) -> nn.Module:
 def check_pipelinable(model: nn.Module):
     """None for an ``nn.Sequential``; a language model's family; raises for anything else."""
     if isinstance(model, nn.Sequential):
+        children = list(model)
+        if len({id(c) for c in children}) != len(children):
+            twice = next(i for i, c in enumerate(children) if any(c is d for d in children[:i]))
+            raise PipelineLayoutError(
+                f"pipeline parallelism (pp > 1): the nn.Sequential uses one module at two positions "
+                f"(again at {twice}); stages are built from its distinct children, so that use would be "
+                "lost: give each position a module of its own, or use dp/fsdp for this model")
         return None
     family = family_of(model)
     if family is None:
@@ -78,10 +85,16 @@ def starts_from_plan(model: nn.Module, stage_layers: list[list[str]]) -> list[in
     names = [n for n, _ in layer_units(model)]
     try:
         # a plan names the layers a stage cannot separate as one, "first+...+last"
-        return [names.index(layers[0].split("+")[0]) for layers in stage_layers]
+        starts = [names.index(layers[0].split("+")[0]) for layers in stage_layers]
     except ValueError as err:
         raise PipelineLayoutError(f"the plan's stages name a layer this model lacks ({err}); "
                                   "make the plan with this model_fn") from None
+    first, last = stage_layers[0][0].split("+")[0], stage_layers[-1][-1].split("+")[-1]
+    if (first, last) != (names[0], names[-1]):
+        raise PipelineLayoutError(
+            f"the plan's stages run from layer {first!r} to {last!r}, but this model's layers run from "
+            f"{names[0]!r} to {names[-1]!r}: the plan was made for another model; make it with this model_fn")
+    return starts
 
 
 class PipelineRunner:

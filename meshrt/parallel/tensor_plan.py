@@ -7,8 +7,9 @@ local shards. Pairs come from names in attention and MLP blocks
 (``q_proj/k_proj/v_proj`` -> ``o_proj``, ``gate_proj/up_proj`` -> ``down_proj``,
 ``fc1`` -> ``fc2``, ``c_fc`` -> ``c_proj``, ``linear1`` -> ``linear2``), from GPT-2's
 ``Conv1D`` blocks once ``gpt2_tp`` has made Linears of them, or, in an
-``nn.Sequential``, from consecutive Linears with only parameter-free modules between
-them.
+``nn.Sequential``, from consecutive Linears with only element-wise modules between
+them (an activation, dropout): a module that mixes features (softmax, a norm) would
+see only its shard of them, so it ends the pair.
 """
 
 from __future__ import annotations
@@ -24,6 +25,14 @@ _NAMED_PAIRS = [
     (("w1", "w3"), "w2"),
     (("linear1",), "linear2"),  # torch.nn.TransformerEncoderLayer / DecoderLayer feed-forward
 ]
+
+
+# Modules that act on each feature alone: safe on a column shard.
+_ELEMENTWISE = (
+    nn.ReLU, nn.ReLU6, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.LeakyReLU, nn.ELU, nn.SELU, nn.CELU,
+    nn.Mish, nn.Hardtanh, nn.Hardswish, nn.Hardsigmoid, nn.Softplus, nn.Softsign, nn.Tanhshrink,
+    nn.Dropout, nn.Identity,
+)
 
 
 class TensorParallelError(ValueError):
@@ -53,8 +62,8 @@ def _sequential_pairs(seq: nn.Sequential, prefix: str) -> list[tuple[list[str], 
             else:
                 pairs.append(([_join(prefix, open_col)], _join(prefix, name)))
                 open_col = None
-        elif any(True for _ in child.parameters()):
-            open_col = None  # a layer with weights between them (a norm): no pair across it
+        elif not isinstance(child, _ELEMENTWISE):
+            open_col = None  # it mixes features (softmax, a norm) or may: no pair across it
     return pairs
 
 

@@ -155,6 +155,7 @@ class Trainer:
         rank_of = {ref: i for i, ref in enumerate(refs)}
         pending = list(refs)
         first: BaseException | None = None
+        first_rank = -1
         while pending:
             ready, pending = core.wait(pending, 1, None if first is None else _GRACE_S)
             if not ready:
@@ -165,12 +166,25 @@ class Trainer:
                 except exc.ActorDiedError as err:
                     if not isinstance(err, exc.TaskError):
                         raise self._died(rank_of[ref], err) from None
-                    first = first or err
+                    first, first_rank = first or err, first_rank if first else rank_of[ref]
                 except Exception as err:  # noqa: BLE001
-                    first = first or err
+                    first, first_rank = first or err, first_rank if first else rank_of[ref]
         if first is not None:
+            if pending:  # its peers are stuck in a collective it never joined: nothing more can run
+                self._broken_by(first_rank, first, len(pending))
             raise first
         return core.get(refs, 0)
+
+    def _broken_by(self, rank: int, err: BaseException, stuck: int) -> None:
+        coords = self.strategy.coords(rank)
+        where = ", ".join(f"{d}={v}" for d, v in coords.items())
+        cause = getattr(err, "cause", None) or err
+        self._broken = exc.ActorDiedError(
+            class_name="meshrt.parallel trainer",
+            cause=f"a call failed on rank {rank} ({where}: {type(cause).__name__}: {cause}) while {stuck} of its "
+                  f"peers were still in a collective after {_GRACE_S:g} s; they were stopped. Rebuild the trainer "
+                  "on a new mesh, e.g. Trainer.load(checkpoint, new_mesh, ...)")
+        self._stop_processes()
 
     def _died(self, rank: int, err: BaseException) -> BaseException:
         coords = self.strategy.coords(rank)
