@@ -138,6 +138,25 @@ def test_checkpoint_resumes_on_a_new_mesh_after_a_death(rt, tmp_path):
 
 
 @pytest.mark.timeout(240)
+def test_a_pipeline_checkpoint_resumes_as_a_pipeline(rt, tmp_path):
+    """Each stage has a param group 0 of its own: under one key, one was lost and a
+    resumed stage failed in optimizer.step() (KeyError 'betas')."""
+    data = batches(4)
+    want_losses, want_state = single_process(mlp, data)
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    trainer = parallel.Trainer(mlp, procs, Strategy(pp=2, microbatches=2), optimizer=adamw, loss_fn=mse)
+    losses = [trainer.step(b).get(timeout=120) for b in data[:2]]
+    trainer.save(str(tmp_path / "ckpt")).get(timeout=60)
+    procs.stop().get(timeout=30)
+    procs2 = this_host().spawn_procs(per_host={"gpus": 2})
+    resumed = parallel.Trainer.load(str(tmp_path / "ckpt"), procs2, mlp, optimizer=adamw, loss_fn=mse)
+    assert resumed.strategy.pp == 2
+    losses += [resumed.step(b).get(timeout=120) for b in data[2:]]
+    assert_same_training(losses, resumed.state_dict().get(timeout=60), want_losses, want_state)
+    procs2.stop().get(timeout=30)
+
+
+@pytest.mark.timeout(240)
 def test_a_rank_that_raises_alone_breaks_the_trainer_instead_of_hanging_it(rt, tmp_path):
     """Rank 1's loss raises; rank 0 waits in DDP's all-reduce for it: the next step hung
     (for gloo's 30 minutes). The failure is raised, then the trainer says it is broken."""

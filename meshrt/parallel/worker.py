@@ -150,7 +150,7 @@ class ParallelWorker(Actor):
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
-        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        model_state, optim_state = get_state_dict(self.model, self.optimizer, options=_flat_optimizer())
         dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=path)
 
     @endpoint
@@ -158,11 +158,20 @@ class ParallelWorker(Actor):
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        model_state, optim_state = get_state_dict(self.model, self.optimizer, options=_flat_optimizer())
         state = {"model": model_state, "optim": optim_state}
         dcp.load(state, checkpoint_id=path)
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
-                       optim_state_dict=state["optim"])
+                       optim_state_dict=state["optim"], options=_flat_optimizer())
+
+
+def _flat_optimizer():
+    """The optimizer's state and hyperparameters keyed by parameter name: pipeline stages
+    each have a param group 0 of their own, and under one key one stage's was lost (a
+    resumed stage got the other's group, and failed in optimizer.step())."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(flatten_optimizer_state_dict=True)
 
 
 def share_cpu_threads() -> None:
