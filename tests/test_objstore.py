@@ -439,7 +439,7 @@ def test_a_value_read_from_its_file_stays_there_while_mapped(tmp_path):
         store.unpin(1, 7)
         store.free(1)  # room again
         assert store.pin(2, 9)[0] == where  # still from the file, which stays
-        assert bytes(disk_blocks.map_private(where, 2 * MiB)[:4]) == b"xxxx"
+        assert bytes(disk_blocks.view_private(where, 2 * MiB)[:4]) == b"xxxx"
         store.unpin(2, 8)
         store.unpin(2, 9)
         assert isinstance(store.pin(2, 10)[0], int)  # nobody maps the file: back in memory

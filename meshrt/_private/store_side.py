@@ -8,10 +8,12 @@ overrides the pinning and sealing hooks.
 
 from __future__ import annotations
 
+import pickle
 from functools import partial
 
+from .. import exceptions as exc
 from ..objstore.client import layout_of
-from ..objstore.serialization import Payload
+from ..objstore.serialization import Payload, error_from_payload
 from ..objstore.store import AlreadyStored
 from . import args as argpack
 from . import ids, loans
@@ -77,11 +79,6 @@ class StoreSide:
             return
         if payload is not None:
             if payload.is_error:
-                import pickle
-
-                from .. import exceptions as exc
-                from ..objstore.serialization import error_from_payload
-
                 # (a user's error comes from a live writer, which kept no block: not unpickled here)
                 if pickle.loads(payload.data)[0] != "sys" or not isinstance(
                         error_from_payload(payload), (exc.WorkerCrashedError, exc.ActorDiedError)):

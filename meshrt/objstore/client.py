@@ -48,12 +48,8 @@ class StoreClient:
         ``seal=False``: the owner seals it when the value reaches it (one message less)."""
         total, layout = layout_of(buffers)
         where = self.backend.allocate(key, total, owner)
-        parts = [(rel, buf) for (rel, _), buf in zip(layout, buffers, strict=True)]
         try:
-            if type(where) is str:  # (no room in shared memory: a file, see store.py)
-                disk_blocks.write(where, parts)
-            else:
-                self.arena.write(where, parts)
+            self._space(where).write(where, [(rel, buf) for (rel, _), buf in zip(layout, buffers, strict=True)])
         except BaseException:
             self.backend.free(key)
             raise
@@ -75,7 +71,7 @@ class StoreClient:
         key, total, layout = desc
         where, _size = self.backend.pin(key)
         try:
-            whole = self.arena.shared_view(where, total) if type(where) is int else disk_blocks.map_shared(where, total)
+            whole = self._space(where).shared_view(where, total)
             views = [whole[rel : rel + n] for rel, n in layout]
             try:
                 yield views
@@ -94,10 +90,7 @@ class StoreClient:
         """A private mapping of the block, pinned until it is garbage-collected."""
         where, size = self.backend.pin(key)
         try:
-            if type(where) is int:
-                mapping = self.arena.view_private(where, size)
-            else:
-                mapping = disk_blocks.map_private(where, size)
+            mapping = self._space(where).view_private(where, size)
         except BaseException:
             self.backend.unpin_later(key)
             raise
@@ -108,9 +101,12 @@ class StoreClient:
         """A new block to fill in place; ``seal(key)`` once it is written, ``free``
         the descriptor if the write failed."""
         where = self.backend.allocate(key, total, owner)
-        if type(where) is str:
-            return disk_blocks.map_shared(where, total, writable=True)
-        return self.arena.block_view(where, total)
+        return self._space(where).block_view(where, total)
+
+    def _space(self, where: int | str):
+        """Where a block lives: the arena (an offset), or a file (its path, when shared
+        memory had no room: store.py)."""
+        return self.arena if type(where) is int else disk_blocks
 
     def seal(self, key: int) -> None:
         self.backend.seal(key)

@@ -1,6 +1,6 @@
 """Blocks kept in files: where the store puts a value when shared memory has no room
-for it (store.py, ``_on_disk``). The same three uses as an arena block: write it
-once, map it copy-on-write for a reader, map it shared to fill it in place."""
+for it (store.py, ``_on_disk``). Arena's methods, under Arena's names, with a file's
+path where the arena takes an offset: StoreClient calls either alike."""
 
 from __future__ import annotations
 
@@ -21,16 +21,19 @@ def write(path: str, parts: list) -> None:
         os.close(fd)
 
 
-def map_private(path: str, size: int) -> mmap.mmap:
+def view_private(path: str, size: int) -> mmap.mmap:
     """A copy-on-write mapping: readers may write to their views, never to the file."""
     return _map(path, size, mmap.MAP_PRIVATE, mmap.PROT_READ | mmap.PROT_WRITE)
 
 
-def map_shared(path: str, size: int, writable: bool = False) -> memoryview:
-    """The file itself: read-only, or writable for a transport that fills it in place."""
-    prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
-    view = memoryview(_map(path, size, mmap.MAP_SHARED, prot))[:size]
-    return view if writable else view.toreadonly()
+def shared_view(path: str, size: int) -> memoryview:
+    """The file itself, read-only."""
+    return memoryview(_map(path, size, mmap.MAP_SHARED, mmap.PROT_READ))[:size].toreadonly()
+
+
+def block_view(path: str, size: int) -> memoryview:
+    """The file itself, writable: for a transport that fills it in place."""
+    return memoryview(_map(path, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE))[:size]
 
 
 def _map(path: str, size: int, flags: int, prot: int) -> mmap.mmap:

@@ -81,11 +81,7 @@ class SharedStore:
         with self.lock:
             if key in self.objects:  # (its block would be lost to the allocator for good)
                 raise AlreadyStored(f"object {key:x} is already in the store")
-            offset = None
-            if need <= self.capacity:
-                offset = self.blocks.alloc(need)
-                if offset is None:
-                    offset = self._make_room(need)
+            offset = self._find_room(need)
             if offset is None:
                 return self._on_disk(key, owner, size, writer, "it does not fit in shared memory")
             self.objects[key] = StoredObject(key, owner, size, offset, last_access=time.monotonic(), writer=writer)
@@ -235,6 +231,14 @@ class SharedStore:
 
     # -- pressure ----------------------------------------------------------------------------------
 
+    def _find_room(self, need: int) -> int | None:
+        """A free block of ``need`` bytes in the arena, spilling for it if need be; None
+        if there is none to be had."""
+        if need > self.capacity:
+            return None
+        offset = self.blocks.alloc(need)
+        return offset if offset is not None else self._make_room(need)
+
     def _make_room(self, need: int) -> int | None:
         """Spill unpinned objects, least recently used first, until ``need`` bytes fit;
         None if pinned objects leave no room."""
@@ -270,9 +274,7 @@ class SharedStore:
             self._reclaim(obj)
             raise ObjectLostError(f"{obj.key:x}", f"its spilled copy at {path} is gone")
         need = round_up(max(obj.size, 1))
-        offset = self.blocks.alloc(need) if need <= self.capacity else None
-        if offset is None and need <= self.capacity:
-            offset = self._make_room(need)
+        offset = self._find_room(need)
         if offset is None:
             return
         try:
