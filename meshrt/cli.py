@@ -51,7 +51,7 @@ def _token_and_source(args) -> tuple[bytes | None, str]:
     source = cluster_token.source(args.token_file)
     if source is None and os.path.exists(cluster_token.DEFAULT_FILE):
         source = cluster_token.DEFAULT_FILE
-    return (cluster_token.from_env_or_file(source if source != "MESHRT_TOKEN" else None), source or "")
+    return (None, "") if source is None else (cluster_token.read(source), source)
 
 
 def run_status(args) -> int:
@@ -103,7 +103,7 @@ def run_status(args) -> int:
 
 def run_agent(args) -> int:
     from ._private import cluster_token, slurm
-    from ._private.agent import Agent, default_name
+    from ._private.agent import CONNECT_TIMEOUT_S, Agent, default_name
     from ._private.driver import _node_resources
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -127,7 +127,7 @@ def run_agent(args) -> int:
     name = args.name or slurm.node_name() or default_name()
     agent = Agent("tcp:" + address.removeprefix("tcp:"), token, name, resources,
                   int(resources["object_store_memory"]), token_source=source,
-                  **({} if args.connect_timeout is None else {"connect_timeout": args.connect_timeout}))
+                  connect_timeout=CONNECT_TIMEOUT_S if args.connect_timeout is None else args.connect_timeout)
     try:
         # uvloop, as in every other meshrt process: the agent relays every message of
         # its host, and the default loop's Python transports cost several times more.

@@ -29,16 +29,19 @@ def from_env_or_file(token_file: str | None = None) -> bytes | None:
     """The token from, in order: the file given (``--token-file``), ``MESHRT_TOKEN``,
     ``MESHRT_TOKEN_FILE``; None if none is set. A file named explicitly wins over
     the environment, which may be left over from another cluster."""
-    token = source(token_file)
-    if token is None:
-        return None
-    if token == "MESHRT_TOKEN":
+    where = source(token_file)
+    return None if where is None else read(where)
+
+
+def read(where: str) -> bytes:
+    """The token at ``where``, as ``source`` names it."""
+    if where == "MESHRT_TOKEN":
         return _decode(os.environ["MESHRT_TOKEN"])
     try:
-        with open(token) as f:
+        with open(where) as f:
             return _decode(f.read())
     except OSError as err:
-        raise ValueError(f"cannot read the cluster token file {token}: {err.strerror}") from None
+        raise ValueError(f"cannot read the cluster token file {where}: {err.strerror}") from None
 
 
 def source(token_file: str | None = None) -> str | None:
