@@ -21,6 +21,7 @@ from . import context, gpus, state
 from . import messages as m
 from .controller import Controller
 from .core import Core
+from .direct_lanes import DirectLanes
 from .driver_actors import DriverActors
 from .lending import Lending
 from .portal import LoopThread
@@ -76,6 +77,8 @@ class DriverCore(Lending, Core):
         self.host_copies: dict[int, set] = {}  # object id -> agents' hosts that may keep a copy
         Lending.__init__(self)
         self.handlers[m.PullDone] = self.on_pull_done
+        self.handlers[m.DirectLaneOffer] = self.on_direct_lane_offer
+        self.direct_lanes = DirectLanes()
         self.driver_actors = DriverActors(self)  # this_proc() in the driver
 
     def attach(self, controller: Controller) -> None:
@@ -116,6 +119,12 @@ class DriverCore(Lending, Core):
             return None
         return conn, agent is not None
 
+    def on_direct_lane_offer(self, conn, msg: m.DirectLaneOffer) -> None:
+        """A local worker's lane offers its socket (direct_lanes.py)."""
+        if conn.peer_id is not None and self.worker_conns.get(conn.peer_id) is conn and conn.peer_pid:
+            self.direct_lanes.take(conn.peer_id, conn.peer_pid, msg.lane, msg.fd)
+        conn.send(m.DirectLaneTaken(msg.lane))
+
     def worker_connected(self, worker_id: int, conn) -> None:
         self.worker_conns[worker_id] = conn
         w = self.controller.workers.get(worker_id)
@@ -124,6 +133,7 @@ class DriverCore(Lending, Core):
             self.relay_for[worker_id] = host.conn
 
     def forget_peer(self, peer: int) -> None:
+        self.direct_lanes.drop(peer)
         self.worker_conns.pop(peer, None)
         self.relay_for.pop(peer, None)
 
@@ -206,6 +216,7 @@ class DriverCore(Lending, Core):
             from .lending import close_engine_if_open
 
             self.stop_lending()
+            self.direct_lanes.close()
             close_engine_if_open()
             from ..objstore.serialization import set_store_client
 

@@ -142,6 +142,7 @@ class Executor:
         """An async actor's default helper thread; mesh actors get a lane each (lanes.py)."""
         self.pool = helper
         self.lanes = lanes.Lanes(helper, name)
+        self.lanes.on_new_lane = getattr(self.core, "offer_direct_lane", None)
 
     def submit(self, call: Call) -> None:
         if self.user_loop is not None:
@@ -160,6 +161,22 @@ class Executor:
             pool.submit(self.run_call, call)
         else:
             self.queue.put(call)
+
+    def run_direct(self, msg, lane: lanes.Lane) -> bool:
+        """On ``lane``'s thread: run a call that came through its own socket
+        (direct_lanes.py). False for one that must take the core loop: refs or store
+        blocks in its arguments are settled there first."""
+        target, key = lanes.split(msg.method)
+        if (key != lane.key or msg.deps or msg.pins or msg.group is not None or msg.args.refs
+                or msg.args.shm is not None or msg.args.loans is not None or self.user_loop is None
+                or not self._runs_on_helper(target)):
+            return False
+        name = f"{self.actor_spec.class_name}.{target}" if self.actor_spec is not None else target
+        call = Call(msg.task_id, name, msg.method, msg.args, (), msg.num_returns, 0, [], [])
+        with self.lanes.lock:
+            lane.submitted += 1
+        self._run_on_helper(call, lane)
+        return True
 
     def _run_on_helper(self, call: Call, lane: lanes.Lane) -> None:
         try:

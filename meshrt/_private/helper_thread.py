@@ -9,7 +9,10 @@ the Executor interface for ``loop.run_in_executor``.
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import queue
+import select
+import socket
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +21,11 @@ from typing import Any
 class HelperThread(concurrent.futures.Executor):
     def __init__(self, name: str) -> None:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._wake_fd: int | None = None  # (polling: a direct socket is attached)
+        self._idle = False  # polling and about to block: post() must signal _wake_fd
+        self._direct: socket.socket | None = None
+        self._on_frame: Callable[[bytes], None] | None = None
+        self._wake_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -31,7 +39,27 @@ class HelperThread(concurrent.futures.Executor):
 
     def post(self, fn: Callable, *args: Any) -> None:
         """Run ``fn(*args)`` on the helper thread after everything posted before it."""
-        self._queue.put((fn, args))
+        self._put((fn, args))
+
+    def _put(self, item) -> None:
+        self._queue.put(item)
+        if self._idle:  # (polling: wake the thread from its select)
+            self._signal()
+
+    def attach_direct(self, sock: socket.socket, on_frame: Callable[[bytes], None]) -> None:
+        """Read ``sock`` (SOCK_SEQPACKET, one frame per packet) on this thread too, and run
+        ``on_frame(packet)`` for each, before anything posted after the packet arrived."""
+        sock.setblocking(False)
+        self._put((self._start_polling, (sock, on_frame)))
+
+    def _start_polling(self, sock: socket.socket, on_frame) -> None:
+        self._direct, self._on_frame = sock, on_frame
+        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+
+    def _signal(self) -> None:
+        with self._wake_lock:  # (not closed, its number reused, in between)
+            if self._wake_fd is not None:
+                os.eventfd_write(self._wake_fd, 1)
 
     def submit(self, fn, /, *args, **kwargs) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
@@ -44,7 +72,7 @@ class HelperThread(concurrent.futures.Executor):
             except BaseException as err:  # noqa: BLE001 - handed to whoever waits
                 future.set_exception(err)
 
-        self._queue.put((run, ()))
+        self._put((run, ()))
         return future
 
     def discard_queued(self) -> int:
@@ -56,25 +84,97 @@ class HelperThread(concurrent.futures.Executor):
             except queue.Empty:
                 return dropped
             if item is None:  # (a shutdown already asked for stays asked for)
-                self._queue.put(None)
+                self._put(None)
                 return dropped
             dropped += 1
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        self._queue.put(None)
+        self._put(None)
         if wait and threading.current_thread() is not self._thread:
             self._thread.join()
 
     def _run(self) -> None:
         get = self._queue.get
-        while True:
-            item = get()
-            if item is None:
-                return
-            fn, args = item
-            try:
-                fn(*args)
-            except BaseException:  # noqa: BLE001 - the callables report their own errors
-                import logging
+        try:
+            while True:
+                item = get() if self._direct is None else self._next_polling()
+                if item is None:
+                    return
+                _call(item)
+        finally:
+            self._stop_polling()
 
-                logging.getLogger("meshrt").exception("meshrt: error on the actor's helper thread")
+    def _next_polling(self):
+        """The next posted item, running direct frames as they come (each one before
+        whatever was posted after it was sent: its caller sent nothing else first)."""
+        get_nowait = self._queue.get_nowait
+        while True:
+            self._read_direct()
+            if self._direct is None:  # (its caller is gone: back to the queue alone)
+                return self._queue.get()
+            try:
+                return get_nowait()
+            except queue.Empty:
+                pass
+            self._idle = True
+            try:
+                return get_nowait()  # (posted before post() could see _idle)
+            except queue.Empty:
+                pass
+            try:
+                readable = select.select([self._direct, self._wake_fd], [], [])[0]
+            except InterruptedError:
+                readable = ()
+            finally:
+                self._idle = False
+            if self._wake_fd in readable:
+                try:
+                    os.eventfd_read(self._wake_fd)
+                except BlockingIOError:
+                    pass
+
+    def _read_direct(self) -> None:
+        sock = self._direct
+        while sock is not None:
+            try:
+                packet = sock.recv(_MAX_PACKET)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                packet = b""
+            if not packet:  # the caller went away: nothing more comes this way
+                self._direct = None
+                sock.close()
+                return
+            _call((self._on_frame, (packet,)))
+
+    def _stop_polling(self) -> None:
+        """Thread end: the caller's later writes fail (it falls back to the core loop);
+        frames already written still run, on whatever is there to run them."""
+        sock = self._direct
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RD)
+            except OSError:
+                pass
+            self._read_direct()
+            if self._direct is not None:
+                self._direct.close()
+                self._direct = None
+        with self._wake_lock:
+            if self._wake_fd is not None:
+                os.close(self._wake_fd)
+                self._wake_fd = None
+
+
+_MAX_PACKET = 1 << 20
+
+
+def _call(item) -> None:
+    fn, args = item
+    try:
+        fn(*args)
+    except BaseException:  # noqa: BLE001 - the callables report their own errors
+        import logging
+
+        logging.getLogger("meshrt").exception("meshrt: error on the actor's helper thread")

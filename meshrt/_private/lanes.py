@@ -62,6 +62,7 @@ class Lanes:
         self._retired: set[str] = set()  # keys of stopped actors: their late calls take the default lane
         self._by_thread: dict[int | None, Lane] = {default.ident: self.default}
         self.lock = threading.Lock()
+        self.on_new_lane = None  # (lane) -> None, called with the lock held (direct lanes)
 
     def route(self, key: str) -> Lane:
         """The lane a call naming ``key`` runs on (made on first use; a retired one's
@@ -94,6 +95,8 @@ class Lanes:
             helper = HelperThread(f"{self.name}-{key.partition('#')[0][:24]}")
             lane = self._lanes[key] = Lane(key, helper)
             self._by_thread[helper.ident] = lane
+            if self.on_new_lane is not None:
+                self.on_new_lane(lane)
         return lane
 
     def current(self) -> Lane | None:

@@ -210,6 +210,20 @@ class ActorCall(NamedTuple):
     group: str | None = None  # a concurrency group chosen for this call (.options(concurrency_group=))
 
 
+class DirectLaneOffer(NamedTuple):
+    """Worker -> the driver on its host: descriptor ``fd`` (in the worker) is the end of
+    lane ``lane``'s own socket, for calls to it (direct_lanes.py)."""
+
+    lane: str
+    fd: int
+
+
+class DirectLaneTaken(NamedTuple):
+    """Driver -> worker: done with the offered descriptor (taken or not): close it."""
+
+    lane: str
+
+
 class ActorState(NamedTuple):
     """Controller -> callers: where an actor lives now, or how it died."""
 

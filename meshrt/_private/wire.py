@@ -342,6 +342,11 @@ class Connection(asyncio.BufferedProtocol):
             if not self._flush_pending and self.open:
                 self._schedule_flush()
 
+    def idle(self) -> bool:
+        """Nothing queued or half-written: a message sent another way now cannot
+        overtake one sent here before (direct_lanes.py)."""
+        return not self._outbox and not self._flush_pending and self._stalled is None
+
     def _schedule_flush(self) -> None:
         """Off the loop, with the write lock held: have the loop flush soon."""
         self._flush_pending = True

@@ -9,7 +9,7 @@ import os
 import sys
 import threading
 
-from . import context, ids, lanes, loans, wire
+from . import context, direct_lanes, ids, lanes, loans, wire
 from . import messages as m
 from .channels import PeerChannel
 from .core import Core
@@ -49,6 +49,7 @@ class WorkerCore(Core):
         self.gone_peers: set = set()  # peers known dead: nothing is lent to them
         self.host_copies: dict = {}  # object id -> hosts whose agents keep a copy of it
         self._leaving: tuple | None = None  # (exit code, timer): exiting once lent results are read
+        self.direct_offers: dict = {}  # lane key -> the socket end offered to the driver
         self.handlers.update({
             m.PullDone: lambda conn, msg: on_pulled(self, msg),
             m.Welcome: self.on_welcome,
@@ -60,7 +61,11 @@ class WorkerCore(Core):
             m.CancelTask: self.on_cancel,
             m.Exit: self.on_exit,
             m.Response: self.on_response,
+            m.DirectLaneTaken: lambda conn, msg: direct_lanes.taken(self, msg.lane),
         })
+
+    def offer_direct_lane(self, lane) -> None:
+        direct_lanes.offer(self, lane)
 
     # -- start-up ----------------------------------------------------------------------------
 
