@@ -38,14 +38,9 @@ class Log(Actor):
     def seen_so_far(self):
         return list(self.seen)
 
-
-class Mixed(Actor):
-    def __init__(self):
-        self.seen = []
-
     @endpoint
-    def plain(self, i):
-        self.seen.append(i)
+    def echo(self, x):
+        return x
 
 
 class AsyncLog(Actor):
@@ -82,6 +77,20 @@ async def test_plain_endpoint_calls_skip_the_core_connection(rt):
     assert after - before < 10, "the calls went through the core connection"
     assert await one.seen_so_far.call_one() == list(range(101))
     assert list((await log.add.call(7)).values()) == [102, 1]
+    await procs.stop()
+
+
+async def test_large_bytes_lent_to_the_lane_come_back_intact(rt):
+    """A large bytes argument is lent (loans.py), and the loan travels the lane."""
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    log = procs.spawn("log", Log)
+    await log.add.call_one(0)
+    before, _ = _frames_to(log)
+    for size in (1 << 20, 8 << 20, 3 << 20):
+        blob = os.urandom(size)
+        assert await log.echo.call_one(blob) == blob
+    after, _ = _frames_to(log)
+    assert after - before < 3, "the calls went through the core connection"
     await procs.stop()
 
 

@@ -77,7 +77,7 @@ class ActorClient:
         if direct is None or not lane or not direct.has(self.worker_id, lane) or not conn.idle():
             return False
         args = msg.args
-        if args.refs or args.shm is not None or args.loans is not None or msg.group is not None:
+        if args.refs or args.shm is not None or args.is_error or args.copied_out or msg.group is not None:
             return False
         return direct.send(self.worker_id, lane, msg)
 

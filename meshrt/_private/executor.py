@@ -168,7 +168,7 @@ class Executor:
         blocks in its arguments are settled there first."""
         target, key = lanes.split(msg.method)
         if (key != lane.key or msg.deps or msg.pins or msg.group is not None or msg.args.refs
-                or msg.args.shm is not None or msg.args.loans is not None or self.user_loop is None
+                or msg.args.shm is not None or self.user_loop is None
                 or not self._runs_on_helper(target)):
             return False
         name = f"{self.actor_spec.class_name}.{target}" if self.actor_spec is not None else target
