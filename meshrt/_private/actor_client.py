@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 import threading
 
-from . import lanes, loans
+from . import direct_lanes, loans
 from . import messages as m
 
 
@@ -61,7 +61,7 @@ class ActorClient:
             if not through_agent and not pins and self._direct(conn, msg):
                 return True
             try:  # raises only before anything was written: the loop path then takes it
-                conn.send_from_thread(m.Relay(self.worker_id, self.core.worker_id, msg) if through_agent else msg)
+                conn.send_from_thread(m.Relay(self.worker_id, self.core.worker_id, msg, True) if through_agent else msg)
             except Exception:  # noqa: BLE001
                 self.inflight.pop(pt.task_id, None)
                 pt.ready = pt.sent = False
@@ -73,11 +73,10 @@ class ActorClient:
         """Through the lane's own socket, when the driver has one (direct_lanes.py) and
         nothing sent before is still queued on the connection (it would be overtaken)."""
         direct = getattr(self.core, "direct_lanes", None)
-        lane = lanes.split(msg.method)[1]
-        if direct is None or not lane or not direct.has(self.worker_id, lane) or not conn.idle():
+        if direct is None:
             return False
-        args = msg.args
-        if args.refs or args.shm is not None or args.is_error or args.copied_out or msg.group is not None:
+        lane = direct_lanes.lane_of(msg)
+        if lane is None or not direct.has(self.worker_id, lane) or not conn.idle():
             return False
         return direct.send(self.worker_id, lane, msg)
 

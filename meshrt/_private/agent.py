@@ -21,6 +21,7 @@ import socket
 from ..objstore.store import SharedStore
 from . import heartbeat, procutil, wire
 from . import messages as m
+from .direct_lanes import DirectLanes, lane_of
 from .host_cache import HostCache
 from .spawn import Zygote
 
@@ -59,6 +60,7 @@ class Agent:
         self.gone: set = set()
         self.gathering: dict = {}  # task id -> the _Gather its reply joins
         self.exited: dict = {}  # worker id -> timer: exited, its connection not yet read to the end
+        self.direct_lanes = DirectLanes()  # lanes of this host's mesh actors (direct_lanes.py)
 
     async def run(self) -> int:
         """Serve until the head goes away; returns the process exit code."""
@@ -106,6 +108,7 @@ class Agent:
         for pipe in list(self.pipes):
             pipe.close()
         server.close()
+        self.direct_lanes.close()
         self.store.close()
         return 0
 
@@ -178,9 +181,19 @@ class Agent:
         """A relayed message to one of this host's processes."""
         conn = self.local_conns.get(msg.dest)
         if conn is not None:
+            if msg.direct and self._to_lane(conn, msg):
+                return
             conn.send(msg)
         elif msg.dest in self.pids or msg.dest not in self.gone:
             self.early_relays.setdefault(msg.dest, []).append(msg)  # not connected yet
+
+    def _to_lane(self, conn, relay: m.Relay) -> bool:
+        """A call its sender made with nothing else in flight to the process: straight to
+        the actor's lane when it has one and nothing for the process is queued here."""
+        lane = lane_of(relay.msg)
+        if lane is None or not self.direct_lanes.has(relay.dest, lane) or not conn.idle():
+            return False
+        return self.direct_lanes.send(relay.dest, lane, relay.msg, relay.src)
 
     def _head_silent(self, conn, silent_s: float) -> None:
         log.warning("meshrt agent %s: nothing from the head at %s for %.0f s (MESHRT_HOST_TIMEOUT_S); stopping",
@@ -265,6 +278,11 @@ class Agent:
                     conn.send(m.Response(msg.req_id, False, err))
             elif kind is m.StoreUpdate:
                 store.apply(msg, conn.peer_id)
+            elif kind is m.DirectLaneOffer:
+                pid = self.pids.get(conn.peer_id)
+                if pid is not None:
+                    self.direct_lanes.take(conn.peer_id, pid, msg.lane, msg.fd)
+                conn.send(m.DirectLaneTaken(msg.lane))
 
     # -- gathering replies: one frame back per call to many processes ------------------------
 
@@ -305,6 +323,7 @@ class Agent:
     def on_local_close(self, conn, _exc) -> None:
         if conn.peer_id is not None and self.local_conns.get(conn.peer_id) is conn:
             del self.local_conns[conn.peer_id]
+            self.direct_lanes.drop(conn.peer_id)
             self.gone.add(conn.peer_id)
             self.early_relays.pop(conn.peer_id, None)
             if conn.peer_id in self.exited:

@@ -25,14 +25,17 @@ whatever the driver sends after it, through any path.
 from __future__ import annotations
 
 import ctypes
+import errno
 import functools
 import logging
 import os
 import pickle
+import select
 import socket
 import threading
 
 from ..objstore.serialization import Payload
+from . import lanes
 from . import messages as m
 
 log = logging.getLogger("meshrt")
@@ -45,41 +48,61 @@ _SEND_FLAGS = int(socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)  # (an int: enum ar
 # -- the worker's side --------------------------------------------------------------------
 
 def offer(core, lane) -> None:
-    """A new lane (Lanes.on_new_lane) of a process on the driver's host: give its
-    thread a socket, and the driver the other end."""
-    if (core.agent is not None or core.host_id != 0 or core.ctl is None or not hasattr(os, "pidfd_open")
-            or os.environ.get("MESHRT_DIRECT_LANES", "1") == "0"):
+    """A new lane (Lanes.on_new_lane): give its thread a socket, and the other end to
+    whoever delivers calls on this host (the host's agent, or the driver on its host)."""
+    if not hasattr(os, "pidfd_open") or os.environ.get("MESHRT_DIRECT_LANES", "1") == "0":
+        return
+    if core.agent is None and (core.host_id != 0 or core.ctl is None):
         return
     mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     core.direct_offers[lane.key] = theirs
     lane.helper.attach_direct(mine, functools.partial(run_frame, core, lane))
-    core.io.post(core.send_to, 0, m.DirectLaneOffer(lane.key, theirs.fileno()))
+    offer_msg = m.DirectLaneOffer(lane.key, theirs.fileno())
+    if core.agent is not None:  # (to the agent itself, not relayed to the driver)
+        core.io.post(core.agent.send, offer_msg)
+    else:
+        core.io.post(core.send_to, 0, offer_msg)
 
 
 def run_frame(core, lane, packet: bytes) -> None:
     """On the lane's thread: run the call of one frame (``_frame``); one that may not run
     this way (its lane ended meanwhile, say) goes to the core loop as if it came from there."""
-    # (only the driver holds the other end: see above)
-    task_id, actor_id, method, data, buffers, num_returns, lent = pickle.loads(packet)
-    if lent is not None:  # large bytes the driver lends until the call is over (loans.py)
+    # (only the driver or the agent holds the other end: see above)
+    task_id, actor_id, method, data, buffers, num_returns, lent, src = pickle.loads(packet)
+    if lent is not None:  # large bytes the caller lends until the call is over (loans.py)
         args = Payload(data, loans=lent)
     else:
         args = Payload(data, tuple(memoryview(b).toreadonly() for b in buffers)) if buffers else Payload(data)
     msg = m.ActorCall(task_id, actor_id, method, args, (), num_returns)
-    if lane.retired or not core.executor.run_direct(msg, lane):
-        core.io.post(core.handle_message, core.ctl, msg)
+    if lane.retired or not core.executor.run_direct(msg, lane, src):
+        if core.agent is None:
+            core.io.post(core.handle_message, core.ctl, msg)
+        else:
+            core.io.post(core.on_relay, core.agent, m.Relay(core.worker_id, src, msg))
 
 
-def _frame(msg: m.ActorCall) -> bytes:
+def lane_of(msg) -> str | None:
+    """The lane a call may take directly: one of a mesh actor's lanes, with arguments
+    that need nothing settled on arrival (no refs, store blocks or dependencies)."""
+    if type(msg) is not m.ActorCall or msg.deps or msg.pins or msg.group is not None:
+        return None
+    args = msg.args
+    if (type(args) is not Payload or args.refs or args.shm is not None or args.is_error
+            or args.copied_out):
+        return None
+    return lanes.split(msg.method)[1] or None
+
+
+def _frame(msg: m.ActorCall, src: int) -> bytes:
     """A call as a plain tuple: the lane takes only calls without refs, store blocks,
     dependencies or a concurrency group, and a tuple pickles and loads several times
     faster than the message records."""
     args = msg.args
     if args.loans is not None:  # (the lender keeps the bytes themselves: only the loans go)
-        return pickle.dumps((msg.task_id, msg.actor_id, msg.method, args.data, (), msg.num_returns, args.loans),
-                            protocol=5)
+        return pickle.dumps((msg.task_id, msg.actor_id, msg.method, args.data, (), msg.num_returns, args.loans,
+                             src), protocol=5)
     buffers = tuple(map(pickle.PickleBuffer, args.buffers)) if args.buffers else ()
-    return pickle.dumps((msg.task_id, msg.actor_id, msg.method, args.data, buffers, msg.num_returns, None),
+    return pickle.dumps((msg.task_id, msg.actor_id, msg.method, args.data, buffers, msg.num_returns, None, src),
                         protocol=5)
 
 
@@ -90,7 +113,14 @@ def taken(core, lane: str) -> None:
         sock.close()
 
 
-# -- the driver's side --------------------------------------------------------------------
+# -- the sender's side (the driver, or an agent) -------------------------------------------
+
+
+def _hung_up(sock: socket.socket) -> bool:
+    """The lane's thread closed its end (its actor was stopped)."""
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLHUP)
+    return bool(poller.poll(0))
 
 
 def _take_fd(pid: int, fd: int) -> int:
@@ -107,40 +137,57 @@ def _take_fd(pid: int, fd: int) -> int:
 
 
 class DirectLanes:
-    """The driver's direct sockets, by (worker id, lane key); any thread may send."""
+    """The sockets of the lanes this process delivers calls to (the driver: its host's
+    processes; an agent: its host's), by (worker id, lane key); any thread may send."""
 
     def __init__(self) -> None:
         self._socks: dict[tuple[int, str], socket.socket] = {}
         self._lock = threading.Lock()
-        self.refused = False  # the kernel said no once: it will again
+        self.refused = False  # the kernel does not allow it here: it will not later
 
     def take(self, worker_id: int, pid: int, lane: str, fd: int) -> bool:
         """Core loop: adopt the descriptor a worker offered for ``lane``."""
         if self.refused or not hasattr(os, "pidfd_open"):
             return False
         try:
-            sock = socket.socket(fileno=_take_fd(pid, fd))
-        except OSError as err:
-            self.refused = True
-            log.info("meshrt: calls go through the core loop (the kernel refused pidfd_getfd: %s)", err)
+            got = _take_fd(pid, fd)
+        except OSError as err:  # (a worker that died meanwhile is no reason to stop trying)
+            if err.errno in (errno.EPERM, errno.EACCES, errno.ENOSYS):
+                self.refused = True
+                log.info("meshrt: calls go through the core loop (the kernel refused pidfd_getfd: %s)", err)
+            return False
+        try:
+            sock = socket.socket(fileno=got)
+        except OSError:
+            os.close(got)
             return False
         sock.setblocking(False)
         with self._lock:
-            old = self._socks.pop((worker_id, lane), None)
+            # Lanes of this worker whose thread ended (their actor stopped) go now.
+            ended = [k for k, s in self._socks.items() if k[0] == worker_id and _hung_up(s)]
+            old = [self._socks.pop(k) for k in ended]
+            if (worker_id, lane) in self._socks:
+                old.append(self._socks.pop((worker_id, lane)))
             self._socks[(worker_id, lane)] = sock
-        if old is not None:
-            old.close()
+        for stale in old:
+            stale.close()
         return True
 
     def has(self, worker_id: int, lane: str) -> bool:
         return (worker_id, lane) in self._socks
 
-    def send(self, worker_id: int, lane: str, msg) -> bool:
+    def send(self, worker_id: int, lane: str, msg, src: int = 0) -> bool:
         """Any thread: write one call to the lane; False if it cannot go this way (the
         caller then sends it through the core connection; nothing was written)."""
         if (worker_id, lane) not in self._socks:
             return False
-        frame = _frame(msg)
+        args = msg.args
+        if args.loans is None and len(args.data) + sum(memoryview(b).nbytes for b in args.buffers) > MAX_FRAME:
+            return False
+        try:
+            frame = _frame(msg, src)
+        except Exception:  # noqa: BLE001 - (the core connection's path says what is wrong)
+            return False
         if len(frame) > MAX_FRAME:
             return False
         with self._lock:  # (not closed by another thread in the middle)

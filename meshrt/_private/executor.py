@@ -162,7 +162,7 @@ class Executor:
         else:
             self.queue.put(call)
 
-    def run_direct(self, msg, lane: lanes.Lane) -> bool:
+    def run_direct(self, msg, lane: lanes.Lane, src: int) -> bool:
         """On ``lane``'s thread: run a call that came through its own socket
         (direct_lanes.py). False for one that must take the core loop: refs or store
         blocks in its arguments are settled there first."""
@@ -172,7 +172,7 @@ class Executor:
                 or not self._runs_on_helper(target)):
             return False
         name = f"{self.actor_spec.class_name}.{target}" if self.actor_spec is not None else target
-        call = Call(msg.task_id, name, msg.method, msg.args, (), msg.num_returns, 0, [], [])
+        call = Call(msg.task_id, name, msg.method, msg.args, (), msg.num_returns, src, [], [])
         with self.lanes.lock:
             lane.submitted += 1
         self._run_on_helper(call, lane)

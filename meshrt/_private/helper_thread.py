@@ -24,6 +24,8 @@ class HelperThread(concurrent.futures.Executor):
         self._wake_fd: int | None = None  # (polling: a direct socket is attached)
         self._idle = False  # polling and about to block: post() must signal _wake_fd
         self._direct: socket.socket | None = None
+        self._in_direct = False  # reading frames: one may be taken and not yet counted (busy())
+        self._poller = None
         self._on_frame: Callable[[bytes], None] | None = None
         self._wake_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -55,6 +57,23 @@ class HelperThread(concurrent.futures.Executor):
     def _start_polling(self, sock: socket.socket, on_frame) -> None:
         self._direct, self._on_frame = sock, on_frame
         self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._poller = select.poll()  # (not select(): it refuses descriptors above 1023)
+        self._poller.register(sock.fileno(), select.POLLIN)
+        self._poller.register(self._wake_fd, select.POLLIN)
+
+    def direct_pending(self) -> bool:
+        """Any thread: a frame sent before now waits unread in the direct socket, or is
+        being read (taken, its call not yet counted by the lane)."""
+        with self._wake_lock:  # (the socket is not closed, its number reused, meanwhile)
+            sock = self._direct
+            if sock is None:
+                return False
+            try:  # (first the socket, then the flag: a frame taken in between shows in the flag)
+                if sock.recv(1, _PEEK):
+                    return True
+            except OSError:
+                pass
+        return self._in_direct
 
     def _signal(self) -> None:
         with self._wake_lock:  # (not closed, its number reused, in between)
@@ -97,12 +116,22 @@ class HelperThread(concurrent.futures.Executor):
         get = self._queue.get
         try:
             while True:
-                item = get() if self._direct is None else self._next_polling()
+                item = get() if self._direct is None else self._polled()
                 if item is None:
                     return
                 _call(item)
         finally:
             self._stop_polling()
+
+    def _polled(self):
+        try:
+            return self._next_polling()
+        except Exception:  # noqa: BLE001 - the lane keeps serving through its queue alone
+            import logging
+
+            logging.getLogger("meshrt").exception("meshrt: a lane's direct socket failed; calls take the core loop")
+            self._stop_polling()
+            return self._queue.get()
 
     def _next_polling(self):
         """The next posted item, running direct frames as they come (each one before
@@ -113,16 +142,19 @@ class HelperThread(concurrent.futures.Executor):
             if self._direct is None:  # (its caller is gone: back to the queue alone)
                 return self._queue.get()
             try:
-                return get_nowait()
+                item = get_nowait()
             except queue.Empty:
-                pass
-            self._idle = True
+                self._idle = True
+                try:
+                    item = get_nowait()  # (posted before post() could see _idle)
+                except queue.Empty:
+                    item = _EMPTY
+            if item is not _EMPTY:
+                self._idle = False
+                self._read_direct()  # (a frame that arrived before the item was posted runs first)
+                return item
             try:
-                return get_nowait()  # (posted before post() could see _idle)
-            except queue.Empty:
-                pass
-            try:
-                readable = select.select([self._direct, self._wake_fd], [], [])[0]
+                readable = [fd for fd, _events in self._poller.poll()]
             except InterruptedError:
                 readable = ()
             finally:
@@ -135,18 +167,27 @@ class HelperThread(concurrent.futures.Executor):
 
     def _read_direct(self) -> None:
         sock = self._direct
-        while sock is not None:
-            try:
-                packet = sock.recv(_MAX_PACKET)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                packet = b""
-            if not packet:  # the caller went away: nothing more comes this way
-                self._direct = None
-                sock.close()
-                return
-            _call((self._on_frame, (packet,)))
+        self._in_direct = True
+        try:
+            while sock is not None:
+                try:
+                    packet = sock.recv(_MAX_PACKET)
+                except (BlockingIOError, InterruptedError):
+                    return
+                except OSError:
+                    packet = b""
+                if not packet:  # the caller went away: nothing more comes this way
+                    self._close_direct()
+                    return
+                _call((self._on_frame, (packet,)))
+        finally:
+            self._in_direct = False
+
+    def _close_direct(self) -> None:
+        with self._wake_lock:
+            sock, self._direct = self._direct, None
+        if sock is not None:
+            sock.close()
 
     def _stop_polling(self) -> None:
         """Thread end: the caller's later writes fail (it falls back to the core loop);
@@ -158,9 +199,7 @@ class HelperThread(concurrent.futures.Executor):
             except OSError:
                 pass
             self._read_direct()
-            if self._direct is not None:
-                self._direct.close()
-                self._direct = None
+            self._close_direct()
         with self._wake_lock:
             if self._wake_fd is not None:
                 os.close(self._wake_fd)
@@ -168,6 +207,8 @@ class HelperThread(concurrent.futures.Executor):
 
 
 _MAX_PACKET = 1 << 20
+_PEEK = int(socket.MSG_PEEK | socket.MSG_DONTWAIT)
+_EMPTY = object()
 
 
 def _call(item) -> None:

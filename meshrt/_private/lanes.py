@@ -50,8 +50,8 @@ class Lane:
     def busy(self) -> bool:
         """Calls posted here before now have not all finished, or async calls that
         arrived before now still wait their turn behind them (a later one must not
-        overtake those)."""
-        return self.done != self.submitted or self.turns_waiting > 0
+        overtake those), or a call sent to the lane's own socket is not counted yet."""
+        return self.done != self.submitted or self.turns_waiting > 0 or self.helper.direct_pending()
 
 
 class Lanes:

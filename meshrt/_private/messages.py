@@ -379,6 +379,9 @@ class Relay(NamedTuple):
     dest: int
     src: int
     msg: Any
+    # An actor call sent while nothing else of its sender's was in flight to ``dest``:
+    # the agent may hand it to the actor's lane directly (direct_lanes.py).
+    direct: bool = False
 
 
 class PullValue(NamedTuple):

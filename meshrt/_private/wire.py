@@ -345,7 +345,8 @@ class Connection(asyncio.BufferedProtocol):
     def idle(self) -> bool:
         """Nothing queued or half-written: a message sent another way now cannot
         overtake one sent here before (direct_lanes.py)."""
-        return not self._outbox and not self._flush_pending and self._stalled is None
+        return (not self._outbox and not self._flush_pending and self._stalled is None
+                and (self.transport is None or self.transport.get_write_buffer_size() == 0))
 
     def _schedule_flush(self) -> None:
         """Off the loop, with the write lock held: have the loop flush soon."""

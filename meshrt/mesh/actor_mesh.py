@@ -107,6 +107,12 @@ class ActorMesh(Shaped):
         refs = [core.call_actor(self._procs[r], lanes.named("stop_actor", self._key), (self._key,), {}, 1,
                                 inline=self._hosts[r] != core.host_id)
                 for r in self._shape.ranks()]
+        direct = getattr(core, "direct_lanes", None)
+        if direct is not None:  # (its lanes end: frames written before are still read, then EOF)
+            for r in self._shape.ranks():
+                client = core.actor_clients.get(self._procs[r]._actor_id)
+                if client is not None and client.worker_id is not None:
+                    direct.drop(client.worker_id, self._key)
         return _gather(self, refs, self._points(), None, build=lambda values: None)
 
     # -- endpoints ------------------------------------------------------------------------

@@ -1,0 +1,166 @@
+"""Direct lanes under pressure: calls through a lane's socket and through the core
+connection keep the caller's order; lanes survive many descriptors, stopped actors
+leave no socket behind, agents use their host's lanes too (direct_lanes.py)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+
+import meshrt
+from meshrt import Actor, endpoint, this_host
+from meshrt._private import state
+from meshrt._private.direct_lanes import DirectLanes
+
+from .helpers import wait_until
+from .test_multihost import cluster, stop_agent  # noqa: F401 - (the fixture, by name)
+
+
+class Mixed(Actor):
+    def __init__(self):
+        self.seen = []
+
+    @endpoint
+    def plain(self, i):
+        if i is not None:
+            self.seen.append(i)
+
+    @endpoint
+    async def later(self, i):
+        self.seen.append(i)
+
+    @endpoint
+    def seen_so_far(self):
+        return list(self.seen)
+
+    @endpoint
+    def frames_from_agent(self):
+        agent = state.core().agent
+        return agent.frames_in if agent is not None else None
+
+
+class Pounder(Actor):
+    @endpoint
+    def start(self, mesh):
+        """Keep ``mesh``'s lane busy with calls from another process until it stops."""
+        def run():
+            try:
+                while True:
+                    mesh.plain.call_one(None).get(timeout=60)
+            except Exception:  # noqa: BLE001 - (its mesh was stopped: done)
+                pass
+
+        threading.Thread(target=run, daemon=True).start()
+
+
+class Hog(Actor):
+    def __init__(self):
+        self.fds = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
+
+    @endpoint
+    def close(self):
+        for fd in self.fds:
+            os.close(fd)
+
+
+async def test_a_plain_call_then_an_async_one_run_in_that_order(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    a = procs.spawn("a", Mixed)
+    await a.plain.call_one(-1)
+    expected = [-1]
+    for i in range(300):
+        first = a.plain.call_one(2 * i)  # (nothing in flight: through the lane)
+        second = a.later.call_one(2 * i + 1)  # (through the core connection)
+        expected += [2 * i, 2 * i + 1]
+        await first
+        await second
+    assert await a.seen_so_far.call_one() == expected
+    await procs.stop()
+
+
+async def test_order_holds_while_another_process_keeps_the_lane_busy(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    other = this_host().spawn_procs(per_host={"gpus": 1})
+    log = procs.spawn("log", Mixed)
+    await log.plain.call_one(None)
+    await other.spawn("p", Pounder).start.call_one(log)
+    expected = []
+    for i in range(400):
+        first = log.plain.call_one(2 * i)  # (direct)
+        second = log.plain.call_one(2 * i + 1)  # (the first is in flight: the core connection)
+        expected += [2 * i, 2 * i + 1]
+        await first
+        await second
+    assert await log.seen_so_far.call_one() == expected
+    await other.stop()
+    await procs.stop()
+
+
+async def test_a_lane_made_with_descriptors_above_1023_serves(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    hog = procs.spawn("hog", Hog)
+    log = procs.spawn("log", Mixed)  # its lane's socket and eventfd get numbers above 1023
+    for i in range(20):
+        await log.plain.call_one(i)
+    assert await log.seen_so_far.call_one() == list(range(20))
+    await hog.close.call_one()
+    await procs.stop()
+
+
+def _sockets() -> int:
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:  # (closed meanwhile)
+            pass
+    return count
+
+
+async def test_stopped_actors_leave_no_socket_in_the_driver(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    first = procs.spawn("first", Mixed)
+    await first.plain.call_one(0)
+    before = _sockets()
+    for i in range(20):
+        mesh = procs.spawn(f"a{i}", Mixed)
+        await mesh.plain.call_one(1)
+        await mesh.stop()
+    assert wait_until(lambda: _sockets() <= before + 1, 10), (before, _sockets())
+    await procs.stop()
+
+
+def test_a_process_gone_before_its_lane_is_taken_leaves_lanes_on():
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    lanes = DirectLanes()
+    a, b = socket.socketpair()
+    try:
+        assert not lanes.take(1, child.pid, "lane", b.fileno())
+        assert not lanes.refused  # (only the kernel's no turns them off)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_agents_hand_calls_to_their_hosts_lanes(cluster):  # noqa: F811
+    hosts, _agents, _address, remember = cluster
+    procs = hosts.spawn_procs(per_host={"gpus": 1})
+    remember()
+    mesh = procs.spawn("m", Mixed)
+    one = mesh.slice(hosts=1, gpus=0)
+    one.plain.call_one(-1).get(timeout=30)
+    one.seen_so_far.call_one().get(timeout=30)  # (the agent has taken the lane by now, or soon)
+    frames = [one.frames_from_agent.call_one().get(timeout=30) for _ in range(2)]
+    for i in range(50):
+        one.plain.call_one(i).get(timeout=30)
+    after = one.frames_from_agent.call_one().get(timeout=30)
+    # (each frame_from_agent call itself arrives by the lane: the worker's core loop
+    # read well under one frame per call)
+    assert after - frames[-1] < 25, (frames, after)
+    assert one.seen_so_far.call_one().get(timeout=30) == [-1, *range(50)]
+    assert sorted(mesh.plain.call(7).get(timeout=30).values(), key=repr) == [None, None]
+    meshrt.shutdown()
