@@ -144,10 +144,11 @@ class DirectLanes:
         self._socks: dict[tuple[int, str], socket.socket] = {}
         self._lock = threading.Lock()
         self.refused = False  # the kernel does not allow it here: it will not later
+        self._ended: set[tuple[int, str]] = set()  # lanes dropped as their actor stopped (keys are never reused)
 
     def take(self, worker_id: int, pid: int, lane: str, fd: int) -> bool:
         """Core loop: adopt the descriptor a worker offered for ``lane``."""
-        if self.refused or not hasattr(os, "pidfd_open"):
+        if self.refused or not hasattr(os, "pidfd_open") or (worker_id, lane) in self._ended:
             return False
         try:
             got = _take_fd(pid, fd)
@@ -205,8 +206,13 @@ class DirectLanes:
         return False
 
     def drop(self, worker_id: int, lane: str | None = None) -> None:
-        """Close one lane's socket, or every socket to ``worker_id``."""
+        """Close one lane's socket (its actor is being stopped: one offered later is
+        refused), or every socket to ``worker_id``."""
         with self._lock:
+            if lane is not None:
+                self._ended.add((worker_id, lane))
+            else:  # (the process is gone: so are its lanes)
+                self._ended = {k for k in self._ended if k[0] != worker_id}
             keys = [k for k in self._socks if k[0] == worker_id and (lane is None or k[1] == lane)]
             socks = [self._socks.pop(k) for k in keys]
         for sock in socks:
