@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 import threading
 
-from . import direct_lanes, loans
+from . import loans
 from . import messages as m
 
 
@@ -58,7 +58,8 @@ class ActorClient:
             self.inflight[pt.task_id] = pt  # before sending: the reply may come back at once
             pins = () if through_agent else self.core.pin_for(self.worker_id, pt.args)
             msg = m.ActorCall(pt.task_id, self.actor_id, pt.method, pt.args, (), pt.num_returns, pins, pt.group)
-            if not through_agent and not pins and self._direct(conn, msg):
+            lanes = getattr(self.core, "direct_lanes", None)  # (the driver's: direct_lanes.py)
+            if lanes is not None and not through_agent and not pins and lanes.offer_call(self.worker_id, msg, conn):
                 return True
             try:  # raises only before anything was written: the loop path then takes it
                 conn.send_from_thread(m.Relay(self.worker_id, self.core.worker_id, msg, True) if through_agent else msg)
@@ -68,17 +69,6 @@ class ActorClient:
                 self.core.unpin_for(self.worker_id, pins)
                 return False
             return True
-
-    def _direct(self, conn, msg) -> bool:
-        """Through the lane's own socket, when the driver has one (direct_lanes.py) and
-        nothing sent before is still queued on the connection (it would be overtaken)."""
-        direct = getattr(self.core, "direct_lanes", None)
-        if direct is None:
-            return False
-        lane = direct_lanes.lane_of(msg)
-        if lane is None or not direct.has(self.worker_id, lane) or not conn.idle():
-            return False
-        return direct.send(self.worker_id, lane, msg)
 
     def _unlend(self, pt) -> None:
         """Large bytes lent for an actor of this host (loans.py) travel inside the call

@@ -21,7 +21,7 @@ import socket
 from ..objstore.store import SharedStore
 from . import heartbeat, procutil, wire
 from . import messages as m
-from .direct_lanes import DirectLanes, lane_of
+from .direct_lanes import DirectLanes
 from .host_cache import HostCache
 from .spawn import Zygote
 
@@ -181,19 +181,11 @@ class Agent:
         """A relayed message to one of this host's processes."""
         conn = self.local_conns.get(msg.dest)
         if conn is not None:
-            if msg.direct and self._to_lane(conn, msg):
-                return
+            if msg.direct and self.direct_lanes.offer_call(msg.dest, msg.msg, conn, msg.src):
+                return  # (its actor's lane, direct_lanes.py)
             conn.send(msg)
         elif msg.dest in self.pids or msg.dest not in self.gone:
             self.early_relays.setdefault(msg.dest, []).append(msg)  # not connected yet
-
-    def _to_lane(self, conn, relay: m.Relay) -> bool:
-        """A call its sender made with nothing else in flight to the process: straight to
-        the actor's lane when it has one and nothing for the process is queued here."""
-        lane = lane_of(relay.msg)
-        if lane is None or not self.direct_lanes.has(relay.dest, lane) or not conn.idle():
-            return False
-        return self.direct_lanes.send(relay.dest, lane, relay.msg, relay.src)
 
     def _head_silent(self, conn, silent_s: float) -> None:
         log.warning("meshrt agent %s: nothing from the head at %s for %.0f s (MESHRT_HOST_TIMEOUT_S); stopping",

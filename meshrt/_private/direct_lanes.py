@@ -74,7 +74,7 @@ def run_frame(core, lane, packet: bytes) -> None:
     else:
         args = Payload(data, tuple(memoryview(b).toreadonly() for b in buffers)) if buffers else Payload(data)
     msg = m.ActorCall(task_id, actor_id, method, args, (), num_returns)
-    if lane.retired or not core.executor.run_direct(msg, lane, src):
+    if lane.retired or not core.executor.run_direct(core.call_of(msg, src, [], []), lane):
         if core.agent is None:
             core.io.post(core.handle_message, core.ctl, msg)
         else:
@@ -176,6 +176,15 @@ class DirectLanes:
 
     def has(self, worker_id: int, lane: str) -> bool:
         return (worker_id, lane) in self._socks
+
+    def offer_call(self, worker_id: int, msg, conn, src: int = 0) -> bool:
+        """Any thread: send a call its caller made with nothing else in flight to the
+        process through the actor's lane, when it has one and nothing sent before is
+        still queued on ``conn``, the process's connection (it would be overtaken)."""
+        lane = lane_of(msg)
+        if lane is None or (worker_id, lane) not in self._socks or not conn.idle():
+            return False
+        return self.send(worker_id, lane, msg, src)
 
     def send(self, worker_id: int, lane: str, msg, src: int = 0) -> bool:
         """Any thread: write one call to the lane; False if it cannot go this way (the

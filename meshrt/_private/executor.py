@@ -162,19 +162,13 @@ class Executor:
         else:
             self.queue.put(call)
 
-    def run_direct(self, msg, lane: lanes.Lane, src: int) -> bool:
-        """On ``lane``'s thread: run a call that came through its own socket
-        (direct_lanes.py). False for one that must take the core loop: refs or store
-        blocks in its arguments are settled there first."""
-        target, key = lanes.split(msg.method)
-        if (key != lane.key or msg.deps or msg.pins or msg.group is not None or msg.args.refs
-                or msg.args.shm is not None or self.user_loop is None
-                or not self._runs_on_helper(target)):
+    def run_direct(self, call: Call, lane: lanes.Lane) -> bool:
+        """On ``lane``'s thread: run a call from its own socket (direct_lanes.py; the
+        sender chose one with nothing to settle first). False: not this lane's to run."""
+        target, key = lanes.split(call.method)
+        if key != lane.key or self.user_loop is None or not self._runs_on_helper(target):
             return False
-        name = f"{self.actor_spec.class_name}.{target}" if self.actor_spec is not None else target
-        call = Call(msg.task_id, name, msg.method, msg.args, (), msg.num_returns, src, [], [])
-        with self.lanes.lock:
-            lane.submitted += 1
+        self.lanes.count_in(lane)
         self._run_on_helper(call, lane)
         return True
 

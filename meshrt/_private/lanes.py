@@ -41,7 +41,7 @@ class Lane:
     def __init__(self, key: str, helper: HelperThread) -> None:
         self.key = key
         self.helper = helper
-        self.submitted = 0  # written by the core loop only (under Lanes.lock)
+        self.submitted = 0  # written under Lanes.lock (post, count_in)
         self.done = 0  # written by the lane's thread only
         self.waits_on: frozenset = frozenset()  # calls its thread is blocked in get() on
         self.retired = False
@@ -79,6 +79,11 @@ class Lanes:
             lane.submitted += 1
             lane.helper.post(fn, *args, lane)
         return lane
+
+    def count_in(self, lane: Lane) -> None:
+        """A call the lane's thread took from its own socket (direct_lanes.py) and runs now."""
+        with self.lock:
+            lane.submitted += 1
 
     def marker(self, key: str):
         """A concurrent Future done once what was posted to ``key``'s lane before now has

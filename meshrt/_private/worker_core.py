@@ -290,14 +290,18 @@ class WorkerCore(Core):
     def on_start_actor(self, conn, msg: m.StartActor) -> None:
         self.executor.queue.put(lambda: self.executor.start_actor(msg.spec, msg.incarnation))
 
-    def on_actor_call(self, conn, msg: m.ActorCall) -> None:
-        held, arg_refs = self._arrived(msg.args, msg.deps)
+    def call_of(self, msg: m.ActorCall, caller: int, held: list, arg_refs: list) -> Call:
+        """The executor's record of an actor call from ``caller``."""
         spec = self.executor.actor_spec
         name = lanes.split(msg.method)[0]  # (a mesh actor's lane is no part of its name)
         name = f"{spec.class_name}.{name}" if spec is not None else name
-        call = Call(msg.task_id, name, msg.method, msg.args, msg.deps, msg.num_returns,
-                    conn.peer_id, held, arg_refs)
+        call = Call(msg.task_id, name, msg.method, msg.args, msg.deps, msg.num_returns, caller, held, arg_refs)
         call.group = msg.group
+        return call
+
+    def on_actor_call(self, conn, msg: m.ActorCall) -> None:
+        held, arg_refs = self._arrived(msg.args, msg.deps)
+        call = self.call_of(msg, conn.peer_id, held, arg_refs)
         if msg.pins and self.store is not None:
             self.store_backend.grant(msg.pins)
             call.granted = tuple(key for key, _offset, _size in msg.pins)
