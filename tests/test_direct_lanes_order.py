@@ -4,18 +4,23 @@ leave no socket behind, agents use their host's lanes too (direct_lanes.py)."""
 
 from __future__ import annotations
 
+import errno
 import os
+import resource
 import socket
 import subprocess
 import sys
 import threading
+import time
 
 import meshrt
-from meshrt import Actor, endpoint, this_host
+from meshrt import Actor, Channel, endpoint, this_host
 from meshrt._private import state
 from meshrt._private.direct_lanes import DirectLanes
+from meshrt.exceptions import GetTimeoutError
 
 from .helpers import wait_until
+from .test_direct_lanes import needs_lanes
 from .test_multihost import cluster, stop_agent  # noqa: F401 - (the fixture, by name)
 
 
@@ -172,3 +177,92 @@ def test_agents_hand_calls_to_their_hosts_lanes(cluster):  # noqa: F811
     assert one.seen_so_far.call_one().get(timeout=30) == [-1, *range(50)]
     assert sorted(mesh.plain.call(7).get(timeout=30).values(), key=repr) == [None, None]
     meshrt.shutdown()
+
+
+class Inbox(Actor):
+    """Holds a channel's receiving end; ``stall_loop`` keeps its process's core loop busy."""
+
+    def __init__(self):
+        self.port, self.receiver = Channel.open()
+
+    @endpoint
+    def get_port(self):
+        return self.port
+
+    @endpoint
+    def stall_loop(self, seconds):
+        # (fault injection, not a wait: messages that reach this process meanwhile stay
+        # unread in its core connection; order must hold whatever the timing)
+        state.core().io.loop.call_soon_threadsafe(time.sleep, seconds)  # (not io.post: the reply waits for those)
+
+    @endpoint
+    def arrived(self):
+        try:
+            return self.receiver.recv().get(timeout=0)
+        except GetTimeoutError:
+            return "nothing yet"
+
+
+def _port_then_call(inbox, rounds: int) -> list:
+    port = inbox.get_port.call_one().get(timeout=30)
+    seen = []
+    for i in range(rounds):
+        inbox.stall_loop.call_one(0.2).get(timeout=30)
+        port.send(i)
+        assert wait_until(state.core().io.caught_up, 10)  # (the value has left the driver)
+        seen.append(inbox.arrived.call_one().get(timeout=30))  # (nothing in flight: through the lane)
+    return seen
+
+
+@needs_lanes
+def test_a_call_by_the_lane_runs_after_what_the_core_connection_brought_first(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    inbox = procs.spawn("inbox", Inbox)
+    assert _port_then_call(inbox, 3) == [0, 1, 2]
+    procs.stop().get(timeout=30)
+
+
+@needs_lanes
+def test_through_an_agent_too(cluster):  # noqa: F811
+    hosts, _agents, _address, remember = cluster
+    procs = hosts.spawn_procs(per_host={"gpus": 1})
+    remember()
+    inbox = procs.spawn("inbox", Inbox).slice(hosts=1, gpus=0)
+    assert _port_then_call(inbox, 3) == [0, 1, 2]
+    meshrt.shutdown()
+
+
+class FdHog(Actor):
+    """Fills its process's descriptor table (under a lowered limit), and frees it."""
+
+    @endpoint
+    def fill(self):
+        self.limit = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 64, self.limit[1]))
+        self.fds = []
+        try:
+            while True:
+                self.fds.append(os.open("/dev/null", os.O_RDONLY))
+        except OSError as err:
+            assert err.errno == errno.EMFILE
+        return len(self.fds)
+
+    @endpoint
+    def free(self):
+        for fd in self.fds:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, self.limit)
+
+
+def test_an_actor_spawned_with_no_descriptor_left_still_serves(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    hog = procs.spawn("hog", FdHog)
+    assert hog.fill.call_one().get(timeout=30) > 0
+    try:
+        late = procs.spawn("late", Mixed)  # (no socket for its lane: its calls take the core loop)
+        for i in range(5):
+            late.plain.call_one(i).get(timeout=30)
+        assert late.seen_so_far.call_one().get(timeout=30) == list(range(5))
+    finally:
+        hog.free.call_one().get(timeout=30)
+    procs.stop().get(timeout=30)

@@ -27,6 +27,7 @@ from .spawn import Zygote
 
 log = logging.getLogger("meshrt")
 
+_STOP_ACTOR = "stop_actor:"  # a mesh actor being stopped (ActorMesh.stop): its lane ends
 # Replies to one mesh call go back together; one that is slower than this goes alone.
 GATHER_WINDOW_S = 0.002
 # How long an agent keeps dialing a head that is not listening (yet): under SLURM the
@@ -181,9 +182,11 @@ class Agent:
         """A relayed message to one of this host's processes."""
         conn = self.local_conns.get(msg.dest)
         if conn is not None:
-            if msg.direct and self.direct_lanes.offer_call(msg.dest, msg.msg, conn, msg.src):
-                return  # (its actor's lane, direct_lanes.py)
-            conn.send(msg)
+            if not (msg.direct and self.direct_lanes.offer_call(msg.dest, msg.msg, conn, msg.src)):
+                conn.send(msg)  # (or it went to its actor's lane: direct_lanes.py)
+            if type(msg.msg) is m.ActorCall and msg.msg.method.startswith(_STOP_ACTOR):
+                # (that actor's lane ends: the frames written to it are still read)
+                self.direct_lanes.drop(msg.dest, msg.msg.method[len(_STOP_ACTOR):])
         elif msg.dest in self.pids or msg.dest not in self.gone:
             self.early_relays.setdefault(msg.dest, []).append(msg)  # not connected yet
 
@@ -274,7 +277,7 @@ class Agent:
                 pid = self.pids.get(conn.peer_id)
                 if pid is not None:
                     self.direct_lanes.take(conn.peer_id, pid, msg.lane, msg.fd)
-                conn.send(m.DirectLaneTaken(msg.lane))
+                conn.send(m.DirectLaneTaken(msg.lane, self.direct_lanes.refused))
 
     # -- gathering replies: one frame back per call to many processes ------------------------
 

@@ -50,11 +50,16 @@ _SEND_FLAGS = int(socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)  # (an int: enum ar
 def offer(core, lane) -> None:
     """A new lane (Lanes.on_new_lane): give its thread a socket, and the other end to
     whoever delivers calls on this host (the host's agent, or the driver on its host)."""
-    if not hasattr(os, "pidfd_open") or os.environ.get("MESHRT_DIRECT_LANES", "1") == "0":
+    if (not hasattr(os, "pidfd_open") or core.direct_refused
+            or os.environ.get("MESHRT_DIRECT_LANES", "1") == "0"):
         return
     if core.agent is None and (core.host_id != 0 or core.ctl is None):
         return
-    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    except OSError as err:  # (out of descriptors, say: the lane keeps its queue alone)
+        log.warning("meshrt: lane %s takes its calls through the core loop (no socket for it: %s)", lane.key, err)
+        return
     core.direct_offers[lane.key] = theirs
     lane.helper.attach_direct(mine, functools.partial(run_frame, core, lane))
     offer_msg = m.DirectLaneOffer(lane.key, theirs.fileno())
@@ -65,20 +70,29 @@ def offer(core, lane) -> None:
 
 
 def run_frame(core, lane, packet: bytes) -> None:
-    """On the lane's thread: run the call of one frame (``_frame``); one that may not run
-    this way (its lane ended meanwhile, say) goes to the core loop as if it came from there."""
+    """On the lane's thread: run the call of one frame (``_frame``), once the core loop
+    has taken every message its sender wrote to us before it (a port's value, a call to
+    another actor: they came first). One that may not run here (its lane ended
+    meanwhile, or the sender's messages wait behind a pull) goes to the core loop, in
+    its place among them."""
     # (only the driver or the agent holds the other end: see above)
-    task_id, actor_id, method, data, buffers, num_returns, lent, src = pickle.loads(packet)
+    task_id, actor_id, method, data, buffers, num_returns, lent, src, after = pickle.loads(packet)
     if lent is not None:  # large bytes the caller lends until the call is over (loans.py)
         args = Payload(data, loans=lent)
     else:
         args = Payload(data, tuple(memoryview(b).toreadonly() for b in buffers)) if buffers else Payload(data)
     msg = m.ActorCall(task_id, actor_id, method, args, (), num_returns)
-    if lane.retired or not core.executor.run_direct(core.call_of(msg, src, [], []), lane):
-        if core.agent is None:
-            core.io.post(core.handle_message, core.ctl, msg)
-        else:
-            core.io.post(core.on_relay, core.agent, m.Relay(core.worker_id, src, msg))
+    conn = core.agent if core.agent is not None else core.ctl
+    while not conn.wait_handled(after, 1.0):
+        pass  # (the loop is behind: it reads and takes them; wait_handled returns once the connection ends)
+    if (lane.retired or _sender_held(core, conn)
+            or not core.executor.run_direct(core.call_of(msg, src, [], []), lane)):
+        core.io.post(core.on_messages, conn, [msg if core.agent is None else m.Relay(core.worker_id, src, msg)])
+
+
+def _sender_held(core, conn) -> bool:
+    """Messages of the sender wait behind a pull of lent bytes (pulls.py): this one too."""
+    return bool(core.held) and (conn.peer_id if conn.peer_id is not None else id(conn)) in core.held
 
 
 def lane_of(msg) -> str | None:
@@ -93,22 +107,25 @@ def lane_of(msg) -> str | None:
     return lanes.split(msg.method)[1] or None
 
 
-def _frame(msg: m.ActorCall, src: int) -> bytes:
+def _frame(msg: m.ActorCall, src: int, after: int) -> bytes:
     """A call as a plain tuple: the lane takes only calls without refs, store blocks,
     dependencies or a concurrency group, and a tuple pickles and loads several times
-    faster than the message records."""
+    faster than the message records. ``after``: the frames written to the process's
+    core connection before it (run_frame waits for those)."""
     args = msg.args
     if args.loans is not None:  # (the lender keeps the bytes themselves: only the loans go)
         return pickle.dumps((msg.task_id, msg.actor_id, msg.method, args.data, (), msg.num_returns, args.loans,
-                             src), protocol=5)
+                             src, after), protocol=5)
     buffers = tuple(map(pickle.PickleBuffer, args.buffers)) if args.buffers else ()
-    return pickle.dumps((msg.task_id, msg.actor_id, msg.method, args.data, buffers, msg.num_returns, None, src),
-                        protocol=5)
+    return pickle.dumps((msg.task_id, msg.actor_id, msg.method, args.data, buffers, msg.num_returns, None, src,
+                         after), protocol=5)
 
 
-def taken(core, lane: str) -> None:
+def taken(core, msg: m.DirectLaneTaken) -> None:
     """The driver is done with the offered end: ours closes."""
-    sock = core.direct_offers.pop(lane, None)
+    if msg.refused:
+        core.direct_refused = True
+    sock = core.direct_offers.pop(msg.lane, None)
     if sock is not None:
         sock.close()
 
@@ -180,13 +197,17 @@ class DirectLanes:
     def offer_call(self, worker_id: int, msg, conn, src: int = 0) -> bool:
         """Any thread: send a call its caller made with nothing else in flight to the
         process through the actor's lane, when it has one and nothing sent before is
-        still queued on ``conn``, the process's connection (it would be overtaken)."""
+        still queued on ``conn``, the process's connection (it would be overtaken). The
+        lane runs it once the process has taken what ``conn`` carried before it."""
         lane = lane_of(msg)
-        if lane is None or (worker_id, lane) not in self._socks or not conn.idle():
+        if lane is None or (worker_id, lane) not in self._socks:
             return False
-        return self.send(worker_id, lane, msg, src)
+        after = conn.frames_sent_if_idle()
+        if after is None:
+            return False
+        return self.send(worker_id, lane, msg, src, after)
 
-    def send(self, worker_id: int, lane: str, msg, src: int = 0) -> bool:
+    def send(self, worker_id: int, lane: str, msg, src: int, after: int) -> bool:
         """Any thread: write one call to the lane; False if it cannot go this way (the
         caller then sends it through the core connection; nothing was written)."""
         if (worker_id, lane) not in self._socks:
@@ -195,7 +216,7 @@ class DirectLanes:
         if args.loans is None and len(args.data) + sum(memoryview(b).nbytes for b in args.buffers) > MAX_FRAME:
             return False
         try:
-            frame = _frame(msg, src)
+            frame = _frame(msg, src, after)
         except Exception:  # noqa: BLE001 - (the core connection's path says what is wrong)
             return False
         if len(frame) > MAX_FRAME:
@@ -209,8 +230,10 @@ class DirectLanes:
                 return True
             except (BlockingIOError, InterruptedError):
                 return False
-            except OSError:  # the lane's thread ended (its actor stopped, its process died)
-                del self._socks[(worker_id, lane)]
+            except OSError as err:
+                if err.errno in (errno.EMSGSIZE, errno.ENOBUFS, errno.ENOMEM):
+                    return False  # (this call only: the lane is fine)
+                del self._socks[(worker_id, lane)]  # its thread ended (actor stopped, process died)
         sock.close()
         return False
 

@@ -12,11 +12,13 @@ default lane, the executor's ``pool``.
 
 from __future__ import annotations
 
+import logging
 import threading
 
 from .helper_thread import HelperThread
 
 SEP = ":"
+log = logging.getLogger("meshrt")
 
 
 def _nothing() -> None:
@@ -101,7 +103,10 @@ class Lanes:
             lane = self._lanes[key] = Lane(key, helper)
             self._by_thread[helper.ident] = lane
             if self.on_new_lane is not None:
-                self.on_new_lane(lane)
+                try:
+                    self.on_new_lane(lane)
+                except Exception:  # noqa: BLE001 - the lane serves from its queue all the same
+                    log.exception("meshrt: lane %s could not be set up for direct calls", key)
         return lane
 
     def current(self) -> Lane | None:

@@ -219,9 +219,11 @@ class DirectLaneOffer(NamedTuple):
 
 
 class DirectLaneTaken(NamedTuple):
-    """Driver -> worker: done with the offered descriptor (taken or not): close it."""
+    """Driver -> worker: done with the offered descriptor (taken or not): close it.
+    ``refused``: the kernel does not let the driver take descriptors: offer no more."""
 
     lane: str
+    refused: bool = False
 
 
 class ActorState(NamedTuple):

@@ -78,6 +78,9 @@ class Connection(asyncio.BufferedProtocol):
         self.peer_address: str | None = None
         self.frames_in = 0  # counted for tests and stats: fan-out shows here
         self.frames_out = 0
+        self.frames_handled = 0  # frames whose messages on_messages has taken (wait_handled)
+        self._handled_waiters: list = []  # (count, threading.Event) of wait_handled
+        self._hlock = threading.Lock()
         self.bytes_out = 0
         self.bytes_in = 0  # counted when a frame's header arrives
         self.transport: asyncio.Transport | None = None
@@ -128,6 +131,8 @@ class Connection(asyncio.BufferedProtocol):
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+        if self._handled_waiters:
+            self._wake_handled()
         if self._hs_timer is not None:
             self._hs_timer.cancel()
         if self.on_close is not None:
@@ -302,8 +307,36 @@ class Connection(asyncio.BufferedProtocol):
         if not isinstance(msgs, list):
             raise _Reject("frame is not a message batch")
         self.frames_in += 1
-        if self.on_messages is not None:
-            self.on_messages(self, msgs)
+        try:
+            if self.on_messages is not None:
+                self.on_messages(self, msgs)
+        finally:
+            self.frames_handled += 1
+            if self._handled_waiters:
+                self._wake_handled()
+
+    def wait_handled(self, count: int, timeout: float) -> bool:
+        """Any thread but the loop's: wait until ``on_messages`` has taken the first
+        ``count`` frames that came here (or the connection ended); False on timeout."""
+        if self.frames_handled >= count or self.closed:
+            return True
+        entry = (count, threading.Event())
+        with self._hlock:
+            self._handled_waiters.append(entry)
+        # (checked again after joining: the loop counts, then looks for waiters)
+        if self.frames_handled >= count or self.closed:
+            self._wake_handled()
+            return True
+        return entry[1].wait(timeout)
+
+    def _wake_handled(self) -> None:
+        with self._hlock:
+            waiters, self._handled_waiters = self._handled_waiters, []
+            for entry in waiters:
+                if entry[0] <= self.frames_handled or self.closed:
+                    entry[1].set()
+                else:
+                    self._handled_waiters.append(entry)
 
     # -- sending ---------------------------------------------------------------------
 
@@ -342,11 +375,15 @@ class Connection(asyncio.BufferedProtocol):
             if not self._flush_pending and self.open:
                 self._schedule_flush()
 
-    def idle(self) -> bool:
-        """Nothing queued or half-written: a message sent another way now cannot
-        overtake one sent here before (direct_lanes.py)."""
-        return (not self._outbox and not self._flush_pending and self._stalled is None
-                and (self.transport is None or self.transport.get_write_buffer_size() == 0))
+    def frames_sent_if_idle(self) -> int | None:
+        """Nothing queued or half-written: how many frames went out so far (a message sent
+        another way now waits until the peer has taken that many: direct_lanes.py); None
+        while something is still queued here."""
+        with self._wlock:  # (not while another thread is writing a frame)
+            if (self._outbox or self._flush_pending or self._stalled is not None
+                    or (self.transport is not None and self.transport.get_write_buffer_size() != 0)):
+                return None
+            return self.frames_out
 
     def _schedule_flush(self) -> None:
         """Off the loop, with the write lock held: have the loop flush soon."""

@@ -50,6 +50,7 @@ class WorkerCore(Core):
         self.host_copies: dict = {}  # object id -> hosts whose agents keep a copy of it
         self._leaving: tuple | None = None  # (exit code, timer): exiting once lent results are read
         self.direct_offers: dict = {}  # lane key -> the socket end offered to the driver
+        self.direct_refused = False  # the driver (or agent) cannot take lanes here: none are offered
         self.handlers.update({
             m.PullDone: lambda conn, msg: on_pulled(self, msg),
             m.Welcome: self.on_welcome,
@@ -61,7 +62,7 @@ class WorkerCore(Core):
             m.CancelTask: self.on_cancel,
             m.Exit: self.on_exit,
             m.Response: self.on_response,
-            m.DirectLaneTaken: lambda conn, msg: direct_lanes.taken(self, msg.lane),
+            m.DirectLaneTaken: lambda conn, msg: direct_lanes.taken(self, msg),
         })
 
     def offer_direct_lane(self, lane) -> None:
