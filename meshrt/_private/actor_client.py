@@ -103,14 +103,16 @@ class ActorClient:
             if pt.task_id < 0 and any(c.retry and c.retries_left != 0 for c in self.inflight.values()):
                 break  # the release ends the actor: not before calls that may yet be retried
             queue.popleft()
+            alone = not self.inflight
             self.inflight[pt.task_id] = pt
             pt.sent = True
             if core.remote_peer(self.worker_id):
                 self._unlend(pt)
-            core.send_to(
+            core.send_call(
                 self.worker_id,
                 m.ActorCall(pt.task_id, self.actor_id, pt.method, pt.args,
                             core._dep_payloads(pt), pt.num_returns, core.pin_for(self.worker_id, pt.args), pt.group),
+                alone,
             )
 
     def replied(self, pt) -> None:

@@ -98,6 +98,11 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
         """Send to another process by worker id (0 = the driver); loop thread only."""
         raise NotImplementedError
 
+    def send_call(self, peer: int, msg, alone: bool) -> None:
+        """``send_to`` for an actor call; ``alone``: nothing else of its caller's is in
+        flight to ``peer`` (the driver's agents may then use the actor's lane)."""
+        self.send_to(peer, msg)
+
     async def request(self, method: str, *args) -> Any:
         """A control-plane call answered by the controller."""
         raise NotImplementedError

@@ -112,6 +112,13 @@ class DriverCore(Lending, Core):
         if conn is not None:
             conn.send(msg)
 
+    def send_call(self, peer: int, msg, alone: bool) -> None:
+        agent = self.relay_for.get(peer) if alone else None
+        if agent is not None and not agent.closed:
+            agent.send(m.Relay(peer, 0, msg, True))  # (the agent may use the actor's lane: direct_lanes.py)
+        else:
+            self.send_to(peer, msg)
+
     def direct_conn(self, peer: int):
         agent = self.relay_for.get(peer)
         conn = agent if agent is not None else self.worker_conns.get(peer)
