@@ -4,6 +4,7 @@ leave no socket behind, agents use their host's lanes too (direct_lanes.py)."""
 
 from __future__ import annotations
 
+import collections
 import errno
 import os
 import resource
@@ -265,4 +266,72 @@ def test_an_actor_spawned_with_no_descriptor_left_still_serves(rt):
         assert late.seen_so_far.call_one().get(timeout=30) == list(range(5))
     finally:
         hog.free.call_one().get(timeout=30)
+    procs.stop().get(timeout=30)
+
+
+class Clock(Actor):
+    @endpoint
+    def now(self):
+        return time.time()
+
+    @endpoint
+    def hold_driver_messages(self, seconds):
+        """Fault injection standing for a pull in progress of a message from the driver
+        (pulls.py): the driver's later messages wait behind it until the release."""
+        core = state.core()
+
+        def release():
+            backlog = core.held.pop(0)
+            while backlog:
+                core.handle_message(*backlog.popleft())
+
+        core.io.call_sync(core.held.__setitem__, 0, collections.deque())
+        threading.Timer(seconds, core.io.post, (release,)).start()
+        return time.time() + seconds
+
+
+def _runs_after_the_release(clock) -> float:
+    for _ in range(5):
+        clock.now.call_one().get(timeout=30)
+    released_at = clock.hold_driver_messages.call_one(0.5).get(timeout=30)
+    return clock.now.call_one().get(timeout=30) - released_at  # (nothing in flight: by the lane)
+
+
+@needs_lanes
+def test_a_call_by_the_lane_waits_behind_its_senders_held_messages(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    assert _runs_after_the_release(procs.spawn("clock", Clock)) >= -0.05
+    procs.stop().get(timeout=30)
+
+
+@needs_lanes
+def test_a_call_by_the_lane_waits_behind_held_messages_through_an_agent_too(cluster):  # noqa: F811
+    hosts, _agents, _address, remember = cluster
+    procs = hosts.spawn_procs(per_host={"gpus": 1})
+    remember()
+    assert _runs_after_the_release(procs.spawn("clock", Clock).slice(hosts=1, gpus=0)) >= -0.05
+    meshrt.shutdown()
+
+
+class _Unpicklable:
+    def __reduce__(self):
+        raise TypeError("cannot pickle this")
+
+
+@needs_lanes
+def test_a_message_that_cannot_be_pickled_costs_nothing_else(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    inbox = procs.spawn("inbox", Inbox)
+    port = inbox.get_port.call_one().get(timeout=30)
+    core = state.core()
+    conn = core.worker_conns[core.actor_clients[inbox._procs[0]._actor_id].worker_id]
+    port.send("before")
+    assert wait_until(core.io.caught_up, 10)
+    core.io.call_sync(conn.send, _Unpicklable())  # (alone in its frame: nothing is written)
+    port.send("after")  # (its batch holds an unpicklable message: the rest still go)
+    core.io.call_sync(lambda: (conn.send(_Unpicklable()), None)[1])
+    assert wait_until(lambda: conn.frames_sent_if_idle() is not None, 10)
+    # (a call by the lane does not wait for frames that never went out)
+    assert inbox.arrived.call_one().get(timeout=10) == "before"
+    assert inbox.arrived.call_one().get(timeout=10) == "after"
     procs.stop().get(timeout=30)

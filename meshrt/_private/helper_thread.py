@@ -56,7 +56,11 @@ class HelperThread(concurrent.futures.Executor):
 
     def _start_polling(self, sock: socket.socket, on_frame) -> None:
         self._direct, self._on_frame = sock, on_frame
-        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        try:
+            self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        except OSError:  # (no descriptor left: frames sent already run, later ones take the core loop)
+            self._stop_polling()
+            return
         self._poller = select.poll()  # (not select(): it refuses descriptors above 1023)
         self._poller.register(sock.fileno(), select.POLLIN)
         self._poller.register(self._wake_fd, select.POLLIN)

@@ -327,7 +327,12 @@ class Connection(asyncio.BufferedProtocol):
         if self.frames_handled >= count or self.closed:
             self._wake_handled()
             return True
-        return entry[1].wait(timeout)
+        if entry[1].wait(timeout):
+            return True
+        with self._hlock:  # (a later call waits afresh)
+            if entry in self._handled_waiters:
+                self._handled_waiters.remove(entry)
+        return False
 
     def _wake_handled(self) -> None:
         with self._hlock:
@@ -404,11 +409,25 @@ class Connection(asyncio.BufferedProtocol):
             if not self._outbox:
                 return
             msgs, self._outbox = self._outbox, []
-            self.transport.writelines(self._frame(msgs))
+            try:
+                chunks = self._frame(msgs)
+            except Exception:  # noqa: BLE001 - one message that cannot be pickled must not cost the others
+                chunks = self._frames_each(msgs)
+            self.transport.writelines(chunks)
+
+    def _frames_each(self, msgs: list) -> list:
+        """One frame per message, leaving out (and logging) those that cannot be pickled."""
+        chunks: list = []
+        for msg in msgs:
+            try:
+                chunks += self._frame([msg])
+            except Exception:  # noqa: BLE001
+                log.exception("meshrt: dropped a %s to %s that could not be pickled", type(msg).__name__,
+                              self._peer_name())
+        return chunks
 
     def _frame(self, msgs: list) -> list:
         """One frame's byte chunks: prefix, pickled messages, large buffers out of band."""
-        self.frames_out += 1
         big: list = []
 
         def oob(pb: pickle.PickleBuffer):
@@ -418,6 +437,7 @@ class Connection(asyncio.BufferedProtocol):
             return False
 
         header = pickle.dumps(msgs, protocol=5, buffer_callback=oob)
+        self.frames_out += 1  # (only frames that go out: the peer's lanes wait for this count)
         self.bytes_out += len(header) + sum(b.nbytes for b in big)
         if big:
             prefix = _PREFIX.pack(len(header), len(big)) + struct.pack(
