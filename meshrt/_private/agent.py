@@ -277,7 +277,7 @@ class Agent:
                 pid = self.pids.get(conn.peer_id)
                 if pid is not None:
                     self.direct_lanes.take(conn.peer_id, pid, msg.lane, msg.fd)
-                conn.send(m.DirectLaneTaken(msg.lane, self.direct_lanes.refused))
+                conn.send(m.DirectLaneTaken(msg.lane, self.direct_lanes.refused_for(conn.peer_id)))
 
     # -- gathering replies: one frame back per call to many processes ------------------------
 

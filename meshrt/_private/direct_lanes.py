@@ -162,7 +162,8 @@ class DirectLanes:
     def __init__(self) -> None:
         self._socks: dict[tuple[int, str], socket.socket] = {}
         self._lock = threading.Lock()
-        self.refused = False  # the kernel does not allow it here: it will not later
+        self.refused = False  # the kernel has no pidfd_getfd: it will not later
+        self._refused_by: set[int] = set()  # workers the kernel will not let us take from (not dumpable, say)
         self._ended: set[tuple[int, str]] = set()  # lanes dropped as their actor stopped (keys are never reused)
 
     def take(self, worker_id: int, pid: int, lane: str, fd: int) -> bool:
@@ -172,9 +173,14 @@ class DirectLanes:
         try:
             got = _take_fd(pid, fd)
         except OSError as err:  # (a worker that died meanwhile is no reason to stop trying)
-            if err.errno in (errno.EPERM, errno.EACCES, errno.ENOSYS):
+            if err.errno == errno.ENOSYS:
                 self.refused = True
-                log.info("meshrt: calls go through the core loop (the kernel refused pidfd_getfd: %s)", err)
+                log.info("meshrt: calls go through the core loop (this kernel has no pidfd_getfd)")
+            elif err.errno in (errno.EPERM, errno.EACCES):
+                if not self._refused_by:
+                    log.info("meshrt: calls to worker %d go through the core loop (the kernel refused "
+                             "pidfd_getfd: %s)", worker_id, err)
+                self._refused_by.add(worker_id)
             return False
         try:
             sock = socket.socket(fileno=got)
@@ -192,6 +198,10 @@ class DirectLanes:
         for stale in old:
             stale.close()
         return True
+
+    def refused_for(self, worker_id: int) -> bool:
+        """The worker should offer no more lanes: none can be taken from it."""
+        return self.refused or worker_id in self._refused_by
 
     def has(self, worker_id: int, lane: str) -> bool:
         return (worker_id, lane) in self._socks
@@ -247,6 +257,7 @@ class DirectLanes:
                 self._ended.add((worker_id, lane))
             else:  # (the process is gone: so are its lanes)
                 self._ended = {k for k in self._ended if k[0] != worker_id}
+                self._refused_by.discard(worker_id)
             keys = [k for k in self._socks if k[0] == worker_id and (lane is None or k[1] == lane)]
             socks = [self._socks.pop(k) for k in keys]
         for sock in socks:

@@ -130,7 +130,7 @@ class DriverCore(Lending, Core):
         """A local worker's lane offers its socket (direct_lanes.py)."""
         if conn.peer_id is not None and self.worker_conns.get(conn.peer_id) is conn and conn.peer_pid:
             self.direct_lanes.take(conn.peer_id, conn.peer_pid, msg.lane, msg.fd)
-        conn.send(m.DirectLaneTaken(msg.lane, self.direct_lanes.refused))
+        conn.send(m.DirectLaneTaken(msg.lane, self.direct_lanes.refused_for(conn.peer_id)))
 
     def worker_connected(self, worker_id: int, conn) -> None:
         self.worker_conns[worker_id] = conn

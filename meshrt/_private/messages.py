@@ -220,7 +220,7 @@ class DirectLaneOffer(NamedTuple):
 
 class DirectLaneTaken(NamedTuple):
     """Driver -> worker: done with the offered descriptor (taken or not): close it.
-    ``refused``: the kernel does not let the driver take descriptors: offer no more."""
+    ``refused``: the kernel does not let the driver take this process's descriptors: offer no more."""
 
     lane: str
     refused: bool = False
