@@ -269,25 +269,48 @@ def test_an_actor_spawned_with_no_descriptor_left_still_serves(rt):
     procs.stop().get(timeout=30)
 
 
+def _hold_driver_messages(seconds: float) -> None:
+    """Fault injection standing for a pull in progress of a message from the driver
+    (pulls.py): the driver's later messages wait behind it for ``seconds``."""
+    core = state.core()
+    backlog = collections.deque()
+
+    def release():
+        while backlog:
+            core.handle_message(*backlog.popleft())
+        core.unhold(0, backlog)
+
+    core.io.call_sync(core.held.__setitem__, 0, backlog)
+    threading.Timer(seconds, core.io.post, (release,)).start()
+
+
 class Clock(Actor):
+    def __init__(self):
+        self.seen = []
+
     @endpoint
     def now(self):
         return time.time()
 
     @endpoint
     def hold_driver_messages(self, seconds):
-        """Fault injection standing for a pull in progress of a message from the driver
-        (pulls.py): the driver's later messages wait behind it until the release."""
-        core = state.core()
-
-        def release():
-            backlog = core.held.pop(0)
-            while backlog:
-                core.handle_message(*backlog.popleft())
-
-        core.io.call_sync(core.held.__setitem__, 0, collections.deque())
-        threading.Timer(seconds, core.io.post, (release,)).start()
+        _hold_driver_messages(seconds)
         return time.time() + seconds
+
+    @endpoint
+    def add(self, i):
+        self.seen.append(i)
+
+    @endpoint
+    def seen_so_far(self):
+        return list(self.seen)
+
+    @endpoint
+    def hold_and_keep_busy(self, hold_s, busy_s):
+        """The driver's messages held for ``hold_s``, and this lane busy (as with another
+        caller's call) for ``busy_s`` after this call."""
+        _hold_driver_messages(hold_s)
+        state.core().executor.lanes.current().helper.post(time.sleep, busy_s)
 
 
 def _runs_after_the_release(clock) -> float:
@@ -310,6 +333,36 @@ def test_a_call_by_the_lane_waits_behind_held_messages_through_an_agent_too(clus
     procs = hosts.spawn_procs(per_host={"gpus": 1})
     remember()
     assert _runs_after_the_release(procs.spawn("clock", Clock).slice(hosts=1, gpus=0)) >= -0.05
+    meshrt.shutdown()
+
+
+def _burst_behind_held_messages(clock, pumped: bool) -> list:
+    clock.add.call_one(-1).get(timeout=30)
+    clock.hold_and_keep_busy.call_one(0.6, 0.3).get(timeout=30)
+    if pumped:  # (both queued on the core loop, the first alone: Relay(direct=True) through an agent)
+        futures = state.core().io.call_sync(lambda: [clock.add.call_one(1), clock.add.call_one(2)])
+    else:  # (the first by the lane from this thread, the second through the core connection)
+        futures = [clock.add.call_one(1), clock.add.call_one(2)]
+    for future in futures:
+        future.get(timeout=30)
+    return clock.seen_so_far.call_one().get(timeout=30)
+
+
+@needs_lanes
+def test_a_burst_keeps_its_order_while_the_senders_messages_are_held(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    assert _burst_behind_held_messages(procs.spawn("clock", Clock), pumped=False) == [-1, 1, 2]
+    procs.stop().get(timeout=30)
+
+
+@needs_lanes
+def test_a_burst_through_an_agent_keeps_its_order_while_held(cluster):  # noqa: F811
+    hosts, _agents, _address, remember = cluster
+    procs = hosts.spawn_procs(per_host={"gpus": 1})
+    remember()
+    clock = procs.spawn("clock", Clock).slice(hosts=1, gpus=0)
+    assert _burst_behind_held_messages(clock, pumped=True) == [-1, 1, 2]
+    assert _burst_behind_held_messages(clock, pumped=False) == [-1, 1, 2, -1, 1, 2]
     meshrt.shutdown()
 
 

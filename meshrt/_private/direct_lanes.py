@@ -72,9 +72,9 @@ def offer(core, lane) -> None:
 def run_frame(core, lane, packet: bytes) -> None:
     """On the lane's thread: run the call of one frame (``_frame``), once the core loop
     has taken every message its sender wrote to us before it (a port's value, a call to
-    another actor: they came first). One that may not run here (its lane ended
-    meanwhile, or the sender's messages wait behind a pull) goes to the core loop, in
-    its place among them."""
+    another actor: they came first), and handled them (none still waits behind a pull
+    of lent bytes). One that may not run here (its lane ended meanwhile) goes to the
+    core loop, where it fails as a late call."""
     # (only the driver or the agent holds the other end: see above)
     task_id, actor_id, method, data, buffers, num_returns, lent, src, after = pickle.loads(packet)
     if lent is not None:  # large bytes the caller lends until the call is over (loans.py)
@@ -85,8 +85,9 @@ def run_frame(core, lane, packet: bytes) -> None:
     conn = core.agent if core.agent is not None else core.ctl
     while not conn.wait_handled(after, 1.0):
         pass  # (the loop is behind: it reads and takes them; wait_handled returns once the connection ends)
-    if (lane.retired or _sender_held(core, src)
-            or not core.executor.run_direct(core.call_of(msg, src, [], []), lane)):
+    while _sender_held(core, src):  # (handed to the loop now, it would land behind the sender's later messages)
+        core.wait_unheld(src, 1.0)
+    if lane.retired or not core.executor.run_direct(core.call_of(msg, src, [], []), lane):
         core.io.post(core.on_messages, conn, [msg if core.agent is None else m.Relay(core.worker_id, src, msg)])
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import threading
 
 from ..objstore.client import layout_of_sizes
 from ..objstore.serialization import Payload, system_error_payload
@@ -47,6 +48,27 @@ class Pulls:
 
     def __init__(self) -> None:
         self.held: dict = {}  # sender -> deque of (conn, msg) waiting behind a pull
+        self._unheld_waiters: list = []  # threading.Events of wait_unheld
+
+    def wait_unheld(self, key, timeout: float) -> bool:
+        """Any thread but the loop's: wait until the messages of sender ``key`` no longer
+        wait behind a pull (False on timeout). A direct lane's call waits here: its
+        sender's earlier messages run first (direct_lanes.py)."""
+        if key not in self.held:
+            return True
+        done = threading.Event()
+        self._unheld_waiters.append(done)
+        if key not in self.held:  # (checked again after joining: unhold clears, then wakes)
+            return True
+        return done.wait(timeout)
+
+    def unhold(self, key, backlog) -> None:
+        """Loop: the messages of sender ``key`` held behind a pull have been handled."""
+        if self.held.get(key) is backlog:
+            del self.held[key]
+        waiters, self._unheld_waiters = self._unheld_waiters, []
+        for done in waiters:
+            done.set()
 
     def hold_if_waiting(self, conn, msgs: list) -> bool:
         """Messages from a sender whose earlier message is still being pulled queue up."""
@@ -87,8 +109,7 @@ class Pulls:
                 else:
                     return
         finally:
-            if self.held.get(key) is backlog:
-                del self.held[key]
+            self.unhold(key, backlog)
             while backlog:  # (only if something above raised): the rest, as if just arrived
                 conn, msg = backlog.popleft()
                 self.on_messages(conn, [msg])
