@@ -180,6 +180,14 @@ def test_agents_hand_calls_to_their_hosts_lanes(cluster):  # noqa: F811
     meshrt.shutdown()
 
 
+def _one_behind_an_agent(agents_cluster, name: str, cls):
+    """One actor on the second agent's host (the ``cluster`` fixture's)."""
+    hosts, _agents, _address, remember = agents_cluster
+    procs = hosts.spawn_procs(per_host={"gpus": 1})
+    remember()
+    return procs.spawn(name, cls).slice(hosts=1, gpus=0)
+
+
 class Inbox(Actor):
     """Holds a channel's receiving end; ``stall_loop`` keeps its process's core loop busy."""
 
@@ -225,10 +233,7 @@ def test_a_call_by_the_lane_runs_after_what_the_core_connection_brought_first(rt
 
 @needs_lanes
 def test_through_an_agent_too(cluster):  # noqa: F811
-    hosts, _agents, _address, remember = cluster
-    procs = hosts.spawn_procs(per_host={"gpus": 1})
-    remember()
-    inbox = procs.spawn("inbox", Inbox).slice(hosts=1, gpus=0)
+    inbox = _one_behind_an_agent(cluster, "inbox", Inbox)
     assert _port_then_call(inbox, 3) == [0, 1, 2]
     meshrt.shutdown()
 
@@ -329,10 +334,7 @@ def test_a_call_by_the_lane_waits_behind_its_senders_held_messages(rt):
 
 @needs_lanes
 def test_a_call_by_the_lane_waits_behind_held_messages_through_an_agent_too(cluster):  # noqa: F811
-    hosts, _agents, _address, remember = cluster
-    procs = hosts.spawn_procs(per_host={"gpus": 1})
-    remember()
-    assert _runs_after_the_release(procs.spawn("clock", Clock).slice(hosts=1, gpus=0)) >= -0.05
+    assert _runs_after_the_release(_one_behind_an_agent(cluster, "clock", Clock)) >= -0.05
     meshrt.shutdown()
 
 
@@ -357,10 +359,7 @@ def test_a_burst_keeps_its_order_while_the_senders_messages_are_held(rt):
 
 @needs_lanes
 def test_a_burst_through_an_agent_keeps_its_order_while_held(cluster):  # noqa: F811
-    hosts, _agents, _address, remember = cluster
-    procs = hosts.spawn_procs(per_host={"gpus": 1})
-    remember()
-    clock = procs.spawn("clock", Clock).slice(hosts=1, gpus=0)
+    clock = _one_behind_an_agent(cluster, "clock", Clock)
     assert _burst_behind_held_messages(clock, pumped=True) == [-1, 1, 2]
     assert _burst_behind_held_messages(clock, pumped=False) == [-1, 1, 2, -1, 1, 2]
     meshrt.shutdown()
