@@ -85,17 +85,13 @@ def run_frame(core, lane, packet: bytes) -> None:
     conn = core.agent if core.agent is not None else core.ctl
     while not conn.wait_handled(after, 1.0):
         pass  # (the loop is behind: it reads and takes them; wait_handled returns once the connection ends)
-    while _sender_held(core, src):  # (handed to the loop now, it would land behind the sender's later messages)
-        core.wait_unheld(src, 1.0)
+    # The sender's messages may wait behind a pull of lent bytes (pulls.py; keyed by sender:
+    # the driver's connection has peer id 0, a relayed message is handled as from ``src``).
+    # Handed to the loop now, this call would land behind the sender's later messages.
+    while not core.wait_unheld(src, 1.0):
+        pass
     if lane.retired or not core.executor.run_direct(core.call_of(msg, src, [], []), lane):
         core.io.post(core.on_messages, conn, [msg if core.agent is None else m.Relay(core.worker_id, src, msg)])
-
-
-def _sender_held(core, src: int) -> bool:
-    """Messages of the sender wait behind a pull of lent bytes (pulls.py): this one too.
-    (``held`` is keyed by sender: the driver's connection has peer id 0, and a message
-    an agent relays is handled as from its ``src``.)"""
-    return bool(core.held) and src in core.held
 
 
 def lane_of(msg) -> str | None:
