@@ -46,7 +46,7 @@ def cuda_home() -> str | None:
     return None
 
 
-sources = ["csrc/meshrt_c.c", "csrc/cma_copy.c", "csrc/ucx_api.c", "csrc/ucx_transport.c"]
+sources = ["csrc/meshrt_c.c", "csrc/cma_copy.c", "csrc/spin_poll.c", "csrc/ucx_api.c", "csrc/ucx_transport.c"]
 include_dirs = [ucx_include()]
 macros = []
 home = cuda_home()

@@ -7,6 +7,7 @@
 #include <pthread.h>
 
 #include "cma_copy.h"
+#include "spin_poll.h"
 #include "ucx_transport.h"
 #ifdef MESHRT_WITH_CUDA
 #include "cuda_ipc.h"
@@ -337,6 +338,37 @@ static PyObject *py_cma_read_bytes(PyObject *self, PyObject *args) {
     return out;
 }
 
+static PyObject *py_spin_poll(PyObject *self, PyObject *args) {
+    /* Without the GIL for the whole wait: the process's other threads run meanwhile. */
+    PyObject *seq;
+    long long ns;
+    int fds[SPIN_POLL_MAX_FDS], n, rc;
+    if (!PyArg_ParseTuple(args, "OL", &seq, &ns)) return NULL;
+    PyObject *fast = PySequence_Fast(seq, "spin_poll: fds must be a sequence of ints");
+    if (fast == NULL) return NULL;
+    n = (int)PySequence_Fast_GET_SIZE(fast);
+    if (n > SPIN_POLL_MAX_FDS) {
+        Py_DECREF(fast);
+        return PyErr_Format(PyExc_ValueError, "spin_poll: at most %d descriptors", SPIN_POLL_MAX_FDS);
+    }
+    for (int i = 0; i < n; i++) {
+        fds[i] = (int)PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+        if (fds[i] == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return NULL;
+        }
+    }
+    Py_DECREF(fast);
+    Py_BEGIN_ALLOW_THREADS
+    rc = spin_poll(fds, n, (int64_t)ns);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        errno = -rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyBool_FromLong(rc);
+}
+
 static PyObject *py_build_info(PyObject *self, PyObject *noargs) {
 #ifdef MESHRT_WITH_CUDA
     int cuda = 1;
@@ -375,6 +407,7 @@ static PyMethodDef methods[] = {
 #endif
     {"cma_copy", py_cma_copy, METH_VARARGS, "Copy to/from another process of this machine (pid, local, remote, n, write)."},
     {"cma_read_bytes", py_cma_read_bytes, METH_VARARGS, "A new bytes read from another process of this machine (pid, remote, n, parts)."},
+    {"spin_poll", py_spin_poll, METH_VARARGS, "Poll (fds, ns) without sleeping, yielding between looks: True once one is readable."},
     {"build_info", py_build_info, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };

@@ -102,7 +102,7 @@ def run_status(args) -> int:
 
 
 def run_agent(args) -> int:
-    from ._private import cluster_token, slurm
+    from ._private import cluster_token, slurm, spin
     from ._private.agent import CONNECT_TIMEOUT_S, Agent, default_name
     from ._private.driver import _node_resources
 
@@ -115,6 +115,7 @@ def run_agent(args) -> int:
     if ":" not in address:
         address = f"{address}:{DEFAULT_PORT}"
     try:
+        spin.limit_ns()
         token, source = _token_and_source(args)
     except ValueError as err:
         print(f"meshrt agent: {err}", file=sys.stderr)

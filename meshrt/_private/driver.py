@@ -17,7 +17,7 @@ import time
 import uuid
 from typing import Any
 
-from . import context, gpus, state
+from . import context, gpus, spin, state
 from . import messages as m
 from .controller import Controller
 from .core import Core
@@ -300,6 +300,7 @@ def init(
         amounts = _node_resources(num_cpus, num_gpus, resources, object_store_memory)
         tcp = _tcp_address(address)
         token = _token(tcp, token_file)
+        spin.limit_ns()  # (a bad MESHRT_SPIN_US is named here, not by each lane's thread)
         if tcp is not None:
             from . import heartbeat
 

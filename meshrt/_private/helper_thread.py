@@ -17,6 +17,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from . import spin
+
 
 class HelperThread(concurrent.futures.Executor):
     def __init__(self, name: str) -> None:
@@ -27,6 +29,8 @@ class HelperThread(concurrent.futures.Executor):
         self._in_direct = False  # reading frames: one may be taken and not yet counted (busy())
         self._poller = None
         self._on_frame: Callable[[bytes], None] | None = None
+        self._spin: spin.SpinWindow | None = None  # (polling: how long to poll before sleeping)
+        self._spin_fds: tuple = ()
         self._wake_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -64,6 +68,12 @@ class HelperThread(concurrent.futures.Executor):
         self._poller = select.poll()  # (not select(): it refuses descriptors above 1023)
         self._poller.register(sock.fileno(), select.POLLIN)
         self._poller.register(self._wake_fd, select.POLLIN)
+        try:
+            limit = spin.limit_ns()
+        except ValueError:  # (the driver or agent named it as it started)
+            limit = 0
+        if limit:
+            self._spin, self._spin_fds = spin.SpinWindow(limit), (sock.fileno(), self._wake_fd)
 
     def direct_pending(self) -> bool:
         """Any thread: a frame sent before now waits unread in the direct socket, or is
@@ -157,12 +167,20 @@ class HelperThread(concurrent.futures.Executor):
                 self._idle = False
                 self._read_direct()  # (a frame that arrived before the item was posted runs first)
                 return item
-            try:
-                readable = [fd for fd, _events in self._poller.poll()]
-            except InterruptedError:
-                readable = ()
-            finally:
+            window = self._spin
+            started = spin.now_ns() if window is not None else 0
+            if window is not None and window.wait(self._spin_fds):
+                readable = (self._wake_fd,)  # (no sleep; the wake-up, if it is one, is read below)
                 self._idle = False
+            else:
+                try:
+                    readable = [fd for fd, _events in self._poller.poll()]
+                except InterruptedError:
+                    readable = ()
+                finally:
+                    self._idle = False
+                if window is not None:
+                    window.slept(spin.now_ns() - started)
             if self._wake_fd in readable:
                 try:
                     os.eventfd_read(self._wake_fd)

@@ -1,0 +1,68 @@
+"""How long a lane's thread polls for its next call before it goes to sleep.
+
+A call that finds the thread asleep on an idle CPU waits for that CPU to wake: tens of
+microseconds on a virtual machine whose guest halts idle CPUs (a deep C-state costs
+the same on bare metal), more than a small call takes to run. So after each call the
+thread polls its socket for a short window (csrc/spin_poll.c: without the GIL, and
+yielding the CPU between looks, so it only fills time no other thread wants). A busy
+lane also keeps its CPU awake for the threads its calls wake.
+
+Only busy lanes spin: one called again within a few windows spins the whole window
+after each call; one that waited longer spins half as long each time, down to not at
+all (Linux's haltpoll governor adapts the same way). ``MESHRT_SPIN_US`` (default 250)
+is the window; 0 turns spinning off.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from .. import _C
+
+DEFAULT_US = 250
+_BUSY = 4  # called again within this many windows: busy
+_SHORTEST_NS = 50_000  # (a window halved below this is none)
+
+
+def limit_ns() -> int:
+    """The window, from ``MESHRT_SPIN_US``; a bad value is named (driver and agent
+    check it as they start)."""
+    raw = os.environ.get("MESHRT_SPIN_US")
+    if raw is None or raw == "":
+        return DEFAULT_US * 1000
+    try:
+        us = float(raw)
+    except ValueError:
+        us = -1.0
+    if not 0 <= us <= 1_000_000:
+        raise ValueError(f"MESHRT_SPIN_US={raw!r}: give the microseconds a lane's thread polls for its next "
+                         f"call before sleeping (default {DEFAULT_US}; 0 turns it off)")
+    return int(us * 1000)
+
+
+class SpinWindow:
+    """One thread's window: ``wait`` before sleeping, ``slept`` after."""
+
+    __slots__ = ("limit", "ns")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.ns = limit
+
+    def wait(self, fds: tuple) -> bool:
+        """Poll ``fds`` for the current window; True as soon as one is readable."""
+        return self.ns > 0 and _C.spin_poll(fds, self.ns)
+
+    def slept(self, idle_ns: int) -> None:
+        """The window ran out and the thread slept: ``idle_ns`` from the window's start
+        until it woke."""
+        if idle_ns <= self.limit * _BUSY:
+            self.ns = self.limit
+        else:
+            half = self.ns // 2
+            self.ns = half if half >= min(_SHORTEST_NS, self.limit) else 0
+
+
+def now_ns() -> int:
+    return time.monotonic_ns()
