@@ -7,10 +7,11 @@ thread polls its socket for a short window (csrc/spin_poll.c: without the GIL, a
 yielding the CPU between looks, so it only fills time no other thread wants). A busy
 lane also keeps its CPU awake for the threads its calls wake.
 
-Only busy lanes spin: one called again within a few windows spins the whole window
-after each call; one that waited longer spins half as long each time, down to not at
-all (Linux's haltpoll governor adapts the same way). ``MESHRT_SPIN_US`` (default 250)
-is the window; 0 turns spinning off.
+Only busy lanes spin: one whose next call came within the window spins the whole
+window after each call; one that waited longer spins half as long each time, down to
+not at all (Linux's haltpoll governor adapts the same way), so a lane called less
+often than once a millisecond soon stops spinning. ``MESHRT_SPIN_US`` (default 1000) is the
+window; 0 turns spinning off.
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ import time
 
 from .. import _C
 
-DEFAULT_US = 250
-_BUSY = 4  # called again within this many windows: busy
+DEFAULT_US = 1000
 _SHORTEST_NS = 50_000  # (a window halved below this is none)
 
 
@@ -56,8 +56,9 @@ class SpinWindow:
 
     def slept(self, idle_ns: int) -> None:
         """The window ran out and the thread slept: ``idle_ns`` from the window's start
-        until it woke."""
-        if idle_ns <= self.limit * _BUSY:
+        until it woke. Woken within the whole window: a busy lane, whose next wait
+        spins it all. Otherwise half as long as this time."""
+        if idle_ns <= self.limit:
             self.ns = self.limit
         else:
             half = self.ns // 2
