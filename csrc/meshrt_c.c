@@ -342,31 +342,38 @@ static PyObject *py_spin_poll(PyObject *self, PyObject *args) {
     /* Without the GIL for the whole wait: the process's other threads run meanwhile. */
     PyObject *seq;
     long long ns;
-    int fds[SPIN_POLL_MAX_FDS], n, rc;
+    int fds[SPIN_POLL_MAX_FDS], rc;
     if (!PyArg_ParseTuple(args, "OL", &seq, &ns)) return NULL;
     PyObject *fast = PySequence_Fast(seq, "spin_poll: fds must be a sequence of ints");
     if (fast == NULL) return NULL;
-    n = (int)PySequence_Fast_GET_SIZE(fast);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
     if (n > SPIN_POLL_MAX_FDS) {
         Py_DECREF(fast);
         return PyErr_Format(PyExc_ValueError, "spin_poll: at most %d descriptors", SPIN_POLL_MAX_FDS);
     }
-    for (int i = 0; i < n; i++) {
-        fds[i] = (int)PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
-        if (fds[i] == -1 && PyErr_Occurred()) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long fd = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+        if (fd == -1 && PyErr_Occurred()) {
             Py_DECREF(fast);
             return NULL;
         }
+        if (fd < 0 || fd > INT_MAX) {
+            Py_DECREF(fast);
+            return PyErr_Format(PyExc_ValueError, "spin_poll: %ld is not a descriptor", fd);
+        }
+        fds[i] = (int)fd;
     }
     Py_DECREF(fast);
+    if (ns < 0) ns = 0;
+    if (ns > 10000000000LL) ns = 10000000000LL; /* (10 s: no overflow of the deadline) */
     Py_BEGIN_ALLOW_THREADS
-    rc = spin_poll(fds, n, (int64_t)ns);
+    rc = spin_poll(fds, (int)n, (int64_t)ns);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         errno = -rc;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
-    return PyBool_FromLong(rc);
+    return PyLong_FromLong(rc);
 }
 
 static PyObject *py_build_info(PyObject *self, PyObject *noargs) {
@@ -407,7 +414,7 @@ static PyMethodDef methods[] = {
 #endif
     {"cma_copy", py_cma_copy, METH_VARARGS, "Copy to/from another process of this machine (pid, local, remote, n, write)."},
     {"cma_read_bytes", py_cma_read_bytes, METH_VARARGS, "A new bytes read from another process of this machine (pid, remote, n, parts)."},
-    {"spin_poll", py_spin_poll, METH_VARARGS, "Poll (fds, ns) without sleeping, yielding between looks: True once one is readable."},
+    {"spin_poll", py_spin_poll, METH_VARARGS, "Poll (fds, ns) without sleeping, yielding between looks: a mask of the ready ones, 0 if none."},
     {"build_info", py_build_info, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };

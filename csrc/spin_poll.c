@@ -23,7 +23,12 @@ int spin_poll(const int *fds, int nfds, int64_t ns) {
     int64_t deadline = now_ns() + ns;
     for (;;) {
         int r = poll(pfds, (nfds_t)nfds, 0);
-        if (r > 0) return 1;
+        if (r > 0) {
+            int ready = 0;
+            for (int i = 0; i < nfds; i++)
+                if (pfds[i].revents) ready |= 1 << i;
+            return ready;
+        }
         if (r < 0 && errno != EINTR) return -errno;
         if (now_ns() >= deadline) return 0;
         sched_yield(); /* (a runnable thread on this CPU goes first: the spin only fills idle time) */

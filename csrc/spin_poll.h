@@ -10,8 +10,9 @@
 
 #include <stdint.h>
 
-/* 1: one of ``fds`` became readable (or hung up) within ``ns`` nanoseconds; 0: the
- * time ran out; a negative errno: poll failed. */
+/* Which of ``fds`` became ready within ``ns`` nanoseconds, as a mask (bit i: fds[i];
+ * ready: readable, hung up, in error, or not an open descriptor); 0 when the time ran
+ * out; a negative errno when poll failed. */
 int spin_poll(const int *fds, int nfds, int64_t ns);
 
 #define SPIN_POLL_MAX_FDS 8

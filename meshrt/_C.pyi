@@ -1,5 +1,7 @@
 """Typed stubs of meshrt._C (csrc/meshrt_c.c). Private: use meshrt.tensor."""
 
+from collections.abc import Sequence
+
 def build_info() -> dict[str, object]: ...
 
 # UCX (csrc/ucx_transport.c): one worker per process; pointers travel as ints.
@@ -27,7 +29,7 @@ def cma_copy(pid: int, local: int, remote: int, nbytes: int, write: bool) -> Non
 def cma_read_bytes(pid: int, remote: int, nbytes: int, parts: int) -> bytes: ...
 
 # Waiting without sleeping (csrc/spin_poll.c)
-def spin_poll(fds: tuple[int, ...], ns: int) -> bool: ...
+def spin_poll(fds: Sequence[int], ns: int) -> int: ...
 
 # CUDA driver API (csrc/cuda_ipc.c); the cuda_ipc_* and cuda_memcpy functions exist
 # only in builds made with a CUDA toolkit.

@@ -9,6 +9,7 @@ the Executor interface for ``loop.run_in_executor``.
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import os
 import queue
 import select
@@ -17,6 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from .. import _C
 from . import spin
 
 
@@ -69,8 +71,9 @@ class HelperThread(concurrent.futures.Executor):
         self._poller.register(sock.fileno(), select.POLLIN)
         self._poller.register(self._wake_fd, select.POLLIN)
         try:
-            limit = spin.limit_ns()
-        except ValueError:  # (the driver or agent named it as it started)
+            limit = spin.limit_ns() if hasattr(_C, "spin_poll") else 0  # (a stale build: no spinning)
+        except ValueError as err:  # (set for this process alone: the driver and agent check theirs)
+            logging.getLogger("meshrt").warning("meshrt: lanes do not spin in this process: %s", err)
             limit = 0
         if limit:
             self._spin, self._spin_fds = spin.SpinWindow(limit), (sock.fileno(), self._wake_fd)
@@ -141,8 +144,6 @@ class HelperThread(concurrent.futures.Executor):
         try:
             return self._next_polling()
         except Exception:  # noqa: BLE001 - the lane keeps serving through its queue alone
-            import logging
-
             logging.getLogger("meshrt").exception("meshrt: a lane's direct socket failed; calls take the core loop")
             self._stop_polling()
             return self._queue.get()
@@ -169,8 +170,14 @@ class HelperThread(concurrent.futures.Executor):
                 return item
             window = self._spin
             started = spin.now_ns() if window is not None else 0
-            if window is not None and window.wait(self._spin_fds):
-                readable = (self._wake_fd,)  # (no sleep; the wake-up, if it is one, is read below)
+            try:
+                ready = window.wait(self._spin_fds) if window is not None else 0
+            except OSError:  # (poll failed: sleep from now on)
+                logging.getLogger("meshrt").exception("meshrt: a lane's thread stops spinning")
+                self._spin = window = None
+                ready = 0
+            if ready:
+                readable = (self._wake_fd,) if ready & 2 else ()  # (bit 1: the wake-up eventfd)
                 self._idle = False
             else:
                 try:
@@ -238,6 +245,4 @@ def _call(item) -> None:
     try:
         fn(*args)
     except BaseException:  # noqa: BLE001 - the callables report their own errors
-        import logging
-
         logging.getLogger("meshrt").exception("meshrt: error on the actor's helper thread")

@@ -4,14 +4,15 @@ A call that finds the thread asleep on an idle CPU waits for that CPU to wake: t
 microseconds on a virtual machine whose guest halts idle CPUs (a deep C-state costs
 the same on bare metal), more than a small call takes to run. So after each call the
 thread polls its socket for a short window (csrc/spin_poll.c: without the GIL, and
-yielding the CPU between looks, so it only fills time no other thread wants). A busy
-lane also keeps its CPU awake for the threads its calls wake.
+yielding the CPU between looks, so a thread with work on that CPU runs first; the
+window still counts as CPU time used). A busy lane also keeps its CPU awake for the
+threads its calls wake.
 
 Only busy lanes spin: one whose next call came within the window spins the whole
 window after each call; one that waited longer spins half as long each time, down to
 not at all (Linux's haltpoll governor adapts the same way), so a lane called less
 often than once a millisecond soon stops spinning. ``MESHRT_SPIN_US`` (default 1000) is the
-window; 0 turns spinning off.
+window, up to 10 ms; 0 turns spinning off.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 from .. import _C
 
 DEFAULT_US = 1000
+MAX_US = 10_000
 _SHORTEST_NS = 50_000  # (a window halved below this is none)
 
 
@@ -35,9 +37,9 @@ def limit_ns() -> int:
         us = float(raw)
     except ValueError:
         us = -1.0
-    if not 0 <= us <= 1_000_000:
+    if not 0 <= us <= MAX_US:
         raise ValueError(f"MESHRT_SPIN_US={raw!r}: give the microseconds a lane's thread polls for its next "
-                         f"call before sleeping (default {DEFAULT_US}; 0 turns it off)")
+                         f"call before sleeping, at most {MAX_US} (default {DEFAULT_US}; 0 turns it off)")
     return int(us * 1000)
 
 
@@ -50,9 +52,10 @@ class SpinWindow:
         self.limit = limit
         self.ns = limit
 
-    def wait(self, fds: tuple) -> bool:
-        """Poll ``fds`` for the current window; True as soon as one is readable."""
-        return self.ns > 0 and _C.spin_poll(fds, self.ns)
+    def wait(self, fds: tuple) -> int:
+        """Poll ``fds`` for the current window: a mask of the ready ones (bit i: fds[i]),
+        0 when none became ready."""
+        return _C.spin_poll(fds, self.ns) if self.ns > 0 else 0
 
     def slept(self, idle_ns: int) -> None:
         """The window ran out and the thread slept: ``idle_ns`` from the window's start
