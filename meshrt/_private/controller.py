@@ -28,13 +28,13 @@ from .actor_directory import ActorDirectory
 from .control_requests import ControlRequests
 from .host_directory import HostDirectory, host_ip
 from .log_options import LogOptions
+from .pool_upkeep import PoolUpkeep
 from .spawn import Zygote, attach_pipes, new_tail, worker_output
 
 log = logging.getLogger("meshrt")
 
 _UNSET = object()
 FINALIZE_GRACE_S = 2.0
-IDLE_TRIM_S = 30.0
 MAX_STARTUP_FAILURES = 3
 # Tasks a pool worker may hold at once (one running, the rest queued behind it) when
 # the queue is long: saves a controller round trip per task. See Scheduler.pipeline_share.
@@ -82,7 +82,7 @@ class TaskRecord:
     force_killed: bool = False
 
 
-class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions):
+class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions, PoolUpkeep):
     def __init__(self, core, io, config: dict) -> None:
         self.core = core
         self.io = io
@@ -107,6 +107,7 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions):
         self._background: set = set()  # tasks we started and must keep referenced
         self._all_exited: asyncio.Event | None = None
         self._trim_timer = None
+        self._prestart_timer = None
         ActorDirectory.__init__(self)
         HostDirectory.__init__(self)
         LogOptions.__init__(self)
@@ -152,10 +153,7 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions):
         self.zygote = Zygote(self.loop, env, self._on_spawned, self._on_exited, self._on_zygote_lost,
                              store_fd=self.store.fd, preforked=self.config.pop("preforked_zygote", None))
         self.zygote.start()
-        prestart = self.config.get("prestart", 0)
-        if prestart:
-            self._start_workers((), prestart)
-        self._trim_timer = self.loop.call_later(IDLE_TRIM_S, self._trim_idle)
+        self.start_pool_upkeep()
 
     def _conn_kwargs(self) -> dict:
         return {"on_messages": self.core.on_messages, "on_close": self._on_conn_close}
@@ -173,6 +171,8 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions):
         self.flush_logs()
         if self._trim_timer is not None:
             self._trim_timer.cancel()
+        if self._prestart_timer is not None:
+            self._prestart_timer.cancel()
         if self.host_watch is not None:
             self.host_watch.stop()
         for server in self.servers:
@@ -369,17 +369,6 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions):
             if host.alive and not host.conn.closed:
                 host.conn.send(gone)
         self.schedule()
-
-    def _trim_idle(self) -> None:
-        now = time.monotonic()
-        keep = self.config.get("prestart", 0)
-        idle = [w for w in self.workers.values() if w.kind == "task" and w.state == "idle"]
-        for w in idle[keep:]:
-            if now - w.idle_since > IDLE_TRIM_S:
-                self.scheduler.worker_busy_or_gone(w.id, w.pool_key)
-                w.state = "exiting"
-                w.conn.send(m.Exit("idle"))
-        self._trim_timer = self.loop.call_later(IDLE_TRIM_S, self._trim_idle)
 
     def send_worker(self, worker_id: int, msg) -> None:
         """Deliver to a worker, or to the driver's own core for id 0."""
