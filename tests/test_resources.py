@@ -177,10 +177,6 @@ def test_the_zygote_forks_actor_processes_before_a_pool_prestart():
         theirs.close()
 
 
-def _pool_processes(controller) -> int:
-    return sum(1 for w in controller.workers.values() if w.kind == "task" and w.pool_key == () and w.state != "exiting")
-
-
 def test_the_task_pool_starts_after_init_and_counts_processes_tasks_started_meanwhile():
     """Forked at init, the pool held up a mesh asked for at once: it starts a moment
     later (pool_upkeep.py), topping up what tasks submitted meanwhile started."""
@@ -194,8 +190,8 @@ def test_the_task_pool_starts_after_init_and_counts_processes_tasks_started_mean
         first = meshrt.remote(lambda: os.getpid()).remote()  # (before the pool: starts a process of its own)
         assert isinstance(meshrt.get(first, timeout=60), int)
         assert wait_until(lambda: controller._prestart_timer is None, 30)
-        assert wait_until(lambda: _pool_processes(controller) == 2, 30)
+        assert wait_until(lambda: controller.default_pool_size() == 2, 30)
         pids = set(meshrt.get([meshrt.remote(lambda: os.getpid()).remote() for _ in range(8)], timeout=60))
-        assert len(pids) <= 2 and _pool_processes(controller) == 2
+        assert len(pids) <= 2 and controller.default_pool_size() == 2
     finally:
         meshrt.shutdown()

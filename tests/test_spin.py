@@ -144,8 +144,8 @@ async def test_a_busy_lane_s_thread_goes_to_sleep_once_calls_stop(rt):
     mesh = procs.spawn("where", Where)
     for _ in range(50):  # (its lane: busy)
         pid, tid = await mesh.where.call_one()
-    # The window is a fraction of a millisecond: then the thread sleeps (a wake-up it
-    # spun into and did not read would keep it running).
+    # The window is a millisecond: then the thread sleeps (a wake-up it spun into and
+    # did not read would keep it running).
     assert wait_until(lambda: _thread_state(pid, tid) == "S", 10)
     assert await mesh.where.call_one() == (pid, tid)
     await procs.stop()

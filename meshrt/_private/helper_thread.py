@@ -15,10 +15,10 @@ import queue
 import select
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import _C
 from . import spin
 
 
@@ -71,7 +71,7 @@ class HelperThread(concurrent.futures.Executor):
         self._poller.register(sock.fileno(), select.POLLIN)
         self._poller.register(self._wake_fd, select.POLLIN)
         try:
-            limit = spin.limit_ns() if hasattr(_C, "spin_poll") else 0  # (a stale build: no spinning)
+            limit = spin.limit_ns()
         except ValueError as err:  # (set for this process alone: the driver and agent check theirs)
             logging.getLogger("meshrt").warning("meshrt: lanes do not spin in this process: %s", err)
             limit = 0
@@ -168,31 +168,37 @@ class HelperThread(concurrent.futures.Executor):
                 self._idle = False
                 self._read_direct()  # (a frame that arrived before the item was posted runs first)
                 return item
-            window = self._spin
-            started = spin.now_ns() if window is not None else 0
             try:
-                ready = window.wait(self._spin_fds) if window is not None else 0
+                posted = self._wait()
+            finally:
+                self._idle = False
+            if posted:
+                try:
+                    os.eventfd_read(self._wake_fd)
+                except BlockingIOError:
+                    pass
+
+    def _wait(self) -> bool:
+        """Until the socket or the wake-up eventfd is ready: polling for the spin window
+        first (spin.py), then asleep. True when it was the eventfd."""
+        window = self._spin
+        if window is not None:
+            started = time.monotonic_ns()
+            try:
+                ready = window.wait(self._spin_fds)
             except OSError:  # (poll failed: sleep from now on)
                 logging.getLogger("meshrt").exception("meshrt: a lane's thread stops spinning")
                 self._spin = window = None
                 ready = 0
             if ready:
-                readable = (self._wake_fd,) if ready & 2 else ()  # (bit 1: the wake-up eventfd)
-                self._idle = False
-            else:
-                try:
-                    readable = [fd for fd, _events in self._poller.poll()]
-                except InterruptedError:
-                    readable = ()
-                finally:
-                    self._idle = False
-                if window is not None:
-                    window.slept(spin.now_ns() - started)
-            if self._wake_fd in readable:
-                try:
-                    os.eventfd_read(self._wake_fd)
-                except BlockingIOError:
-                    pass
+                return bool(ready & 2)  # (bit 1: the eventfd, second of _spin_fds)
+        try:
+            readable = [fd for fd, _events in self._poller.poll()]
+        except InterruptedError:
+            readable = ()
+        if window is not None:
+            window.slept(time.monotonic_ns() - started)
+        return self._wake_fd in readable
 
     def _read_direct(self) -> None:
         sock = self._direct

@@ -24,11 +24,14 @@ class PoolUpkeep:
         self._prestart_timer = self.loop.call_later(PRESTART_DELAY_S, self._prestart)
         self._trim_timer = self.loop.call_later(IDLE_TRIM_S, self._trim_idle)
 
+    def default_pool_size(self) -> int:
+        """Processes of the default task pool, started or starting, not leaving."""
+        return sum(1 for w in self.workers.values() if w.kind == "task" and w.pool_key == () and w.state != "exiting")
+
     def _prestart(self) -> None:
         """The default pool up to ``prestart`` processes (tasks may have started some)."""
         self._prestart_timer = None
-        have = sum(1 for w in self.workers.values() if w.kind == "task" and w.pool_key == () and w.state != "exiting")
-        missing = self.config.get("prestart", 0) - have
+        missing = self.config.get("prestart", 0) - self.default_pool_size()
         if missing > 0 and not self.stopping:
             self._start_workers((), missing)
 

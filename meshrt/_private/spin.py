@@ -18,7 +18,6 @@ window, up to 10 ms; 0 turns spinning off.
 from __future__ import annotations
 
 import os
-import time
 
 from .. import _C
 
@@ -67,6 +66,3 @@ class SpinWindow:
             half = self.ns // 2
             self.ns = half if half >= min(_SHORTEST_NS, self.limit) else 0
 
-
-def now_ns() -> int:
-    return time.monotonic_ns()
