@@ -1,5 +1,6 @@
 """Large bytes between processes of one host: lent and read in one copy (loans.py),
-never through the store; loans end when the call is over or the caller has read."""
+never through the store; loans end when the call is over or the caller has read. An
+argument returned unchanged goes back as the caller's own loan: no copy at all."""
 
 from __future__ import annotations
 
@@ -34,6 +35,15 @@ class Holder:
     def echo(self, blob):
         return blob
 
+    def reversed(self, blob):
+        return blob[::-1]
+
+    def keep(self, blob):
+        self.kept = blob
+
+    def kept_one(self):
+        return self.kept
+
     def nested(self, blob):
         return [blob]  # (not a top-level bytes: through the store as before)
 
@@ -50,6 +60,10 @@ class MeshEcho(Actor):
         return blob
 
     @endpoint
+    def reversed(self, blob):
+        return blob[::-1]
+
+    @endpoint
     def live_loans(self):
         return _live_here()
 
@@ -59,16 +73,32 @@ def test_actor_echo_of_large_bytes_skips_the_store(rt):
     meshrt.get(h.pid.remote())
     blob = os.urandom(8 * MiB)
     baseline = _used()
-    out = meshrt.get(h.echo.remote(blob), timeout=60)
-    assert out == blob and type(out) is bytes
+    out = meshrt.get(h.reversed.remote(blob), timeout=60)
+    assert out == blob[::-1] and type(out) is bytes
     assert _used() == baseline  # neither the argument nor the result took a block
     assert _live_here() == 0  # the argument's loan ended with the call
     assert wait_until(lambda: meshrt.get(h.live_loans.remote()) == 0)  # the result's, once read
     # The result is the caller's own copy: reading it again needs the actor no more.
-    ref = h.echo.remote(blob)
+    ref = h.reversed.remote(blob)
     meshrt.get(ref)
     meshrt.kill(h)
-    assert meshrt.get(ref) == blob
+    assert meshrt.get(ref) == blob[::-1]
+
+
+def test_an_argument_returned_unchanged_comes_back_as_the_callers_own_bytes(rt):
+    h = Holder.remote()
+    blob = os.urandom(8 * MiB)
+    baseline = _used()
+    out = meshrt.get(h.echo.remote(blob), timeout=60)
+    assert out is blob  # no copy back: the actor sent the caller's loan, not one of its own
+    assert _used() == baseline
+    assert _live_here() == 0  # the argument's loan ended once the reply was taken
+    assert meshrt.get(h.live_loans.remote()) == 0  # the actor lent nothing: nothing to wait for
+    # Kept beyond its call, the same bytes go back as a loan of the actor's own.
+    meshrt.get(h.keep.remote(blob), timeout=60)
+    out = meshrt.get(h.kept_one.remote(), timeout=60)
+    assert out == blob and out is not blob
+    assert _live_here() == 0
 
 
 def test_values_that_are_not_large_bytes_take_the_usual_paths(rt):
@@ -85,7 +115,8 @@ def test_mesh_endpoint_echo_lends_both_ways(rt):
     one = mesh.slice(gpus=1)
     blob = os.urandom(4 * MiB)
     baseline = _used()
-    assert one.echo.call_one(blob).get(timeout=60) == blob
+    assert one.echo.call_one(blob).get(timeout=60) is blob
+    assert one.reversed.call_one(blob).get(timeout=60) == blob[::-1]
     assert _used() == baseline
     assert list(mesh.echo.call(blob).get(timeout=60).values()) == [blob, blob]  # (many: stored once, shared)
     assert wait_until(lambda: one.live_loans.call_one().get(timeout=30) == 0)
@@ -136,7 +167,7 @@ def test_loans_off_by_environment(monkeypatch):
 def test_an_actor_exiting_right_after_its_reply_waits_until_the_result_is_read(rt):
     blob = os.urandom(4 * MiB)
     for _ in range(5):  # the handle goes at once: the actor exits as soon as it has answered
-        assert meshrt.get(Holder.remote().echo.remote(blob), timeout=60) == blob
+        assert meshrt.get(Holder.remote().reversed.remote(blob), timeout=60) == blob[::-1]
 
 
 def test_only_large_bytes_are_lent():
@@ -155,4 +186,23 @@ def test_only_large_bytes_are_lent():
 def test_nothing_is_lent_to_a_borrower_known_dead():
     loans.end_all_to(12345)
     assert loans.lend(os.urandom(MiB), 12345) is None
+    assert _live_here() == 0
+
+
+def test_a_loan_sent_back_gives_the_lender_its_own_value_only_while_it_lasts():
+    from meshrt.objstore.serialization import big_bytes_out_of_band, error_from_payload, serialize
+
+    blob = os.urandom(MiB)
+    args, _ = serialize(big_bytes_out_of_band(blob), None, loans.lender())
+    received = loans.Payload(args.data, (), args.refs, loans=args.loans)  # (as it arrives: loans only)
+    read_args, borrowed = loans.borrow(received)
+    assert read_args.buffers == (blob,) and borrowed[0][1] == args.loans[0]
+    reply, _ = serialize(big_bytes_out_of_band(read_args.buffers[0]), None, loans.lender(7, None, borrowed))
+    assert reply.loans == args.loans  # the value borrowed goes back as the same loan
+    back = loans.Payload(reply.data, (), reply.refs, loans=reply.loans)
+    taken, to_end = loans.take(back)
+    assert taken.buffers[0] is blob and to_end == ()  # ours: nothing to end at the sender
+    loans.end_mine(args)
+    taken, _ = loans.take(back)  # (a reply after the call is over: an error, not stale bytes)
+    assert taken.is_error and "after its loan ended" in str(error_from_payload(taken))
     assert _live_here() == 0

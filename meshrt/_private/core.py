@@ -457,17 +457,17 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
         if pt is None:  # cancelled or failed meanwhile: nobody wants these values
             for payload in msg.results:
                 if payload.loans is not None:
-                    self.end_loans(sender, tuple(loan.generation for loan in payload.loans))
+                    self.end_loans(sender, loans.foreign_generations(payload))
                     continue
                 self.adopt(payload)
                 self.release_payload(payload)
             return
+        results = msg.results
+        if any(payload.loans is not None for payload in results):  # (before the arguments' loans end:
+            results = [self.take_loans(sender, payload) for payload in results]  # one may come back)
         self.release_payload(pt.args)
         if pt.client is not None:
             pt.client.replied(pt)
-        results = msg.results
-        if any(payload.loans is not None for payload in results):
-            results = [self.take_loans(sender, payload) for payload in results]
         for entry, payload in zip(pt.entries, results, strict=False):
             self.table.resolve(entry, payload, self.adopt(payload))
             self._check.append(entry)

@@ -61,7 +61,7 @@ class Call:
     """One unit of work for the executor: a pool task or an actor method call."""
 
     __slots__ = ("task_id", "name", "method", "args", "deps", "num_returns", "dest", "held",
-                 "arg_refs", "spec", "is_task", "granted", "last", "group")
+                 "arg_refs", "spec", "is_task", "granted", "last", "group", "borrowed")
 
     def __init__(self, task_id, name, method, args, deps, num_returns, dest, held, arg_refs, spec=None):
         self.task_id = task_id
@@ -78,6 +78,7 @@ class Call:
         self.granted: tuple = ()  # store keys the caller pinned for us (ActorCall.pins)
         self.last = False  # the worker's last task (its function's max_calls reached): exit after
         self.group: str | None = None  # the concurrency group chosen for this call, if any
+        self.borrowed: tuple = ()  # (value, loan) for each large bytes argument the caller lent
 
 
 class Executor:
@@ -297,7 +298,7 @@ class Executor:
         ctx = context.enter(call, self.core)
         try:
             fn = self._resolve_target(call)
-            args, kwargs = argpack.unpack(call.args, call.deps, deserialize)
+            args, kwargs = argpack.unpack(self._args(call), call.deps, deserialize)
             if on_main:
                 self.running = call.task_id
             try:
@@ -336,6 +337,15 @@ class Executor:
         """Large results go straight into shared memory, owned by whoever receives them."""
         return self.core.placer(ids.object_id(call.task_id, index + 1), call.dest)
 
+    @staticmethod
+    def _args(call: Call):
+        """The call's arguments, large ``bytes`` its caller lent read now and kept in
+        ``call.borrowed``: one returned unchanged goes back as the caller's own loan."""
+        if getattr(call.args, "loans", None) is None:
+            return call.args
+        payload, call.borrowed = loans.borrow(call.args)
+        return payload
+
     def _lender(self, call: Call, result: Any):
         """A large ``bytes`` an actor returns to a caller on this host is lent, not
         stored: the caller reads it in one copy (loans.py)."""
@@ -344,7 +354,7 @@ class Executor:
         core = self.core
         if not core.lends_bytes or call.dest in core.gone_peers or not core.same_host(call.dest):
             return None
-        return loans.lender(call.dest, loans.MAX_RESULT_BYTES)
+        return loans.lender(call.dest, loans.MAX_RESULT_BYTES, call.borrowed)
 
     def _pack_results(self, call: Call, result: Any):
         n = call.num_returns
@@ -515,7 +525,7 @@ class Executor:
     async def _run_coroutine(self, call: Call, fn) -> None:
         ctx = context.enter(call, self.core)
         try:
-            args, kwargs = argpack.unpack(call.args, call.deps, deserialize, fetch=False)
+            args, kwargs = argpack.unpack(self._args(call), call.deps, deserialize, fetch=False)
             if call.deps:
                 args, kwargs = await argpack.fetched_async(args, kwargs)
             if call.num_returns == -1:

@@ -12,6 +12,11 @@ read, so a loan ended before (or while) it was read fails with ObjectLostError
 instead of handing back whatever the memory holds now. A call's arguments are lent
 until the call is over (the caller ends them, as it frees store blocks); an actor's
 result until its caller says ``LoanDone`` (or dies).
+
+An actor that returns, unchanged, a ``bytes`` its caller lent it (an echo, a stage
+that passes data through) sends back the caller's own loan: the caller's arguments
+are still lent while it takes the reply, so it hands back the object it lent, with no
+copy (``borrow`` and ``lender(returning=...)``).
 """
 
 from __future__ import annotations
@@ -145,23 +150,28 @@ def outstanding() -> int:
         return sum(1 for live in lender.live.values() if live[2] is not None)
 
 
-def lender(borrower: int | None = None, max_bytes: int | None = None):
+def lender(borrower: int | None = None, max_bytes: int | None = None, returning: tuple = ()):
     """``serialize``'s ``lend``: loans for buffers that are all large ``bytes`` (else
     None: they take the usual path). ``borrower``: who ends the loans by ``LoanDone``
-    (None: the lender ends them itself, as for a call's arguments)."""
+    (None: the lender ends them itself, as for a call's arguments). ``returning``:
+    (value, loan) pairs ``borrow`` read from ``borrower``'s loans; a buffer that is one
+    of those values goes back as that loan (its lender takes back its own object)."""
 
     def lend_all(buffers: list) -> tuple | None:
-        total = sum(b.nbytes for b in buffers)
-        if total < SHM_THRESHOLD or (max_bytes is not None and total > max_bytes):
-            return None
         if any(type(b.obj) is not bytes for b in buffers):  # (a bytearray may change)
             return None
+        back = [next((loan for value, loan in returning if value is b.obj), None) for b in buffers]
+        total = sum(b.nbytes for b in buffers)
+        to_read = sum(b.nbytes for b, loan in zip(buffers, back, strict=True) if loan is None)
+        if total < SHM_THRESHOLD or (max_bytes is not None and to_read > max_bytes):
+            return None
         made = []
-        for b in buffers:
-            loan = lend(b.obj, borrower)
+        for b, loan in zip(buffers, back, strict=True):
+            loan = loan or lend(b.obj, borrower)
             if loan is None:
                 for other in made:
-                    end(other.generation)
+                    if other.pid == os.getpid():
+                        end(other.generation)
                 return None
             made.append(loan)
         return tuple(made)
@@ -178,18 +188,43 @@ def end_mine(payload) -> None:
 
 def take(payload) -> tuple:
     """A received payload with its loans read: (payload of our own, generations to
-    end at the lender). A payload this process lent itself keeps its own buffers."""
+    end at the sender). A payload this process lent itself keeps its own buffers; a
+    loan of ours sent back (an argument returned unchanged) gives back our own value."""
     if payload.buffers:
         end_mine(payload)
         return Payload(payload.data, payload.buffers, payload.refs, payload.is_error), ()
-    generations = tuple(loan.generation for loan in payload.loans)
+    generations = foreign_generations(payload)
     try:
-        values = tuple(read(loan) for loan in payload.loans)
+        values = tuple(_own_value(loan) if loan.pid == os.getpid() else read(loan) for loan in payload.loans)
     except Exception as err:  # noqa: BLE001 - (a MemoryError too): the caller gets the error
         if not isinstance(err, ObjectLostError):
             err = ObjectLostError("", f"reading a large value lent by process {payload.loans[0].pid} failed: {err!r}")
         return system_error_payload(err), generations
     return Payload(payload.data, values, payload.refs, payload.is_error), generations
+
+
+def foreign_generations(payload) -> tuple:
+    """The loans of a received payload that its sender made (ours sent back excluded)."""
+    return tuple(loan.generation for loan in payload.loans if loan.pid != os.getpid())
+
+
+def _own_value(loan: Loan) -> bytes:
+    lender = _lender
+    live = None
+    if lender is not None and lender.pid == os.getpid() and loan.machine == _machine_id():
+        with lender.lock:
+            live = lender.live.get(loan.generation)
+    if live is None:
+        raise ObjectLostError("", "a large value this process lent came back after its loan ended")
+    return live[1]
+
+
+def borrow(payload) -> tuple:
+    """A call's arguments with their loans read: (a payload holding the values, the
+    (value, loan) pairs, for ``lender(returning=...)``). ObjectLostError when a loan
+    cannot be read."""
+    values = tuple(read(loan) for loan in payload.loans)
+    return Payload(payload.data, values, payload.refs, payload.is_error), tuple(zip(values, payload.loans, strict=True))
 
 
 def read(loan: Loan) -> bytes:
