@@ -423,6 +423,13 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
     # loop side: incoming
 
     def on_messages(self, conn, msgs: list) -> None:
+        self.take_messages(conn, msgs)
+        if self.table.deltas or self._check:
+            self.drain()
+
+    def take_messages(self, conn, msgs: list) -> None:
+        """``on_messages`` without the drain after: for messages inside a batch (relayed
+        ones), whose batch drains once at its end."""
         if self.held and self.hold_if_waiting(conn, msgs):
             return  # behind a message of the same sender whose bytes are being pulled
         for i, msg in enumerate(msgs):
@@ -435,8 +442,6 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
                 self.held[msg.worker_id].append((conn, msg))  # after what that peer sent before dying
                 continue
             self.handle_message(conn, msg)
-        if self.table.deltas or self._check:
-            self.drain()
 
     def handle_message(self, conn, msg) -> None:
         """One message to its handler; a handler's error is logged, not raised."""

@@ -96,8 +96,9 @@ class MeshSupport:
             self._wait_entries(missing, refs, timeout, fail_fast=True)
 
     def on_relay(self, conn, msg: m.Relay) -> None:
-        """A message that came through a host agent: handle it as if from its sender."""
-        self.on_messages(Relayed(self, msg.src), [msg.msg])
+        """A message that came through a host agent: handle it as if from its sender
+        (the batch it came in drains once, at its end)."""
+        self.take_messages(Relayed(self, msg.src), [msg.msg])
 
     def on_port_value(self, conn, msg: m.PortValue) -> None:
         """A value sent through a Port: owned here like a put, then handed to its receiver."""
