@@ -31,7 +31,6 @@ from typing import Any
 
 from .. import exceptions as exc
 from ..objstore.serialization import (
-    SHM_THRESHOLD,
     deserialize,
     error_payload,
     loads_code,
@@ -39,7 +38,7 @@ from ..objstore.serialization import (
     system_error_payload,
 )
 from . import args as argpack
-from . import context, ids, lanes, loans
+from . import call_payloads, context, ids, lanes
 from . import messages as m
 from .concurrency_groups import Groups
 from .deferred import Deferred
@@ -298,7 +297,7 @@ class Executor:
         ctx = context.enter(call, self.core)
         try:
             fn = self._resolve_target(call)
-            args, kwargs = argpack.unpack(self._args(call), call.deps, deserialize)
+            args, kwargs = argpack.unpack(call_payloads.arguments(call), call.deps, deserialize)
             if on_main:
                 self.running = call.task_id
             try:
@@ -312,7 +311,7 @@ class Executor:
             if isinstance(result, Deferred):
                 result.then(lambda ok, value: self._settled(call, ok, value))
                 return
-            self._finish(call, self._pack_results(call, result))
+            self._finish(call, call_payloads.pack_results(self.core, call, result))
         except TaskInterrupted:
             self._finish(call, self._cancelled(call))
         except ActorExit as stop:
@@ -329,61 +328,9 @@ class Executor:
         try:
             if not ok:
                 raise value
-            self._finish(call, self._pack_results(call, value))
+            self._finish(call, call_payloads.pack_results(self.core, call, value))
         except BaseException as err:  # noqa: BLE001 - travels to the caller
             self._failed(call, err)
-
-    def _place(self, call: Call, index: int):
-        """Large results go straight into shared memory, owned by whoever receives them."""
-        return self.core.placer(ids.object_id(call.task_id, index + 1), call.dest)
-
-    @staticmethod
-    def _args(call: Call):
-        """The call's arguments, large ``bytes`` its caller lent read now and kept in
-        ``call.borrowed``: one returned unchanged goes back as the caller's own loan."""
-        if getattr(call.args, "loans", None) is None:
-            return call.args
-        payload, call.borrowed = loans.borrow(call.args)
-        return payload
-
-    def _lender(self, call: Call, result: Any):
-        """A large ``bytes`` an actor returns to a caller on this host is lent, not
-        stored: the caller reads it in one copy (loans.py)."""
-        if type(result) is not bytes or len(result) < SHM_THRESHOLD or call.is_task:
-            return None
-        core = self.core
-        if not core.lends_bytes or call.dest in core.gone_peers or not core.same_host(call.dest):
-            return None
-        return loans.lender(call.dest, loans.MAX_RESULT_BYTES, call.borrowed)
-
-    def _pack_results(self, call: Call, result: Any):
-        n = call.num_returns
-        if n >= 1 and inspect.isgenerator(result):  # a generator with num_returns=N: its N values
-            values = list(result)
-            if len(values) != n:
-                raise ValueError(f"{call.name} yielded {len(values)} value(s), but num_returns={n} expects {n}")
-            result = values[0] if n == 1 else values
-        if n == 1:
-            payload, held = serialize(result, self._place(call, 0), self._lender(call, result))
-            return (payload,), held
-        if n == 0:
-            return (), None
-        if not isinstance(result, (tuple, list)) or len(result) != n:
-            raise ValueError(
-                f"{call.name} returned {type(result).__name__}, but num_returns={n} expects "
-                f"a tuple or list of {n} values"
-            )
-        payloads, held = [], []
-        try:
-            for i, value in enumerate(result):
-                payload, refs = serialize(value, self._place(call, i))
-                payloads.append(payload)
-                held.extend(refs)
-        except BaseException:
-            for payload in payloads:  # (written for a result that will not be sent)
-                self.core.release_payload(payload)
-            raise
-        return tuple(payloads), held
 
     def _cancelled(self, call: Call):
         payload = system_error_payload(exc.TaskCancelledError(f"{call.task_id:x}"))
@@ -452,7 +399,7 @@ class Executor:
         index = 0
         try:
             for value in _as_iterator(gen, call.name):
-                payload, held = serialize(value, self._place(call, index))
+                payload, held = serialize(value, call_payloads.place(self.core, call, index))
                 post(self.core.stream_item, call, index, payload, held)
                 index += 1
         except TaskInterrupted:
@@ -525,7 +472,7 @@ class Executor:
     async def _run_coroutine(self, call: Call, fn) -> None:
         ctx = context.enter(call, self.core)
         try:
-            args, kwargs = argpack.unpack(self._args(call), call.deps, deserialize, fetch=False)
+            args, kwargs = argpack.unpack(call_payloads.arguments(call), call.deps, deserialize, fetch=False)
             if call.deps:
                 args, kwargs = await argpack.fetched_async(args, kwargs)
             if call.num_returns == -1:
@@ -536,7 +483,7 @@ class Executor:
             if isinstance(result, Deferred):
                 result.then(lambda ok, value: self._settled(call, ok, value))
                 return
-            self._finish(call, self._pack_results(call, result))
+            self._finish(call, call_payloads.pack_results(self.core, call, result))
         except asyncio.CancelledError:
             self._finish(call, self._cancelled(call))
         except ActorExit as stop:
@@ -562,12 +509,12 @@ class Executor:
         try:
             if hasattr(agen, "__aiter__"):
                 async for value in agen:
-                    payload, held = serialize(value, self._place(call, index))
+                    payload, held = serialize(value, call_payloads.place(self.core, call, index))
                     post(self.core.stream_item, call, index, payload, held)
                     index += 1
             else:
                 for value in _as_iterator(await agen if inspect.isawaitable(agen) else agen, call.name):
-                    payload, held = serialize(value, self._place(call, index))
+                    payload, held = serialize(value, call_payloads.place(self.core, call, index))
                     post(self.core.stream_item, call, index, payload, held)
                     index += 1
         except asyncio.CancelledError:
