@@ -111,3 +111,17 @@ def test_a_driver_listening_on_every_interface_prints_an_address_agents_can_dial
         meshrt.shutdown()
         if agent is not None:
             stop_agent(agent)
+
+
+@pytest.mark.timeout(60)
+def test_a_port_already_taken_is_named_at_init(monkeypatch):
+    """A literal address is bound by meshrt itself (no resolver threads in each worker):
+    a port in use still fails at ``init``, naming the address to change."""
+    monkeypatch.setenv("MESHRT_TOKEN", TOKEN)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{port}"):
+            meshrt.init(address=f"127.0.0.1:{port}", num_cpus=1)
+    meshrt.shutdown()

@@ -29,7 +29,7 @@ from .control_requests import ControlRequests
 from .host_directory import HostDirectory, host_ip
 from .log_options import LogOptions
 from .pool_upkeep import PoolUpkeep
-from .spawn import Zygote, attach_pipes, new_tail, worker_output
+from .spawn import Zygote, attach_pipes, end_preforked, new_tail, worker_output
 
 log = logging.getLogger("meshrt")
 
@@ -199,6 +199,9 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions, Poo
                 host.conn.close()
         if self.zygote is not None:
             await self.zygote.close()
+        preforked = self.config.pop("preforked_zygote", None)
+        if preforked is not None:  # (start failed before adopting it)
+            await end_preforked(self.loop, preforked)
         for w in list(self.workers.values()):
             for pipe in w.pipes:
                 pipe.close()

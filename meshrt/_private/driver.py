@@ -8,6 +8,7 @@ delivered in order on a later turn of the loop, never pickled.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import secrets
@@ -338,6 +339,8 @@ def init(
             try:
                 io.run_sync(controller.start(), timeout=30)
             except BaseException:
+                with contextlib.suppress(Exception):  # (the start's own error is the one to see)
+                    io.run_sync(controller.stop(), timeout=10)  # what it made: servers, store, zygote
                 io.stop()
                 raise
             core.attach_store(controller.store)

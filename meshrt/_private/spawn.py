@@ -340,6 +340,17 @@ def _max_fd() -> int:
         return 65536
 
 
+async def end_preforked(loop, preforked: tuple) -> None:
+    """A zygote forked for a driver whose start failed before adopting it: the end of
+    its channel ends it."""
+    pid, ours = preforked
+    ours.close()
+    proc = _Forked(pid)
+    if not await _exited(loop, proc, 3.0):
+        proc.kill()
+    proc.wait()
+
+
 async def _exited(loop, proc, timeout: float) -> bool:
     """Wait for a child to exit without polling (a pidfd on Linux); True if it did."""
     if proc.poll() is not None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import ipaddress
 import logging
 import os
 import pickle
@@ -521,6 +522,28 @@ def _bound_unix_socket(path: str) -> socket.socket:
     return sock
 
 
+def _bound_tcp_socket(host: str, port: int) -> socket.socket | None:
+    """A listening socket for a literal IP address; None for a host name. uvloop
+    resolves even a literal through getaddrinfo on its thread pool, whose threads
+    start on first use: ~2 ms of CPU in each new worker, which a mesh's processes pay
+    all at once as they start (a literal needs no resolving)."""
+    try:
+        family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+    except ValueError:
+        return None
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:  # (as asyncio binds "::": IPv6 only)
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind((host, port))
+        sock.setblocking(False)
+    except OSError as err:
+        sock.close()
+        raise OSError(err.errno, f"cannot listen on {host}:{port}: {err.strerror}") from None
+    return sock
+
+
 async def listen(address: str, token: bytes, factory_kwargs: Callable[[], dict]) -> asyncio.AbstractServer:
     """Serve ``address``; each accepted peer gets a Connection built from factory_kwargs()."""
     loop = asyncio.get_running_loop()
@@ -532,6 +555,9 @@ async def listen(address: str, token: bytes, factory_kwargs: Callable[[], dict])
         return await loop.create_unix_server(make, sock=_bound_unix_socket(_unix_path(address)))
     if address.startswith("tcp:"):
         host, port = parse_tcp(address)
+        sock = _bound_tcp_socket(host, port)
+        if sock is not None:
+            return await loop.create_server(make, sock=sock, backlog=1024)
         return await loop.create_server(make, host, port, backlog=1024, reuse_address=True)
     raise ValueError(f"unsupported address {address!r}: use unix:@name, unix:/path or tcp:host:port")
 
