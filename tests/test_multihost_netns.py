@@ -153,3 +153,19 @@ def test_killing_a_namespaced_agent_fails_its_actors_and_the_rest_serves(ns_clus
     assert workers.slice(hosts=1).where.call_one().get(timeout=30) == first[1]
     seen, _ = failures
     assert all("ns-host0" in f.report() for f in seen)
+
+
+@pytest.mark.timeout(180)
+def test_torch_distributed_between_namespaced_hosts(ns_cluster):
+    """The rendezvous address is the first host's own (not the driver's loopback)."""
+    pytest.importorskip("torch")
+    from .test_multihost import Reducer
+
+    hosts, _, remember = ns_cluster
+    procs = hosts.spawn_procs(per_host={"gpus": 2})
+    procs.init_torch_distributed(backend="gloo").get(timeout=120)
+    remember()
+    got = list(procs.spawn("r", Reducer).reduce.call().get(timeout=60).values())
+    assert [g[:2] for g in got] == [(0, 0), (1, 1), (2, 0), (3, 1)]
+    assert [g[2] for g in got] == [2.0, 4.0, 2.0, 4.0]  # along "hosts": {0,2} and {1,3}
+    procs.stop().get(timeout=30)
