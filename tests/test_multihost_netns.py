@@ -1,10 +1,12 @@
-"""Hosts in network namespaces of their own, joined by a bridge: each agent and its
-processes see only their own interface and loopback (and their own abstract unix
-sockets), as separate machines on one switch would. Loopback-port agents
-(test_multihost.py) share all of that with the driver, so an address that only works
-on the driver's host would pass there and fail here.
+"""Hosts in network namespaces of their own, with host names of their own, on a
+switch with the driver: each agent and its processes see only their own interface and
+loopback (and their own abstract unix sockets), and meshrt takes them for other
+machines (no cross-memory attach, no loans: the tensor engine goes over the network).
+Loopback-port agents (test_multihost.py) share all of that with the driver, so an
+address or a path that only works on the driver's machine would pass there and fail
+here.
 
-Needs root and iproute2's ``ip``; skipped where namespaces cannot be made.
+Needs root, iproute2's ``ip`` and ``unshare``; skipped where namespaces cannot be made.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from meshrt import endpoint
 from .helpers import wait_until
 from .test_multihost import TOKEN, Worker, stop_agent
 
-SUBNET = "10.213.0"  # the bridge is .1 (the driver's host); namespaces are .2, .3
+SUBNET = "10.213.0"  # the driver's host is .1; the namespaced hosts .2 and .3
 
 
 def _ip(*args: str) -> None:
@@ -32,35 +34,42 @@ def _ip(*args: str) -> None:
 
 
 def _undo(made: list) -> None:
-    for kind, name in reversed(made):  # (a namespace takes its end of the veth pair with it)
+    for kind, name in reversed(made):  # (a namespace takes the veth ends inside it, and their peers)
         subprocess.run(["ip", kind, "del", name], capture_output=True, timeout=30)
 
 
 @pytest.fixture(scope="module")
 def namespaces():
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("network namespaces need root and iproute2's `ip`")
+    """Two host namespaces and this one on a switch: a bridge inside a namespace of its
+    own, so every host's interface is a plain veth (UCX's tcp transport skips bridge
+    devices, as it should: docker0 has the same address on every machine)."""
+    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("unshare") is None:
+        pytest.skip("hosts in namespaces need root, iproute2's `ip` and util-linux's `unshare`")
     tag = str(os.getpid() % 100000)
-    bridge = f"mrb{tag}"
+    switch = f"meshrt-{tag}-switch"
     names = [f"meshrt-{tag}-{i}" for i in (2, 3)]
     made: list = []
     try:
-        _ip("link", "add", bridge, "type", "bridge")
-        made.append(("link", bridge))
-        _ip("addr", "add", f"{SUBNET}.1/24", "dev", bridge)
-        _ip("link", "set", bridge, "up")
-        for i, ns in zip((2, 3), names, strict=True):
-            _ip("netns", "add", ns)
-            made.append(("netns", ns))
-            outer, inner = f"mrh{tag}{i}", f"mrn{tag}{i}"
-            _ip("link", "add", outer, "type", "veth", "peer", "name", inner)
-            made.append(("link", outer))
-            _ip("link", "set", inner, "netns", ns)
-            _ip("link", "set", outer, "master", bridge)
-            _ip("link", "set", outer, "up")
-            _ip("-n", ns, "addr", "add", f"{SUBNET}.{i}/24", "dev", inner)
-            _ip("-n", ns, "link", "set", inner, "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
+        _ip("netns", "add", switch)
+        made.append(("netns", switch))
+        _ip("-n", switch, "link", "add", "br0", "type", "bridge")
+        _ip("-n", switch, "link", "set", "br0", "up")
+        for i, ns in ((1, None), *zip((2, 3), names, strict=True)):
+            host_end, switch_end = f"mrh{tag}{i}", f"mrs{tag}{i}"
+            _ip("link", "add", host_end, "type", "veth", "peer", "name", switch_end)
+            made.append(("link", host_end))
+            _ip("link", "set", switch_end, "netns", switch)
+            _ip("-n", switch, "link", "set", switch_end, "master", "br0")
+            _ip("-n", switch, "link", "set", switch_end, "up")
+            where = []
+            if ns is not None:  # (i == 1: the driver's end stays in this namespace)
+                _ip("netns", "add", ns)
+                made.append(("netns", ns))
+                _ip("link", "set", host_end, "netns", ns)
+                where = ["-n", ns]
+                _ip(*where, "link", "set", "lo", "up")
+            _ip(*where, "addr", "add", f"{SUBNET}.{i}/24", "dev", host_end)
+            _ip(*where, "link", "set", host_end, "up")
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as err:
         _undo(made)
         pytest.skip(f"cannot make network namespaces here: {getattr(err, 'stderr', '') or err}")
@@ -69,10 +78,13 @@ def namespaces():
 
 
 def _start_agent_in(ns: str, address: str, name: str) -> subprocess.Popen:
-    # (`ip netns exec` enters the namespace and execs the agent: the pid is the agent's)
+    # `ip netns exec` enters the network namespace, `unshare --uts` gives the host a name
+    # of its own (so meshrt sees another machine: no cross-memory attach, no loans, the
+    # tensor engine over the network), and each execs the next: the pid is the agent's.
+    agent = [sys.executable, "-m", "meshrt", "agent", "--address", address, "--name", name,
+             "--object-store-memory", str(128 << 20)]
     return subprocess.Popen(
-        ["ip", "netns", "exec", ns, sys.executable, "-m", "meshrt", "agent", "--address", address,
-         "--name", name, "--object-store-memory", str(128 << 20)],
+        ["ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c", f'hostname {name} && exec "$@"', "sh", *agent],
         env=dict(os.environ, MESHRT_TOKEN=TOKEN), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -169,3 +181,37 @@ def test_torch_distributed_between_namespaced_hosts(ns_cluster):
     assert [g[:2] for g in got] == [(0, 0), (1, 1), (2, 0), (3, 1)]
     assert [g[2] for g in got] == [2.0, 4.0, 2.0, 4.0]  # along "hosts": {0,2} and {1,3}
     procs.stop().get(timeout=30)
+
+
+@pytest.mark.timeout(180)
+def test_large_values_between_namespaced_hosts_are_pulled_over_the_network(ns_cluster):
+    """Hosts with names of their own are other machines to meshrt: an 8 MiB argument is
+    pulled by each host's agent, and 8 MiB results by the driver, through the tensor
+    engine over the network; the control connections carry only handles."""
+    torch = pytest.importorskip("torch")
+    hosts, _, remember = ns_cluster
+    workers = hosts.spawn_procs(per_host={"gpus": 2}).spawn("w", Worker)
+    workers.where.call().get(timeout=60)
+    remember()
+    conns = [h.conn for h in meshrt._private.state.core().controller.hosts.values()]
+    before = [(c.bytes_out, c.bytes_in) for c in conns]
+    t = torch.arange(1 << 21, dtype=torch.float32)  # 8 MiB
+    assert list(workers.sum_of.call(t).get(timeout=60).values()) == [float(t.sum())] * 4
+    assert all(torch.equal(v, t) for v in workers.slice(gpus=0).echo.call(t).get(timeout=60).values())
+    moved = [(c.bytes_out - out, c.bytes_in - into) for c, (out, into) in zip(conns, before, strict=True)]
+    assert all(out < 256 * 1024 and into < 256 * 1024 for out, into in moved), moved
+
+
+@pytest.mark.timeout(180)
+def test_a_tensor_buffer_is_read_and_written_from_another_namespaced_host(ns_cluster):
+    torch = pytest.importorskip("torch")
+    from .test_multihost import BufferOwner, BufferPeer
+
+    hosts, _, remember = ns_cluster
+    procs = hosts.spawn_procs(per_host={"gpus": 1})
+    owner = procs.slice(hosts=0).spawn("owner", BufferOwner, 1 << 22)
+    peer = procs.slice(hosts=1).spawn("peer", BufferPeer)
+    remember()
+    buf = owner.handle.call_one().get(timeout=60)
+    assert peer.halve.call_one(buf).get(timeout=60) == float(torch.arange(1 << 22, dtype=torch.float64).sum())
+    assert owner.head.call_one(4).get(timeout=30) == [0.0, 0.5, 1.0, 1.5]
