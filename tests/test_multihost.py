@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import psutil
 import pytest
 
 import meshrt
-from meshrt import Actor, endpoint
+from meshrt import Actor, Channel, endpoint
 
 from .helpers import wait_until
 
@@ -292,6 +293,30 @@ def test_killing_an_agent_fails_its_actors_and_the_rest_serves(cluster, failures
     assert workers.slice(hosts=1).where.call_one().get(timeout=30) == first[1]
     seen, _ = failures
     assert all("host0" in f.report() for f in seen)  # nobody waited on those: supervision
+
+
+class Stuck(Actor):
+    @endpoint
+    def hang(self, started):
+        """Says it started, then never returns (until its process dies)."""
+        started.send(os.getpid())
+        threading.Event().wait()
+
+
+def test_killing_an_agent_mid_call_fails_the_call_and_the_rest_serves(cluster, failures):
+    hosts, agents, _, remember = cluster
+    stuck = hosts.spawn_procs(per_host={"gpus": 1}).spawn("stuck", Stuck)
+    port, started = Channel.open()
+    pending = stuck.slice(hosts=0).hang.call_one(port)
+    started.recv().get(timeout=60)  # the call is running on host 0
+    remember()
+    agents[0].kill()
+    agents[0].wait(timeout=30)
+    with pytest.raises(meshrt.exceptions.ActorDiedError, match="host agent 'host0'.*went away"):
+        pending.get(timeout=30)
+    port, started = Channel.open()
+    stuck.slice(hosts=1).hang.broadcast(port)
+    assert started.recv().get(timeout=60) != 0  # host 1 still serves
 
 
 def test_a_wrong_token_is_refused_and_the_head_keeps_serving(cluster):

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 import meshrt
-from meshrt import endpoint
+from meshrt import Channel, endpoint
 
 from .helpers import wait_until
 from .test_multihost import TOKEN, Worker, stop_agent
@@ -150,19 +150,27 @@ def test_objects_and_calls_cross_between_namespaced_hosts(ns_cluster):
         second.where.call_one().get(timeout=60)[0]]  # an actor on host 0 calls host 1 itself
     big = np.arange(1 << 20, dtype=np.float64)
     assert np.array_equal(second.echo.call_one(big).get(timeout=60), big)
+    blob = os.urandom(5 << 20)  # (bytes are lent on one machine; pulled between machines)
+    assert second.echo.call_one(blob).get(timeout=60) == blob
 
 
 @pytest.mark.timeout(120)
-def test_killing_a_namespaced_agent_fails_its_actors_and_the_rest_serves(ns_cluster, failures):
+def test_killing_a_namespaced_agent_mid_call_fails_the_call_and_the_rest_serves(ns_cluster, failures):
+    from .test_multihost import Stuck
+
     hosts, agents, remember = ns_cluster
-    workers = hosts.spawn_procs(per_host={"gpus": 1}).spawn("w", Worker)
-    first = list(workers.where.call().get(timeout=60).values())
+    stuck = hosts.spawn_procs(per_host={"gpus": 1}).spawn("stuck", Stuck)
+    port, started = Channel.open()
+    pending = stuck.slice(hosts=0).hang.call_one(port)
+    started.recv().get(timeout=60)  # the call is running on host 0
     remember()
     agents[0].kill()
     agents[0].wait(timeout=30)
     with pytest.raises(meshrt.exceptions.ActorDiedError, match="host agent 'ns-host0'.*went away"):
-        workers.slice(hosts=0).where.call_one().get(timeout=30)
-    assert workers.slice(hosts=1).where.call_one().get(timeout=30) == first[1]
+        pending.get(timeout=30)
+    port, started = Channel.open()
+    stuck.slice(hosts=1).hang.broadcast(port)
+    assert started.recv().get(timeout=60) != 0  # host 1 still serves
     seen, _ = failures
     assert all("ns-host0" in f.report() for f in seen)
 
