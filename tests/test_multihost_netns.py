@@ -73,8 +73,22 @@ def namespaces():
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as err:
         _undo(made)
         pytest.skip(f"cannot make network namespaces here: {getattr(err, 'stderr', '') or err}")
-    yield names
+    yield Namespaces(names, switch, [f"mrs{tag}{i}" for i in (2, 3)])
     _undo(made)
+
+
+class Namespaces:
+    """The hosts' namespaces, and the switch ports that connect them."""
+
+    def __init__(self, names: list, switch: str, ports: list) -> None:
+        self.names, self.switch, self.ports = names, switch, ports
+
+    def cut(self, host: int) -> None:
+        """Unplug a host from the switch: its connections stay open, nothing gets through."""
+        _ip("-n", self.switch, "link", "set", self.ports[host], "down")
+
+    def mend(self, host: int) -> None:
+        _ip("-n", self.switch, "link", "set", self.ports[host], "up")
 
 
 def _start_agent_in(ns: str, address: str, name: str) -> subprocess.Popen:
@@ -95,7 +109,7 @@ def ns_cluster(namespaces, monkeypatch):
     info = meshrt.init(address=f"{SUBNET}.1:0", num_cpus=1)
     port = info["tcp_address"].rsplit(":", 1)[1]
     agents = []
-    for i, ns in enumerate(namespaces):  # one after the other: host i of the mesh is agent i
+    for i, ns in enumerate(namespaces.names):  # one after the other: host i of the mesh is agent i
         agents.append(_start_agent_in(ns, f"{SUBNET}.1:{port}", f"ns-host{i}"))
         hosts = meshrt.hosts(min_hosts=i + 1, timeout=60)
     seen: set = set()
@@ -223,3 +237,34 @@ def test_a_tensor_buffer_is_read_and_written_from_another_namespaced_host(ns_clu
     buf = owner.handle.call_one().get(timeout=60)
     assert peer.halve.call_one(buf).get(timeout=60) == float(torch.arange(1 << 22, dtype=torch.float64).sum())
     assert owner.head.call_one(4).get(timeout=30) == [0.0, 0.5, 1.0, 1.5]
+
+
+@pytest.fixture
+def short_host_timeout(monkeypatch):
+    monkeypatch.setenv("MESHRT_HOST_TIMEOUT_S", "2")
+
+
+@pytest.mark.timeout(120)
+def test_a_host_cut_off_the_network_is_taken_for_dead_and_leaves(short_host_timeout, namespaces, ns_cluster,
+                                                                failures):
+    """A partition, not a crash: no connection closes. The head hears nothing from the
+    host for MESHRT_HOST_TIMEOUT_S and fails its actors' callers; the agent hears
+    nothing from the head and exits with its processes."""
+    from .test_multihost import Stuck
+
+    hosts, agents, remember = ns_cluster
+    stuck = hosts.spawn_procs(per_host={"gpus": 1}).spawn("stuck", Stuck)
+    port, started = Channel.open()
+    pending = stuck.slice(hosts=0).hang.call_one(port)
+    started.recv().get(timeout=60)  # the call is running on host 0
+    remember()
+    namespaces.cut(0)
+    try:
+        with pytest.raises(meshrt.exceptions.ActorDiedError, match="'ns-host0'.*stopped answering"):
+            pending.get(timeout=60)
+        port, started = Channel.open()
+        stuck.slice(hosts=1).hang.broadcast(port)
+        assert started.recv().get(timeout=60) != 0  # host 1 still serves
+        assert agents[0].wait(timeout=60) is not None  # cut off, it left (with its processes: ns_cluster checks)
+    finally:
+        namespaces.mend(0)
