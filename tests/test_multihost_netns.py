@@ -258,10 +258,15 @@ def test_a_host_cut_off_the_network_is_taken_for_dead_and_leaves(short_host_time
     pending = stuck.slice(hosts=0).hang.call_one(port)
     started.recv().get(timeout=60)  # the call is running on host 0
     remember()
+    controller = meshrt._private.state.core().controller
+    cut_id = next(h.id for h in controller.hosts.values() if h.name == "ns-host0")
+    conns = [w.conn for w in controller.workers.values() if w.host == cut_id]  # its processes' own, to us
     namespaces.cut(0)
     try:
         with pytest.raises(meshrt.exceptions.ActorDiedError, match="'ns-host0'.*stopped answering"):
             pending.get(timeout=60)
+        # No goodbye can arrive from there: taken for dead, its connections are closed here.
+        assert conns and wait_until(lambda: all(c.closed for c in conns), 10)
         port, started = Channel.open()
         stuck.slice(hosts=1).hang.broadcast(port)
         assert started.recv().get(timeout=60) != 0  # host 1 still serves

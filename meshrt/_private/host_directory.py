@@ -219,6 +219,10 @@ class HostDirectory:
             w = self.workers.get(worker_id)
             if w is not None:
                 w.lost_reason = f"its host agent {host.name!r} (host {host.id}) {went}"
+                if w.conn is not None and not w.conn.closed:
+                    # (a host cut off the network says nothing more: its processes'
+                    # connections to us would stay open, unread, past shutdown)
+                    w.conn.abort()
                 self._finalize(w)
         self._notify_hosts()
 
