@@ -27,6 +27,7 @@ from .helpers import wait_until
 from .test_multihost import TOKEN, Worker, stop_agent
 
 SUBNET = "10.213.0"  # the driver's host is .1; the namespaced hosts .2 and .3
+BRIDGED = "10.214.0"  # a bridge on the driver's host (.1), and a host behind it (.2)
 
 
 def _ip(*args: str) -> None:
@@ -70,18 +71,34 @@ def namespaces():
                 _ip(*where, "link", "set", "lo", "up")
             _ip(*where, "addr", "add", f"{SUBNET}.{i}/24", "dev", host_end)
             _ip(*where, "link", "set", host_end, "up")
+        # And a host behind a bridge in this namespace, as a container behind docker0 is:
+        # reachable over TCP, but not by UCX, which does not use bridges.
+        bridged, bridge = f"meshrt-{tag}-b", f"mrb{tag}"
+        _ip("link", "add", bridge, "type", "bridge")
+        made.append(("link", bridge))
+        _ip("addr", "add", f"{BRIDGED}.1/24", "dev", bridge)
+        _ip("link", "set", bridge, "up")
+        _ip("netns", "add", bridged)
+        made.append(("netns", bridged))
+        _ip("link", "add", f"mrb{tag}h", "type", "veth", "peer", "name", f"mrb{tag}n")
+        _ip("link", "set", f"mrb{tag}h", "master", bridge)
+        _ip("link", "set", f"mrb{tag}h", "up")
+        _ip("link", "set", f"mrb{tag}n", "netns", bridged)
+        _ip("-n", bridged, "link", "set", "lo", "up")
+        _ip("-n", bridged, "addr", "add", f"{BRIDGED}.2/24", "dev", f"mrb{tag}n")
+        _ip("-n", bridged, "link", "set", f"mrb{tag}n", "up")
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as err:
         _undo(made)
         pytest.skip(f"cannot make network namespaces here: {getattr(err, 'stderr', '') or err}")
-    yield Namespaces(names, switch, [f"mrs{tag}{i}" for i in (2, 3)])
+    yield Namespaces(names, switch, [f"mrs{tag}{i}" for i in (2, 3)], bridged)
     _undo(made)
 
 
 class Namespaces:
     """The hosts' namespaces, and the switch ports that connect them."""
 
-    def __init__(self, names: list, switch: str, ports: list) -> None:
-        self.names, self.switch, self.ports = names, switch, ports
+    def __init__(self, names: list, switch: str, ports: list, bridged: str) -> None:
+        self.names, self.switch, self.ports, self.bridged = names, switch, ports, bridged
 
     def cut(self, host: int) -> None:
         """Unplug a host from the switch: its connections stay open, nothing gets through."""
@@ -273,3 +290,27 @@ def test_a_host_cut_off_the_network_is_taken_for_dead_and_leaves(short_host_time
         assert agents[0].wait(timeout=60) is not None  # cut off, it left (with its processes: ns_cluster checks)
     finally:
         namespaces.mend(0)
+
+
+@pytest.mark.timeout(180)
+def test_where_ucx_has_no_route_the_error_names_the_setting_that_works(namespaces, monkeypatch):
+    """A host reached over TCP through a bridge only: the pull of its object fails at
+    once (no hang) naming MESHRT_PULL_ENGINE=0, and with that the value arrives."""
+    monkeypatch.setenv("MESHRT_TOKEN", TOKEN)
+    want = float(np.arange(1 << 18, dtype=np.float64).sum())
+    for engine in ("1", "0"):
+        monkeypatch.setenv("MESHRT_PULL_ENGINE", engine)
+        info = meshrt.init(address=f"{BRIDGED}.1:0", num_cpus=1)
+        agent = _start_agent_in(namespaces.bridged, f"{BRIDGED}.1:{info['tcp_address'].rsplit(':', 1)[1]}",
+                                "bridged")
+        try:
+            worker = meshrt.hosts(min_hosts=1, timeout=60).spawn_procs(per_host={"gpus": 1}).spawn("w", Worker)
+            refs = worker.put_big.call_one(1 << 18).get(timeout=60)  # owned over there
+            if engine == "1":
+                with pytest.raises(meshrt.exceptions.ObjectLostError, match="MESHRT_PULL_ENGINE=0"):
+                    meshrt.get(refs[0], timeout=60)
+            else:
+                assert float(meshrt.get(refs[0], timeout=60).sum()) == want
+        finally:
+            meshrt.shutdown()
+            stop_agent(agent)

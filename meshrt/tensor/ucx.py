@@ -56,6 +56,12 @@ class TransferError(RuntimeError):
         self.peer_lost = peer_lost
 
 
+_UNREACHABLE = -6  # UCS_ERR_UNREACHABLE
+_NO_ROUTE = ("none of UCX's interfaces here reaches that machine (UCX_NET_DEVICES chooses them; UCX skips "
+             "bridge devices unless UCX_TCP_BRIDGE_ENABLE=y); between meshrt hosts, MESHRT_PULL_ENGINE=0 "
+             "sends large values inside the messages instead")
+
+
 def _peer_lost(status: int) -> bool:
     """UCS codes (ucs/type/status.h) that mean the other side is gone: unreachable (-6),
     canceled (-16), timed out (-20), not connected (-24), connection reset (-25), and the
@@ -281,7 +287,13 @@ class Engine:
     def _endpoint(self, address: bytes) -> int:
         ep = self.endpoints.get(address)
         if ep is None:
-            ep = self.endpoints[address] = _C.ucx_ep_create(address)
+            try:
+                ep = _C.ucx_ep_create(address)
+            except RuntimeError as err:
+                if len(err.args) > 1 and err.args[1] == _UNREACHABLE:  # (a routing answer, given at once)
+                    raise RuntimeError(f"{err.args[0]}; {_NO_ROUTE}", _UNREACHABLE) from None
+                raise
+            self.endpoints[address] = ep
         return ep
 
     def _rkey(self, ep: int, packed: bytes) -> int:
