@@ -9,7 +9,7 @@ import socket
 import pytest
 
 import meshrt
-from meshrt._private import state, wire
+from meshrt._private import addresses, state, wire
 from meshrt.exceptions import AuthenticationError
 
 
@@ -24,11 +24,11 @@ def _controller():
 
 def _raw_connect(address: str) -> socket.socket:
     if address.startswith("tcp:"):
-        host, port = wire.parse_tcp(address)
+        host, port = addresses.parse_tcp(address)
         return socket.create_connection((host, port), timeout=10)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(10)
-    sock.connect(wire._unix_path(address))
+    sock.connect(addresses.unix_path(address))
     return sock
 
 
@@ -85,7 +85,7 @@ def test_silent_peer_is_dropped_and_others_served(rt):
 def test_tcp_listens_on_loopback_and_checks_token():
     meshrt.init(num_cpus=1, address="127.0.0.1:0")
     address = _controller().tcp_address
-    host, port = wire.parse_tcp(address)
+    host, port = addresses.parse_tcp(address)
     assert host == "127.0.0.1" and port > 0
     sock = _raw_connect(address)
     try:
@@ -103,7 +103,7 @@ def test_no_tcp_listener_unless_asked(rt):
 async def test_frames_carry_large_out_of_band_buffers():
     token = b"k" * 32
     got: asyncio.Future = asyncio.get_running_loop().create_future()
-    address = wire.new_unix_address("test")
+    address = addresses.new_unix_address("test")
     server = await wire.listen(address, token, lambda: {
         "on_messages": lambda conn, msgs: got.set_result(msgs) if not got.done() else None,
     })

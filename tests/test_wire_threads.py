@@ -9,7 +9,7 @@ import contextlib
 import pickle
 import threading
 
-from meshrt._private import wire
+from meshrt._private import addresses, wire
 
 TOKEN = b"t" * 32
 
@@ -20,7 +20,7 @@ async def _connected(count: int):
     once ``count`` messages have arrived."""
     received: list = []
     enough = asyncio.Event()
-    address = wire.new_unix_address("threads")
+    address = addresses.new_unix_address("threads")
 
     def on_messages(conn, msgs):
         received.extend(msgs)

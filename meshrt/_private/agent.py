@@ -19,7 +19,7 @@ import signal
 import socket
 
 from ..objstore.store import SharedStore
-from . import heartbeat, procutil, wire
+from . import addresses, heartbeat, procutil, wire
 from . import messages as m
 from .direct_lanes import DirectLanes
 from .host_cache import HostCache
@@ -72,7 +72,7 @@ class Agent:
         self.done = asyncio.Event()
         self.store = SharedStore(self.store_bytes, self.spill_dir)
         self.cache = HostCache(self.store)
-        self.local_address = wire.new_unix_address("agent")
+        self.local_address = addresses.new_unix_address("agent")
         server = await wire.listen(self.local_address, self.token,
                                    lambda: {"on_messages": self.on_local, "on_close": self.on_local_close})
         welcome = loop.create_future()

@@ -22,7 +22,7 @@ from ..objstore.serialization import system_error_payload
 from ..objstore.store import SharedStore
 from ..scheduler.policy import Dispatch, PlaceActor, Scheduler, StartWorkers
 from ..scheduler.resources import Allocation, NodeResources
-from . import gpus, ids, wire
+from . import addresses, gpus, ids, wire
 from . import messages as m
 from .actor_directory import ActorDirectory
 from .control_requests import ControlRequests
@@ -96,7 +96,7 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions, Poo
         self._ids = itertools.count(1)
         self.code: dict[int, bytes] = {}
         self.tasks: dict[int, TaskRecord] = {}
-        self.address = wire.new_unix_address("ctl")
+        self.address = addresses.new_unix_address("ctl")
         self.tcp_address: str | None = config.get("tcp_address")  # where it listens
         self.public_address: str | None = None
         self.servers: list = []
@@ -139,7 +139,7 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions, Poo
             self.servers.append(server)
         env = dict(os.environ)
         if self.tcp_address:  # processes on other hosts must reach this host's workers too
-            bind = wire.parse_tcp(self.tcp_address)[0]
+            bind = addresses.parse_tcp(self.tcp_address)[0]
             env["MESHRT_LISTEN_HOST"] = bind or "0.0.0.0"
             if bind in ("", "0.0.0.0", "::"):
                 env["MESHRT_ADVERTISE_HOST"] = host_ip()

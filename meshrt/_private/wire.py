@@ -24,17 +24,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import ipaddress
 import logging
 import os
 import pickle
 import secrets
 import socket
 import struct
-import sys
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from . import addresses
 
 log = logging.getLogger("meshrt.wire")
 
@@ -489,61 +489,6 @@ def _unsent(chunks: list, written: int) -> list | None:
     return rest
 
 
-# -- addresses ---------------------------------------------------------------------------
-
-
-def new_unix_address(tag: str) -> str:
-    """A fresh local address: an abstract socket on Linux, a temp file elsewhere."""
-    name = f"meshrt-{tag}-{os.getpid()}-{secrets.token_hex(6)}"
-    if sys.platform.startswith("linux"):
-        return f"unix:@{name}"
-    import tempfile
-
-    return f"unix:{os.path.join(tempfile.gettempdir(), name + '.sock')}"
-
-
-def _unix_path(address: str) -> str:
-    path = address[len("unix:") :]
-    return "\0" + path[1:] if path.startswith("@") else path
-
-
-def parse_tcp(address: str) -> tuple[str, int]:
-    host, _, port = address[len("tcp:") :].rpartition(":")
-    return host.strip("[]"), int(port)
-
-
-def _bound_unix_socket(path: str) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    if not path.startswith("\0") and os.path.exists(path):
-        os.unlink(path)  # a stale socket file from a process that died
-    sock.bind(path)
-    sock.listen(1024)
-    sock.setblocking(False)
-    return sock
-
-
-def _bound_tcp_socket(host: str, port: int) -> socket.socket | None:
-    """A listening socket for a literal IP address; None for a host name. uvloop
-    resolves even a literal through getaddrinfo on its thread pool, whose threads
-    start on first use: ~2 ms of CPU in each new worker, which a mesh's processes pay
-    all at once as they start (a literal needs no resolving)."""
-    try:
-        family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
-    except ValueError:
-        return None
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6:  # (as asyncio binds "::": IPv6 only)
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        sock.bind((host, port))
-        sock.setblocking(False)
-    except OSError as err:
-        sock.close()
-        raise OSError(err.errno, f"cannot listen on {host}:{port}: {err.strerror}") from None
-    return sock
-
-
 async def listen(address: str, token: bytes, factory_kwargs: Callable[[], dict]) -> asyncio.AbstractServer:
     """Serve ``address``; each accepted peer gets a Connection built from factory_kwargs()."""
     loop = asyncio.get_running_loop()
@@ -552,10 +497,10 @@ async def listen(address: str, token: bytes, factory_kwargs: Callable[[], dict])
         return Connection(token, server_side=True, **factory_kwargs())
 
     if address.startswith("unix:"):
-        return await loop.create_unix_server(make, sock=_bound_unix_socket(_unix_path(address)))
+        return await loop.create_unix_server(make, sock=addresses.bound_unix_socket(addresses.unix_path(address)))
     if address.startswith("tcp:"):
-        host, port = parse_tcp(address)
-        sock = _bound_tcp_socket(host, port)
+        host, port = addresses.parse_tcp(address)
+        sock = addresses.bound_tcp_socket(host, port)
         if sock is not None:
             return await loop.create_server(make, sock=sock, backlog=1024)
         return await loop.create_server(make, host, port, backlog=1024, reuse_address=True)
@@ -591,13 +536,13 @@ async def connect(address: str, token: bytes, **conn_kwargs) -> Connection:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.setblocking(False)
         try:
-            await loop.sock_connect(sock, _unix_path(address))
+            await loop.sock_connect(sock, addresses.unix_path(address))
         except BaseException:
             sock.close()
             raise
         await loop.create_unix_connection(make, sock=sock)
     elif address.startswith("tcp:"):
-        host, port = parse_tcp(address)
+        host, port = addresses.parse_tcp(address)
         await loop.create_connection(make, host, port)
     else:
         raise ValueError(f"unsupported address {address!r}")

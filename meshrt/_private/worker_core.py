@@ -9,7 +9,7 @@ import os
 import sys
 import threading
 
-from . import context, direct_lanes, ids, lanes, loans, wire
+from . import addresses, context, direct_lanes, ids, lanes, loans, wire
 from . import messages as m
 from .channels import PeerChannel
 from .core import Core
@@ -28,7 +28,7 @@ class WorkerCore(Core):
         # agent, not the controller, for store blocks.
         self.host_id = int(os.environ.get("MESHRT_HOST_ID", "0"))
         listen_host = os.environ.get("MESHRT_LISTEN_HOST")
-        self.listen_address = f"tcp:{listen_host}:0" if listen_host else wire.new_unix_address(f"w{worker_id}")
+        self.listen_address = f"tcp:{listen_host}:0" if listen_host else addresses.new_unix_address(f"w{worker_id}")
         self.agent_address = os.environ.get("MESHRT_AGENT")
         self.agent = None
         self.peer_hosts: dict[int, int] = {0: 0}  # worker id -> host id (the driver is on the head)
@@ -97,7 +97,7 @@ class WorkerCore(Core):
         )
         if self.listen_address.startswith("tcp:") and self.listen_address.endswith(":0"):
             port = self.server.sockets[0].getsockname()[1]
-            host = os.environ.get("MESHRT_ADVERTISE_HOST") or wire.parse_tcp(self.listen_address)[0]
+            host = os.environ.get("MESHRT_ADVERTISE_HOST") or addresses.parse_tcp(self.listen_address)[0]
             self.listen_address = f"tcp:{host}:{port}"
         if self.agent_address:
             self.agent = await wire.connect(self.agent_address, self.token, on_messages=self.on_messages,
