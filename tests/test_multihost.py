@@ -53,22 +53,33 @@ def cluster(monkeypatch):
     for i in range(2):  # one after the other: host i of the mesh is agent i
         agents.append(_start_agent(address, f"host{i}"))
         hosts = meshrt.hosts(min_hosts=i + 1, timeout=60)
-    seen: set = set()
-
-    def remember():
-        for agent in agents:
-            try:
-                seen.update(p.pid for p in psutil.Process(agent.pid).children(recursive=True))
-            except psutil.NoSuchProcess:
-                pass
-
-    yield hosts, agents, address, remember
-    remember()
+    spawned = AgentProcesses(agents)
+    yield hosts, agents, address, spawned.remember
+    spawned.remember()
     meshrt.shutdown()
     for agent in agents:
         stop_agent(agent)
-    assert wait_until(lambda: not [p for p in seen if psutil.pid_exists(p)
-                                   and psutil.Process(p).status() != psutil.STATUS_ZOMBIE], 15)
+    spawned.assert_gone()
+
+
+class AgentProcesses:
+    """What the agents started (their processes are not this test's children): noted
+    while they run, so the test can check each one exited once the cluster is down."""
+
+    def __init__(self, agents: list) -> None:
+        self.agents = agents
+        self.seen: set = set()
+
+    def remember(self) -> None:
+        for agent in self.agents:
+            try:
+                self.seen.update(p.pid for p in psutil.Process(agent.pid).children(recursive=True))
+            except psutil.NoSuchProcess:
+                pass
+
+    def assert_gone(self) -> None:
+        assert wait_until(lambda: not [p for p in self.seen if psutil.pid_exists(p)
+                                       and psutil.Process(p).status() != psutil.STATUS_ZOMBIE], 15)
 
 
 class Worker(Actor):
@@ -303,20 +314,36 @@ class Stuck(Actor):
         threading.Event().wait()
 
 
-def test_killing_an_agent_mid_call_fails_the_call_and_the_rest_serves(cluster, failures):
-    hosts, agents, _, remember = cluster
+def hang_on_host0(hosts):
+    """A Stuck mesh over ``hosts``, and a call of it running (for good) on host 0."""
     stuck = hosts.spawn_procs(per_host={"gpus": 1}).spawn("stuck", Stuck)
     port, started = Channel.open()
     pending = stuck.slice(hosts=0).hang.call_one(port)
-    started.recv().get(timeout=60)  # the call is running on host 0
+    started.recv().get(timeout=60)
+    return stuck, pending
+
+
+def assert_host1_serves(stuck) -> None:
+    port, started = Channel.open()
+    stuck.slice(hosts=1).hang.broadcast(port)
+    assert started.recv().get(timeout=60) != 0
+
+
+def kill_agent_mid_call(hosts, agents, remember, name: str) -> None:
+    """Kill host 0's agent while a call runs there: the call fails naming the host,
+    host 1 still serves."""
+    stuck, pending = hang_on_host0(hosts)
     remember()
     agents[0].kill()
     agents[0].wait(timeout=30)
-    with pytest.raises(meshrt.exceptions.ActorDiedError, match="host agent 'host0'.*went away"):
+    with pytest.raises(meshrt.exceptions.ActorDiedError, match=f"host agent '{name}'.*went away"):
         pending.get(timeout=30)
-    port, started = Channel.open()
-    stuck.slice(hosts=1).hang.broadcast(port)
-    assert started.recv().get(timeout=60) != 0  # host 1 still serves
+    assert_host1_serves(stuck)
+
+
+def test_killing_an_agent_mid_call_fails_the_call_and_the_rest_serves(cluster, failures):
+    hosts, agents, _, remember = cluster
+    kill_agent_mid_call(hosts, agents, remember, "host0")
 
 
 def test_a_wrong_token_is_refused_and_the_head_keeps_serving(cluster):

@@ -17,14 +17,21 @@ import subprocess
 import sys
 
 import numpy as np
-import psutil
 import pytest
 
 import meshrt
-from meshrt import Channel, endpoint
+from meshrt import endpoint
 
 from .helpers import wait_until
-from .test_multihost import TOKEN, Worker, stop_agent
+from .test_multihost import (
+    TOKEN,
+    AgentProcesses,
+    Worker,
+    assert_host1_serves,
+    hang_on_host0,
+    kill_agent_mid_call,
+    stop_agent,
+)
 
 SUBNET = "10.213.0"  # the driver's host is .1; the namespaced hosts .2 and .3
 BRIDGED = "10.214.0"  # a bridge on the driver's host (.1), and a host behind it (.2)
@@ -129,22 +136,13 @@ def ns_cluster(namespaces, monkeypatch):
     for i, ns in enumerate(namespaces.names):  # one after the other: host i of the mesh is agent i
         agents.append(_start_agent_in(ns, f"{SUBNET}.1:{port}", f"ns-host{i}"))
         hosts = meshrt.hosts(min_hosts=i + 1, timeout=60)
-    seen: set = set()
-
-    def remember():
-        for agent in agents:
-            try:
-                seen.update(p.pid for p in psutil.Process(agent.pid).children(recursive=True))
-            except psutil.NoSuchProcess:
-                pass
-
-    yield hosts, agents, remember
-    remember()
+    spawned = AgentProcesses(agents)
+    yield hosts, agents, spawned.remember
+    spawned.remember()
     meshrt.shutdown()
     for agent in agents:
         stop_agent(agent)
-    assert wait_until(lambda: not [p for p in seen if psutil.pid_exists(p)
-                                   and psutil.Process(p).status() != psutil.STATUS_ZOMBIE], 15)
+    spawned.assert_gone()
 
 
 class NsWorker(Worker):
@@ -187,21 +185,8 @@ def test_objects_and_calls_cross_between_namespaced_hosts(ns_cluster):
 
 @pytest.mark.timeout(120)
 def test_killing_a_namespaced_agent_mid_call_fails_the_call_and_the_rest_serves(ns_cluster, failures):
-    from .test_multihost import Stuck
-
     hosts, agents, remember = ns_cluster
-    stuck = hosts.spawn_procs(per_host={"gpus": 1}).spawn("stuck", Stuck)
-    port, started = Channel.open()
-    pending = stuck.slice(hosts=0).hang.call_one(port)
-    started.recv().get(timeout=60)  # the call is running on host 0
-    remember()
-    agents[0].kill()
-    agents[0].wait(timeout=30)
-    with pytest.raises(meshrt.exceptions.ActorDiedError, match="host agent 'ns-host0'.*went away"):
-        pending.get(timeout=30)
-    port, started = Channel.open()
-    stuck.slice(hosts=1).hang.broadcast(port)
-    assert started.recv().get(timeout=60) != 0  # host 1 still serves
+    kill_agent_mid_call(hosts, agents, remember, "ns-host0")
     seen, _ = failures
     assert all("ns-host0" in f.report() for f in seen)
 
@@ -267,13 +252,8 @@ def test_a_host_cut_off_the_network_is_taken_for_dead_and_leaves(short_host_time
     """A partition, not a crash: no connection closes. The head hears nothing from the
     host for MESHRT_HOST_TIMEOUT_S and fails its actors' callers; the agent hears
     nothing from the head and exits with its processes."""
-    from .test_multihost import Stuck
-
     hosts, agents, remember = ns_cluster
-    stuck = hosts.spawn_procs(per_host={"gpus": 1}).spawn("stuck", Stuck)
-    port, started = Channel.open()
-    pending = stuck.slice(hosts=0).hang.call_one(port)
-    started.recv().get(timeout=60)  # the call is running on host 0
+    stuck, pending = hang_on_host0(hosts)
     remember()
     controller = meshrt._private.state.core().controller
     cut_id = next(h.id for h in controller.hosts.values() if h.name == "ns-host0")
@@ -284,9 +264,7 @@ def test_a_host_cut_off_the_network_is_taken_for_dead_and_leaves(short_host_time
             pending.get(timeout=60)
         # No goodbye can arrive from there: taken for dead, its connections are closed here.
         assert conns and wait_until(lambda: all(c.closed for c in conns), 10)
-        port, started = Channel.open()
-        stuck.slice(hosts=1).hang.broadcast(port)
-        assert started.recv().get(timeout=60) != 0  # host 1 still serves
+        assert_host1_serves(stuck)
         assert agents[0].wait(timeout=60) is not None  # cut off, it left (with its processes: ns_cluster checks)
     finally:
         namespaces.mend(0)

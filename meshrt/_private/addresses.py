@@ -60,3 +60,15 @@ def bound_tcp_socket(host: str, port: int) -> socket.socket | None:
         sock.close()
         raise OSError(err.errno, f"cannot listen on {host}:{port}: {err.strerror}") from None
     return sock
+
+
+def local_ip_towards(host: str) -> str | None:
+    """The IPv4 address this machine sends from to reach ``host`` (the interface its
+    route takes); None when there is no route. No packet is sent: a UDP connect only
+    picks the route."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect((host, 9))
+            return s.getsockname()[0]
+        except OSError:
+            return None

@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import socket
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..scheduler.resources import NodeResources
 from . import heartbeat
 from . import messages as m
+from .addresses import local_ip_towards
 
 log = logging.getLogger("meshrt")
 
@@ -229,9 +229,4 @@ class HostDirectory:
 
 def host_ip() -> str:
     """This host's address as other hosts see it (the interface of the default route)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect(("10.255.255.255", 1))  # no packet is sent: this only picks a route
-            return s.getsockname()[0]
-        except OSError:
-            return "127.0.0.1"
+    return local_ip_towards("10.255.255.255") or "127.0.0.1"

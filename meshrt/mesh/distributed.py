@@ -12,6 +12,8 @@ import ipaddress
 import os
 import socket
 
+from .._private.addresses import local_ip_towards
+
 _device_mesh = None
 
 
@@ -63,12 +65,10 @@ def _interface_towards(host: str) -> str | None:
     import fcntl
     import struct
 
+    local = local_ip_towards(host)
+    if local is None:
+        return None
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect((host, 9))  # (no packet is sent: this only picks the route)
-            local = s.getsockname()[0]
-        except OSError:
-            return None
         for _index, name in socket.if_nameindex():
             try:  # SIOCGIFADDR: the interface's IPv4 address
                 packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
