@@ -185,6 +185,8 @@ def fork_zygote_if_safe() -> tuple[int, socket.socket] | None:
     torch = sys.modules.get("torch")
     if torch is not None and getattr(getattr(torch, "cuda", None), "is_initialized", lambda: False)():
         return None
+    if _gpu_driver_started():
+        return None
     probe = _gnu_openmp_threads_may_run()
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     parent = os.getpid()
@@ -202,6 +204,30 @@ def fork_zygote_if_safe() -> tuple[int, socket.socket] | None:
             os._exit(code)
     theirs.close()
     return pid, ours
+
+
+def _gpu_driver_started() -> bool:
+    """Whether NVIDIA's driver (CUDA or NVML) has started in this process:
+    ``torch.cuda.is_available()`` and ``device_count()`` start it, without
+    ``torch.cuda.is_initialized()``. It reads CUDA_VISIBLE_DEVICES once, when it starts,
+    so workers forked after that would see every GPU whatever their CUDA_VISIBLE_DEVICES
+    says (and NVML fails in them): the zygote is then a fresh interpreter. Asked of the
+    libraries only if already loaded (``import torch`` loads them, unstarted), with calls
+    that answer "not initialized" rather than start anything."""
+    import ctypes
+
+    def loaded(name: str):
+        try:
+            return ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        except OSError:
+            return None
+
+    count = ctypes.c_uint(0)
+    cuda = loaded("libcuda.so.1")
+    if cuda is not None and cuda.cuDeviceGetCount(ctypes.byref(count)) != 3:  # CUDA_ERROR_NOT_INITIALIZED
+        return True
+    nvml = loaded("libnvidia-ml.so.1")
+    return nvml is not None and nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 1  # NVML_ERROR_UNINITIALIZED
 
 
 def _become_zygote(channel_fd: int, parent: int, keep: int, probe: bool = True) -> None:

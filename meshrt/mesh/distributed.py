@@ -23,7 +23,7 @@ def bring_up(backend: str | None, labels: tuple, sizes: tuple) -> str:
     import torch
     import torch.distributed as dist
 
-    cuda = torch.cuda.is_available()
+    cuda = torch.cuda.is_available() and torch.cuda.device_count() > 0
     if backend is None:
         backend = "nccl" if cuda else "gloo"
     if cuda:

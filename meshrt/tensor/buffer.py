@@ -422,5 +422,8 @@ def _word():
 def _sync_cuda(region: Region | None) -> None:
     """Let the current stream finish writing a CUDA source before its bytes are read."""
     torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+    # (is_initialized, not is_available: that would start the CUDA driver in every
+    # process that reads a CPU buffer, and workers forked after it ignore their
+    # CUDA_VISIBLE_DEVICES, see spawn._gpu_driver_started)
+    if torch is not None and torch.cuda.is_initialized():
         torch.cuda.current_stream(region.device_index if region is not None and region.is_cuda else None).synchronize()
