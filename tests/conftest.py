@@ -6,6 +6,7 @@ socket or pipe file descriptor, or shared-memory segment was left behind.
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import threading
@@ -19,22 +20,23 @@ from tests.helpers import wait_until
 LEAK_DEADLINE_S = 5.0
 
 
+@functools.cache
 def _gpus() -> int:
-    try:
-        import torch
+    """Counted without loading CUDA here (torch.cuda.device_count() would, and workers
+    forked after that ignore their CUDA_VISIBLE_DEVICES: see spawn._gpu_driver_started)."""
+    from meshrt._private.gpus import detect_gpu_count
 
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except ImportError:
-        return 0
+    return detect_gpu_count()
 
 
 def pytest_collection_modifyitems(config, items):
-    """``gpu`` tests run where a CUDA GPU is (``pytest -m gpu`` selects only them).
+    """``gpu`` tests run where a CUDA GPU is (``pytest -m gpu`` selects only them), last.
 
     Tests with hosts in network namespaces run first: UCX reads the routing table once
     per process (ucs/sys/netlink.c keeps it), so in a test process that has used UCX
     before the namespaces' interfaces existed, UCX would not route through them."""
     items.sort(key=lambda item: item.path.name != "test_multihost_netns.py")  # (stable)
+    items.sort(key=lambda item: "gpu" in item.keywords)  # last: they start CUDA in this process
     if _gpus():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
@@ -82,6 +84,16 @@ def serial_torch_in_this_process():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def gpus_only_for_gpu_tests(request, monkeypatch):
+    """On a GPU machine the other tests run as on a CPU one: their "gpus" dims are names
+    for processes (more of them than the machine has GPUs), their collectives gloo's.
+    (Nothing they run may start CUDA in this process: it would start seeing no GPU, and
+    the gpu tests, which run last, would find none.)"""
+    if _gpus() and "gpu" not in request.node.keywords:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
 
 
 @pytest.fixture(scope="session", autouse=True)
