@@ -258,7 +258,7 @@ def parent(args) -> dict:
             out = os.path.join("/tmp", f"mesh-bench-{os.getpid()}-{backend}-{rep}.json")
             cmd = [sys.executable, __file__, "--child", "--backend", backend, "--json-out", out]
             env = dict(os.environ, MESHRT_TOKEN=os.urandom(16).hex())  # for the agents
-            if backend == "meshrt" and rep == 0:
+            if backend == "meshrt" and rep < args.scaling_rounds:
                 cmd.append("--scaling")
             busy = bl.wait_until_idle()  # the previous backend's processes may still be exiting
             bl_log(f"round {rep + 1}/{args.repeat}: {backend} (CPU busy before: {busy}%)")
@@ -372,6 +372,8 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=300)
     p.add_argument("--json", default=os.path.join(HERE, "results", "mesh.json"))
     p.add_argument("--markdown", nargs="?", const=os.path.join(HERE, "results", "mesh.md"))
+    p.add_argument("--scaling-rounds", type=int, default=1,
+                   help="rounds that also measure meshrt's scaling rows (their median is shown)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--json-out", help=argparse.SUPPRESS)
     p.add_argument("--scaling", action="store_true", help=argparse.SUPPRESS)
