@@ -221,3 +221,45 @@ def test_the_zygote_lets_go_of_the_drivers_files_without_freeing_their_numbers()
     done = run_python(_LET_GO, 30)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["ok", "True"]
+
+
+def _threads_taking_signals() -> list[str]:
+    """meshrt's threads in this process that would take a SIGINT or SIGTERM sent to it."""
+    import threading
+
+    wanted = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
+    open_to = []
+    for thread in threading.enumerate():
+        tid = os.getpid() if thread is threading.main_thread() else thread.native_id  # (stale after a fork)
+        with open(f"/proc/self/task/{tid}/status") as f:
+            blocked = int(next(line for line in f if line.startswith("SigBlk:")).split()[1], 16)
+        if thread is threading.main_thread():
+            open_to.append("main")  # (the one that should)
+            assert blocked & wanted == 0, "the main thread blocks SIGINT or SIGTERM"
+        elif thread.name.startswith("meshrt") and blocked & wanted != wanted:
+            open_to.append(thread.name)
+    return open_to
+
+
+@meshrt.remote
+class ThreadsOfAnActor:
+    def ping(self):
+        return 1
+
+    def open_to_signals(self):
+        return _threads_taking_signals()
+
+
+@pytest.mark.parametrize("zygote", ["forked", "fresh"])
+def test_signals_to_the_process_reach_its_main_thread(monkeypatch, zygote):
+    """A signal the kernel gives to one of meshrt's threads runs its Python handler only
+    when the main thread next runs Python: a driver waiting on stdin would ignore Ctrl-C
+    (seen once in test_no_worker_outlives_the_driver[sigint]). meshrt's threads block
+    them; the processes it starts (a fresh zygote is started from its core thread) do not."""
+    if zygote == "fresh":
+        monkeypatch.setenv("MESHRT_FORK_ZYGOTE", "0")
+    meshrt.init(num_cpus=1)
+    actor = ThreadsOfAnActor.options(max_concurrency=2).remote()
+    assert meshrt.get(actor.ping.remote()) == 1
+    assert meshrt.get(actor.open_to_signals.remote()) == ["main"]
+    assert _threads_taking_signals() == ["main"]

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import spin
+from . import procutil, spin
 
 
 class HelperThread(concurrent.futures.Executor):
@@ -130,6 +130,7 @@ class HelperThread(concurrent.futures.Executor):
             self._thread.join()
 
     def _run(self) -> None:
+        procutil.signals_to_main_thread()
         get = self._queue.get
         try:
             while True:
