@@ -11,8 +11,6 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .procutil import signals_to_main_thread
-
 METHOD_OPTIONS = "__meshrt_method_options__"
 _UNSET = object()
 
@@ -45,8 +43,7 @@ class Groups:
         if is_async:
             self.semaphores = {name: asyncio.Semaphore(limit) for name, limit in groups}
         else:
-            self.pools = {name: ThreadPoolExecutor(limit, thread_name_prefix=f"meshrt-{name}",
-                                                 initializer=signals_to_main_thread)
+            self.pools = {name: ThreadPoolExecutor(limit, thread_name_prefix=f"meshrt-{name}")
                           for name, limit in groups}
 
     def of(self, call) -> str | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import exceptions as exc
 from ..objstore.serialization import system_error_payload
-from . import ids, lanes, procutil
+from . import ids, lanes
 from . import messages as m
 from .executor import Call, Executor, _new_loop
 from .helper_thread import HelperThread
@@ -47,7 +47,6 @@ class _Hosted:
     # -- the thread the actor runs on -------------------------------------------------------
 
     def serve(self, make, started: threading.Event, failed: list) -> None:
-        procutil.signals_to_main_thread()
         ex = self.executor
         loop = ex.user_loop = _new_loop()
         asyncio.set_event_loop(loop)

@@ -38,7 +38,7 @@ from ..objstore.serialization import (
     system_error_payload,
 )
 from . import args as argpack
-from . import call_payloads, context, ids, lanes, procutil
+from . import call_payloads, context, ids, lanes
 from . import messages as m
 from .concurrency_groups import Groups
 from .deferred import Deferred
@@ -437,8 +437,7 @@ class Executor:
                 self.instance = self.user_loop.run_until_complete(construct())
             else:
                 if spec.max_concurrency > 1 or spec.concurrency_groups:  # (groups: a threaded actor)
-                    self.pool = ThreadPoolExecutor(spec.max_concurrency, thread_name_prefix="meshrt-actor",
-                                                   initializer=procutil.signals_to_main_thread)
+                    self.pool = ThreadPoolExecutor(spec.max_concurrency, thread_name_prefix="meshrt-actor")
                 self.instance = cls(*args, **kwargs)
             if spec.concurrency_groups:
                 self.groups = Groups(spec.concurrency_groups, cls, spec.is_async)

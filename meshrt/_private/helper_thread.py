@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import procutil, spin
+from . import spin
 
 
 class HelperThread(concurrent.futures.Executor):
@@ -130,7 +130,6 @@ class HelperThread(concurrent.futures.Executor):
             self._thread.join()
 
     def _run(self) -> None:
-        procutil.signals_to_main_thread()
         get = self._queue.get
         try:
             while True:

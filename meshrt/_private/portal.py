@@ -15,8 +15,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from . import procutil
-
 try:  # uvloop is a hard dependency on POSIX; fall back quietly elsewhere.
     import uvloop
 
@@ -40,7 +38,6 @@ class LoopThread:
         self._ready.wait()
 
     def _run(self) -> None:
-        procutil.signals_to_main_thread()
         asyncio.set_event_loop(self.loop)
         self.thread_id = threading.get_ident()
         self.loop.call_soon(self._ready.set)

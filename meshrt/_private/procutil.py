@@ -27,29 +27,6 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-# Signals sent to the process, not to a thread, that Python handles (Ctrl-C, kill,
-# pytest-timeout's alarm...). Synchronous ones (SIGSEGV...) are never blocked.
-_PROCESS_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
-                    signal.SIGUSR2, signal.SIGALRM, signal.SIGCHLD, signal.SIGWINCH}
-
-
-def signals_to_main_thread() -> None:
-    """Block process-directed signals in the calling (meshrt) thread, so the kernel gives
-    them to the program's main thread. A signal that lands on another thread runs its
-    Python handler only once the main thread next runs Python: a main thread blocked
-    in ``input()`` or a read then never sees Ctrl-C (seen once: a driver waiting on
-    stdin ignored SIGINT). Threads started from here inherit the mask."""
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_BLOCK, _PROCESS_SIGNALS)
-
-
-def signals_unblocked() -> None:
-    """A process meshrt starts begins with every signal open: a process started from one
-    of meshrt's threads inherits its mask through fork and exec."""
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _PROCESS_SIGNALS)
-
-
 def freeze_imports_out_of_gc() -> None:
     """Move every object alive now (mostly imported modules) out of the cyclic GC.
 

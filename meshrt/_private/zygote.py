@@ -38,7 +38,6 @@ def main() -> None:
 def serve(channel_fd: int, parent: int) -> None:
     channel = socket.socket(fileno=channel_fd)
     procutil.die_with_parent(parent)
-    procutil.signals_unblocked()  # (started from the driver's core thread, say)
 
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)

@@ -19,7 +19,6 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from .._private.procutil import signals_to_main_thread
 from ..exceptions import SupervisionError
 from .shape import Point
 
@@ -89,7 +88,6 @@ async def _supervise_async(supervise, failure: MeshFailure) -> None:
 
 
 def _supervise_sync(supervise, failure: MeshFailure) -> None:
-    signals_to_main_thread()
     try:
         handled = supervise(failure)
     except BaseException as err:  # noqa: BLE001
@@ -102,7 +100,6 @@ def _supervise_sync(supervise, failure: MeshFailure) -> None:
 def _unhandled(failure: MeshFailure) -> None:
     import meshrt
 
-    signals_to_main_thread()
     hook = getattr(meshrt, "unhandled_fault_hook", unhandled_fault_hook)
     try:
         hook(failure)

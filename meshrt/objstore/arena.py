@@ -20,7 +20,6 @@ import mmap
 import os
 import threading
 
-from .._private.procutil import signals_to_main_thread
 from .allocator import PAGE
 
 # Linux >= 5.14: populate a range's page tables in one call instead of one fault
@@ -208,8 +207,7 @@ def _copy(dst: int, src: int, n: int) -> None:
             if _helper is None:  # made on first use: the zygote must stay single-threaded
                 from concurrent.futures import ThreadPoolExecutor
 
-                _helper = ThreadPoolExecutor(1, thread_name_prefix="meshrt-copy",
-                                             initializer=signals_to_main_thread)
+                _helper = ThreadPoolExecutor(1, thread_name_prefix="meshrt-copy")
     half = (n // 2) & ~(PAGE - 1)
     other = _helper.submit(_memmove, dst, src, half)
     _memmove(dst + half, src + half, n - half)  # ctypes releases the GIL for both

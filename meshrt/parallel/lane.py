@@ -14,8 +14,6 @@ import concurrent.futures
 import queue
 import threading
 
-from .._private.procutil import signals_to_main_thread
-
 _IDLE_S = 5.0
 _lanes: dict[tuple, Lane] = {}
 _lock = threading.Lock()
@@ -28,7 +26,6 @@ class Lane:
         threading.Thread(target=self._serve, name="meshrt-trainer", daemon=True).start()
 
     def _serve(self) -> None:
-        signals_to_main_thread()
         while True:
             try:
                 job = self.jobs.get(timeout=_IDLE_S)

@@ -19,14 +19,12 @@ import threading
 import numpy as np
 
 from .. import _C
-from .._private.procutil import signals_to_main_thread
 
 log = logging.getLogger("meshrt")
 INLINE_BYTES = 1 << 20
 CHUNK_MIN_BYTES = 8 << 20
 _THREADS = max(2, min(4, os.cpu_count() or 2))
-_pool = concurrent.futures.ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="meshrt-cma",
-                                                  initializer=signals_to_main_thread)
+_pool = concurrent.futures.ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="meshrt-cma")
 _refused: set[int] = set()  # owner pids the kernel will not let us attach to
 
 

@@ -7,12 +7,10 @@ import concurrent.futures
 import threading
 
 from .. import _C
-from .._private.procutil import signals_to_main_thread
 
 _opened: dict[bytes, list] = {}  # ipc handle -> [base pointer here, device, copies running, forgotten]
 _lock = threading.Lock()
-_copies = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="meshrt-cuda-ipc",
-                                                     initializer=signals_to_main_thread)
+_copies = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="meshrt-cuda-ipc")
 
 
 def available() -> tuple[int, str]:
