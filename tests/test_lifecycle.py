@@ -72,7 +72,10 @@ def test_unknown_init_argument_is_named():
 
 DRIVER = textwrap.dedent(
     """
-    import os, sys, time, meshrt
+    import os, signal, sys, time, meshrt
+    # Ctrl-C as in a terminal: a test run started in the background (`cmd &` in a script)
+    # hands its children SIGINT ignored, and Python then installs no KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     meshrt.init(num_cpus=2)
 
     @meshrt.remote
