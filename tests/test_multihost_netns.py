@@ -292,3 +292,38 @@ def test_where_ucx_has_no_route_the_error_names_the_setting_that_works(namespace
         finally:
             meshrt.shutdown()
             stop_agent(agent)
+
+
+def _connecting_to(address: str) -> bool:
+    """This process has a TCP connect to ``address`` that no answer has reached yet."""
+    import psutil
+
+    return any(c.status == psutil.CONN_SYN_SENT and c.raddr and c.raddr[0] == address
+               for c in psutil.Process().net_connections(kind="tcp"))
+
+
+@pytest.mark.timeout(180)
+def test_a_connect_to_a_cut_off_host_holds_up_no_other_transfer(short_host_timeout, namespaces, ns_cluster,
+                                                                failures):
+    """UCX connects to a peer when it first reads from it. To a host cut off the network
+    that connect gets no answer for minutes; it must not hold up this process's
+    transfers with other hosts (UCX_TCP_CONN_NB, set by meshrt)."""
+    torch = pytest.importorskip("torch")
+    from .test_multihost import BufferOwner
+
+    hosts, _, remember = ns_cluster
+    procs = hosts.spawn_procs(per_host={"gpus": 1})
+    owners = [procs.slice(hosts=h).spawn(f"owner{h}", BufferOwner, 1 << 20) for h in (0, 1)]
+    remember()
+    cut_off, reachable = (o.handle.call_one().get(timeout=60) for o in owners)  # no transfer yet: no connect
+    namespaces.cut(0)
+    try:
+        stuck = cut_off.read_into(torch.empty(1 << 20), timeout=10)
+        assert wait_until(lambda: _connecting_to(f"{SUBNET}.2"), 30), "no connect to the cut-off host"
+        got = torch.empty(1 << 20)
+        reachable.read_into(got).get(timeout=30)  # while that connect waits
+        assert torch.equal(got, torch.arange(1 << 20, dtype=torch.float32))
+        with pytest.raises((meshrt.exceptions.ObjectLostError, RuntimeError)):
+            stuck.get(timeout=60)
+    finally:
+        namespaces.mend(0)

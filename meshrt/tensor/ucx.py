@@ -40,6 +40,11 @@ _DEFAULT_ENV = {
     # least the send segment.
     "UCX_TCP_TX_SEG_SIZE": "1m",
     "UCX_TCP_RX_SEG_SIZE": "1m",
+    # Connect without blocking: UCX connects to a peer at the first transfer with it, on
+    # the engine's one thread, and to a host cut off the network a blocking connect
+    # waits minutes for an answer while every other transfer of this process waits too
+    # (tests/test_multihost_netns.py, a connect to a cut-off host).
+    "UCX_TCP_CONN_NB": "y",
     # Memory-event hooks cost ~0.4 s at load (they patch every loaded library) and only
     # serve UCX's registration cache; RDMA clusters may set UCX_MEM_EVENTS=yes.
     "UCX_MEM_EVENTS": "no",
