@@ -17,7 +17,7 @@ from meshrt.tensor import TensorBuffer  # noqa: E402
 
 from .helpers import run_python  # noqa: E402
 from .test_mesh_distributed import _data, _model, _train  # noqa: E402
-from .test_tensor import pattern  # noqa: E402
+from .test_tensor import CudaPeer, pattern  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -63,16 +63,6 @@ class GpuProbe(Actor):
     def triple(self, t):
         assert t.is_cuda
         return t * 3
-
-    @endpoint
-    async def roundtrip(self, buf):
-        on_gpu = torch.empty(buf.numel, dtype=buf.dtype, device="cuda")
-        await buf.read_into(on_gpu)
-        on_cpu = torch.empty(buf.numel, dtype=buf.dtype)
-        await buf.read_into(on_cpu)
-        assert torch.equal(on_gpu.cpu(), on_cpu)
-        await buf.write_from(on_gpu * 2)
-        return on_cpu
 
 
 def test_each_mesh_process_sees_its_own_gpu():
@@ -149,7 +139,7 @@ def test_a_driver_owned_gpu_buffer_read_and_written_by_a_mesh_process(monkeypatc
     if path == "ucx":
         monkeypatch.setenv("MESHRT_TENSOR_TRANSPORT", "ucx")
     meshrt.init()
-    peer = this_host().spawn_procs(per_host={"gpus": 1}).spawn("probe", GpuProbe)
+    peer = this_host().spawn_procs(per_host={"gpus": 1}).spawn("peer", CudaPeer)
     n = 1 << 22
     t = pattern(n, torch.float32).cuda()
     buf = TensorBuffer(t)

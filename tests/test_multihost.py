@@ -242,8 +242,15 @@ def buffer_path(request, monkeypatch):
 def test_tensor_buffers_between_hosts(buffer_path, cluster):
     """An actor on one host reads and writes a tensor owned on the other, one-sided
     (same-machine path, or UCX over tcp with MESHRT_TENSOR_TRANSPORT=ucx)."""
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     hosts, _, _, remember = cluster
+    assert_a_buffer_crosses_hosts(hosts, remember)
+
+
+def assert_a_buffer_crosses_hosts(hosts, remember) -> None:
+    """An actor on host 1 reads and halves a tensor owned by an actor on host 0."""
+    import torch
+
     procs = hosts.spawn_procs(per_host={"gpus": 1})
     owner = procs.slice(hosts=0).spawn("owner", BufferOwner, 1 << 22)
     peer = procs.slice(hosts=1).spawn("peer", BufferPeer)

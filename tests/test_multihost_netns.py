@@ -27,6 +27,7 @@ from .test_multihost import (
     TOKEN,
     AgentProcesses,
     Worker,
+    assert_a_buffer_crosses_hosts,
     assert_host1_serves,
     hang_on_host0,
     kill_agent_mid_call,
@@ -228,17 +229,9 @@ def test_large_values_between_namespaced_hosts_are_pulled_over_the_network(ns_cl
 
 @pytest.mark.timeout(180)
 def test_a_tensor_buffer_is_read_and_written_from_another_namespaced_host(ns_cluster):
-    torch = pytest.importorskip("torch")
-    from .test_multihost import BufferOwner, BufferPeer
-
+    pytest.importorskip("torch")
     hosts, _, remember = ns_cluster
-    procs = hosts.spawn_procs(per_host={"gpus": 1})
-    owner = procs.slice(hosts=0).spawn("owner", BufferOwner, 1 << 22)
-    peer = procs.slice(hosts=1).spawn("peer", BufferPeer)
-    remember()
-    buf = owner.handle.call_one().get(timeout=60)
-    assert peer.halve.call_one(buf).get(timeout=60) == float(torch.arange(1 << 22, dtype=torch.float64).sum())
-    assert owner.head.call_one(4).get(timeout=30) == [0.0, 0.5, 1.0, 1.5]
+    assert_a_buffer_crosses_hosts(hosts, remember)
 
 
 @pytest.fixture

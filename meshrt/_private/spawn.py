@@ -182,10 +182,7 @@ def fork_zygote_if_safe() -> tuple[int, socket.socket] | None:
 
     if threading.active_count() != 1:
         return None
-    torch = sys.modules.get("torch")
-    if torch is not None and getattr(getattr(torch, "cuda", None), "is_initialized", lambda: False)():
-        return None
-    if _gpu_driver_started():
+    if _gpu_driver_started():  # (torch.cuda initialized, or only asked whether there is a GPU)
         return None
     probe = _gnu_openmp_threads_may_run()
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
