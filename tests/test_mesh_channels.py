@@ -2,15 +2,39 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+
 import pytest
 
 from meshrt import Actor, Channel, endpoint, this_host
+from meshrt.exceptions import ActorDiedError
 
 
 class Sender(Actor):
+    def __init__(self):
+        self.kept = None
+
     @endpoint
     def send_to(self, port, value):
         port.send(value)
+
+    @endpoint
+    def drop(self, port):
+        pass
+
+    @endpoint
+    def keep(self, port):
+        self.kept = port
+
+    @endpoint
+    def send_kept(self, value):
+        self.kept.send(value)
+        self.kept = None
+
+    @endpoint
+    def crash(self):
+        os._exit(3)
 
     @endpoint
     async def fail_to(self, port):
@@ -77,6 +101,17 @@ class Answerer(Actor):
         return "dropped"
 
     @endpoint(explicit_response_port=True)
+    def hand_on(self, port, helper, keep_here=False):
+        helper.drop.call_one(port).get(timeout=30)
+        if keep_here:
+            self.saved = port  # (sent later by release(): the helper's dropped copy must not fail the call)
+
+    @endpoint(explicit_response_port=True)
+    def hand_to_keeper(self, port, helper, kept):
+        helper.keep.call_one(port).get(timeout=30)
+        kept.send(True)  # (the caller learns the keeper holds the port)
+
+    @endpoint(explicit_response_port=True)
     def sends_then_raises(self, port):
         port.send("sent")
         raise KeyError("after the reply")
@@ -100,4 +135,36 @@ async def test_an_endpoint_with_an_explicit_response_port_answers_through_it(rt)
     with pytest.raises(RuntimeError, match="returned without sending a reply on its response port"):
         await mesh.slice(gpus=0).forgets.call_one()  # (it waited for ever)
     assert await mesh.slice(gpus=0).sends_then_raises.call_one() == "sent"  # (the first reply stands)
+    await procs.stop()
+
+
+async def test_a_response_port_handed_on_and_dropped_everywhere_fails_its_call(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    mesh = procs.spawn("a", Answerer)
+    helpers = this_host().spawn_procs(per_host={"two": 2})
+    helper = helpers.spawn("h", Sender)
+    one = helper.slice(two=0)
+    with pytest.raises(RuntimeError, match=r"a\.hand_on at Point\(gpus=0\): its response port was handed on, and "
+                                           r"every copy of it was dropped"):
+        await asyncio.wait_for(mesh.hand_on.call_one(one), 30)  # (it waited for ever)
+    pending = mesh.hand_on.call_one(one, keep_here=True)  # (a copy dropped, the endpoint's kept)
+    await mesh.release.call_one("kept here")
+    assert await asyncio.wait_for(pending, 30) == "kept here"
+    note, noted = Channel.open()
+    kept = mesh.hand_to_keeper.call_one(one, note)  # (held elsewhere: waits, then answered from there)
+    await asyncio.wait_for(noted.recv(), 30)
+    await one.send_kept.call_one("from the keeper")
+    assert await asyncio.wait_for(kept, 30) == "from the keeper"
+    kept = mesh.hand_to_keeper.call_one(one, note)
+    await asyncio.wait_for(noted.recv(), 30)
+    await one.keep.call_one(None)  # (the keeper lets go of its copy)
+    with pytest.raises(RuntimeError, match="every copy of it was dropped"):
+        await asyncio.wait_for(kept, 30)
+    crashed = mesh.hand_to_keeper.call_one(helper.slice(two=1), note)
+    await asyncio.wait_for(noted.recv(), 30)
+    with pytest.raises(ActorDiedError):
+        await asyncio.wait_for(helper.slice(two=1).crash.call_one(), 30)
+    with pytest.raises(RuntimeError, match="or its process died"):
+        await asyncio.wait_for(crashed, 30)  # (its holder died)
+    await helpers.stop()
     await procs.stop()

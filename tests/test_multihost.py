@@ -131,6 +131,35 @@ class Worker(Actor):
                 float(mesh.echo.call_one(value).get(timeout=30).sum()))
 
 
+class Relayer(Actor):
+    """Answers through its response port, handed to an actor on another host."""
+
+    @endpoint(explicit_response_port=True)
+    def via(self, port, other, send):
+        (other.echo_to if send else other.drop).call_one(port).get(timeout=30)
+
+
+class Far(Actor):
+    @endpoint
+    def echo_to(self, port):
+        port.send(int(os.environ.get("MESHRT_HOST_ID", "0")))
+
+    @endpoint
+    def drop(self, port):
+        pass
+
+
+def test_a_response_port_crosses_hosts_and_a_dropped_one_fails_its_call(cluster):
+    hosts, _, _, remember = cluster
+    near = hosts.slice(hosts=0).spawn_procs(per_host={"gpus": 1}).spawn("near", Relayer)
+    far_procs = hosts.slice(hosts=1).spawn_procs(per_host={"gpus": 1})
+    far = far_procs.spawn("far", Far)
+    remember()
+    assert near.via.call_one(far, True).get(timeout=30) not in (0, None)  # (answered from the far host)
+    with pytest.raises(RuntimeError, match="every copy of it was dropped"):
+        near.via.call_one(far, False).get(timeout=30)  # (it waited for ever)
+
+
 def test_spawn_across_hosts_and_slice_by_host(cluster):
     hosts, _, _, remember = cluster
     assert hosts.sizes == {"hosts": 2}

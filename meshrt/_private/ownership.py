@@ -8,6 +8,8 @@ the receipt on arrival (``adopt``); dropped refs go back to their owner in batch
 
 from __future__ import annotations
 
+import logging
+
 from .. import exceptions as exc
 from ..objstore.serialization import Payload, inline_copy, system_error_payload
 from ..objstore.table import KIND_ACTOR_HANDLE, ObjectEntry
@@ -15,6 +17,8 @@ from . import ids
 from . import messages as m
 from .portal import in_background
 from .refs import ObjectRef
+
+log = logging.getLogger("meshrt")
 
 
 class Ownership:
@@ -195,6 +199,11 @@ class Ownership:
         self.release_payload(entry.payload)
         if entry.kind == KIND_ACTOR_HANDLE:
             self.actor_handle_released(entry.actor_id)
+        if entry.on_release is not None:
+            try:
+                entry.on_release()
+            except Exception:  # noqa: BLE001 - one hook's failure must not stop the release of others
+                log.exception("meshrt: an object's release hook failed")
 
     def _release_borrowed(self, entry: ObjectEntry) -> None:
         if entry.receipts:

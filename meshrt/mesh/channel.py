@@ -29,12 +29,15 @@ _port_ids = itertools.count(1)
 class Port:
     """Where to send: ``port.send(value)`` or ``port.exception(err)``, from any process."""
 
-    __slots__ = ("_owner", "_port_id", "_host")
+    __slots__ = ("_owner", "_port_id", "_host", "_life")
 
-    def __init__(self, owner: int, port_id: int, host: int = 0) -> None:
+    def __init__(self, owner: int, port_id: int, host: int = 0, life=None) -> None:
         self._owner = owner
         self._port_id = port_id
         self._host = host  # the receiver's host: a sender on another one cannot use its own store
+        # (a response port handed on: a ref its receiver owns, counted in every process a
+        # copy goes to; when the last copy is dropped, the receiver learns the reply never comes)
+        self._life = life
 
     def send(self, value: Any) -> None:
         """Send ``value`` to the receiver (tagged with this code's message rank)."""
@@ -44,16 +47,19 @@ class Port:
             payload, held = serialize(value, core.placer(None, self._owner))
         except TypeError as err:
             raise TypeError(f"Port.send(): {err}") from None
-        core.io.post(core.send_port, self._owner, self._port_id, payload, held, _sender_rank())
+        # (the port's own ref stays held until the value has left: its release follows the value)
+        core.io.post(core.send_port, self._owner, self._port_id, payload, (held, self._life), _sender_rank())
 
     def exception(self, err: BaseException) -> None:
         """Make the receiver's next ``recv()`` raise ``err``."""
         core = state.core()
         core.io.post(core.send_port, self._owner, self._port_id, error_payload(err, "Port.exception", os.getpid()),
-                     None, _sender_rank())
+                     self._life, _sender_rank())
 
     def __reduce__(self):
-        return (Port, (self._owner, self._port_id, self._host))
+        if self._life is None:
+            return (Port, (self._owner, self._port_id, self._host))
+        return (Port, (self._owner, self._port_id, self._host, self._life))
 
     def __repr__(self) -> str:
         return f"<Port {self._port_id} of worker {self._owner}>"

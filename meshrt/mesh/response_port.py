@@ -4,16 +4,25 @@ As in Monarch, such an endpoint gets a port as its first argument and its reply 
 what is sent there (its return value is dropped): now, later from another call, or
 from another process the port was handed to. Sent here, it settles the call's
 Deferred directly; pickled, it becomes an ordinary Port to a one-value channel of
-this process, whose value is forwarded to the call on the actor's event loop.
+this process, whose value is forwarded to the call on the actor's event loop. Once
+the endpoint and every process the port went to have dropped it (or died) without a
+reply, the call fails, as it does for a port dropped where it was given.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import os
 import threading
 from typing import Any
 
+from .._private import ids, state
 from .._private.deferred import Deferred
+from .._private.portal import in_background
+from .._private.refs import ObjectRef
+from ..objstore.serialization import error_payload
+from ..objstore.table import ObjectEntry
 
 
 class ResponsePort(Deferred):
@@ -40,6 +49,7 @@ class ResponsePort(Deferred):
 
     def __del__(self) -> None:
         # Dropped unsent (and never handed on): the call would wait for ever; fail it.
+        # (Handed on: the copies decide, see _life_ref.)
         try:
             if not self.settled and self._port is None:
                 self.settle(False, RuntimeError(
@@ -54,20 +64,47 @@ class ResponsePort(Deferred):
     def _forwarding_port(self):
         with self._lock:
             if self._port is None:
-                from .channel import Channel
+                from .channel import Channel, Port
 
                 port, receiver = Channel.open(once=True)
-                asyncio.run_coroutine_threadsafe(self._forward(receiver), self._loop)
-                self._port = port
+                # The forwarding task (kept until it ends: asyncio holds tasks weakly) holds
+                # the call's future, not this port: dropped by the endpoint, this port lets
+                # go of its life ref (_life_ref).
+                self._loop.call_soon_threadsafe(in_background, _forward(self._future, receiver))
+                self._port = Port(port._owner, port._port_id, port._host, _life_ref(port._port_id, self._where))
             return self._port
-
-    async def _forward(self, receiver) -> None:
-        try:
-            value = await receiver.recv()
-        except BaseException as err:  # noqa: BLE001 - what Port.exception sent
-            self.settle(False, err)
-        else:
-            self.settle(True, value)
 
     def __repr__(self) -> str:
         return f"<response port of {self._where}>"
+
+
+async def _forward(future: concurrent.futures.Future, receiver) -> None:
+    """Settle the call with what its handed-on port received."""
+    try:
+        outcome = (True, await receiver.recv())
+    except BaseException as err:  # noqa: BLE001 - what Port.exception sent
+        outcome = (False, err)
+    try:
+        future.set_result(outcome)
+    except concurrent.futures.InvalidStateError:  # (answered here first)
+        pass
+
+
+def _life_ref(port_id: int, where: str):
+    """A ref this process owns, carried by every copy of the handed-on port (and held
+    by the endpoint's own port object): once the endpoint and every process a copy
+    went to have dropped theirs, or died, without a reply, none can come, and the
+    call fails instead of waiting for ever. The ownership protocol counts the copies
+    (objstore/table.py): a value sent before a copy is dropped arrives first."""
+    core = state.core()
+    entry = ObjectEntry(ids.new_put_id(), core.worker_id)
+
+    def abandoned() -> None:  # (core loop; a reply that came first has closed the port)
+        err = RuntimeError(f"{where}: its response port was handed on, and every copy of it was dropped "
+                           f"(or its process died) without a reply; send on the port (port.send(value)) "
+                           f"or fail the call with port.exception(err)")
+        core.send_port(core.worker_id, port_id, error_payload(err, where, os.getpid()), None)
+
+    entry.on_release = abandoned
+    core.table.entries[entry.id] = entry  # (before the ref counts it, as for actor handles)
+    return ObjectRef(entry.id, core.worker_id, core.table.deltas)

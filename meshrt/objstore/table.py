@@ -29,7 +29,7 @@ KIND_ACTOR_HANDLE = 1
 class ObjectEntry:
     __slots__ = (
         "id", "owner", "payload", "waiters", "local", "borrowers", "receipts",
-        "held", "pending", "fetching", "kind", "actor_id", "last_access",
+        "held", "pending", "fetching", "kind", "actor_id", "last_access", "on_release",
     )
 
     def __init__(self, oid: int, owner: int, pending: bool = False, kind: int = KIND_OBJECT):
@@ -46,6 +46,7 @@ class ObjectEntry:
         self.kind = kind
         self.actor_id = 0
         self.last_access = 0.0
+        self.on_release = None  # owned: called on the core loop once no process holds a ref any more
 
     def remove_waiter(self, waiter) -> None:
         """Forget a waiter that gave up (timeout), so polling callers do not pile up."""
