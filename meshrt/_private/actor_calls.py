@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import pickle
 from typing import Any
 
-from ..objstore.table import KIND_ACTOR_HANDLE, ObjectEntry
 from . import ids, lanes
 from . import messages as m
 from .pending import PendingTask
@@ -100,9 +100,8 @@ class ActorCalls:
         handle_ref = None
         if opts.name is None and not opts.detached:
             # Unnamed actors live while some handle to them does (Ray's rule).
-            entry = ObjectEntry(handle_oid, self.worker_id, kind=KIND_ACTOR_HANDLE)
-            entry.actor_id = actor_id
-            self.table.entries[handle_oid] = entry
+            entry = self.table.owned(handle_oid)
+            entry.on_release = functools.partial(self.actor_handle_released, actor_id)
             handle_ref = ObjectRef(handle_oid, self.worker_id, self.table.deltas)
         pt = PendingTask(actor_id, actor_cls._name, payload, deps, pins, 0)
         pt.kind = "create"

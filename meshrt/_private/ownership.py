@@ -12,7 +12,7 @@ import logging
 
 from .. import exceptions as exc
 from ..objstore.serialization import Payload, inline_copy, system_error_payload
-from ..objstore.table import KIND_ACTOR_HANDLE, ObjectEntry
+from ..objstore.table import ObjectEntry
 from . import ids
 from . import messages as m
 from .portal import in_background
@@ -197,8 +197,6 @@ class Ownership:
     def _release_owned(self, entry: ObjectEntry) -> None:
         self.forget_copies(entry.id)
         self.release_payload(entry.payload)
-        if entry.kind == KIND_ACTOR_HANDLE:
-            self.actor_handle_released(entry.actor_id)
         if entry.on_release is not None:
             try:
                 entry.on_release()

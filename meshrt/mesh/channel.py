@@ -57,8 +57,6 @@ class Port:
                      self._life, _sender_rank())
 
     def __reduce__(self):
-        if self._life is None:
-            return (Port, (self._owner, self._port_id, self._host))
         return (Port, (self._owner, self._port_id, self._host, self._life))
 
     def __repr__(self) -> str:

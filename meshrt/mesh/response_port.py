@@ -22,7 +22,6 @@ from .._private.deferred import Deferred
 from .._private.portal import in_background
 from .._private.refs import ObjectRef
 from ..objstore.serialization import error_payload
-from ..objstore.table import ObjectEntry
 
 
 class ResponsePort(Deferred):
@@ -97,7 +96,7 @@ def _life_ref(port_id: int, where: str):
     call fails instead of waiting for ever. The ownership protocol counts the copies
     (objstore/table.py): a value sent before a copy is dropped arrives first."""
     core = state.core()
-    entry = ObjectEntry(ids.new_put_id(), core.worker_id)
+    entry = core.table.owned(ids.new_put_id())  # (before the ref counts it, as for actor handles)
 
     def abandoned() -> None:  # (core loop; a reply that came first has closed the port)
         err = RuntimeError(f"{where}: its response port was handed on, and every copy of it was dropped "
@@ -106,5 +105,4 @@ def _life_ref(port_id: int, where: str):
         core.send_port(core.worker_id, port_id, error_payload(err, where, os.getpid()), None)
 
     entry.on_release = abandoned
-    core.table.entries[entry.id] = entry  # (before the ref counts it, as for actor handles)
     return ObjectRef(entry.id, core.worker_id, core.table.deltas)

@@ -22,17 +22,14 @@ from collections.abc import Callable, Iterable
 
 from .serialization import Payload
 
-KIND_OBJECT = 0
-KIND_ACTOR_HANDLE = 1
-
 
 class ObjectEntry:
     __slots__ = (
         "id", "owner", "payload", "waiters", "local", "borrowers", "receipts",
-        "held", "pending", "fetching", "kind", "actor_id", "last_access", "on_release",
+        "held", "pending", "fetching", "last_access", "on_release",
     )
 
-    def __init__(self, oid: int, owner: int, pending: bool = False, kind: int = KIND_OBJECT):
+    def __init__(self, oid: int, owner: int, pending: bool = False):
         self.id = oid
         self.owner = owner
         self.payload: Payload | None = None
@@ -43,10 +40,10 @@ class ObjectEntry:
         self.held: list | None = None  # ObjectRefs contained in payload, kept alive with it
         self.pending = pending
         self.fetching = False
-        self.kind = kind
-        self.actor_id = 0
         self.last_access = 0.0
-        self.on_release = None  # owned: called on the core loop once no process holds a ref any more
+        # Owned: called on the core loop once no process holds a ref any more (an actor
+        # handle's entry ends its actor; a handed-on response port's fails its call).
+        self.on_release = None
 
     def remove_waiter(self, waiter) -> None:
         """Forget a waiter that gave up (timeout), so polling callers do not pile up."""
@@ -79,8 +76,8 @@ class ObjectTable:
         self.entries: dict[int, ObjectEntry] = {}
         self.deltas: collections.deque = collections.deque()
 
-    def owned(self, oid: int, pending: bool = False, kind: int = KIND_OBJECT) -> ObjectEntry:
-        entry = ObjectEntry(oid, self.my_id, pending, kind)
+    def owned(self, oid: int, pending: bool = False) -> ObjectEntry:
+        entry = ObjectEntry(oid, self.my_id, pending)
         self.entries[oid] = entry
         return entry
 
