@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
 
@@ -54,3 +56,31 @@ def run_python(code: str, timeout: float, env: dict | None = None):
         proc.communicate()
         raise
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+_TOKEN = b"t" * 32
+
+
+@contextlib.asynccontextmanager
+async def wire_pair(count: int):
+    """A client connection to a server that collects what it receives; ``enough`` is set
+    once ``count`` messages have arrived."""
+    from meshrt._private import addresses, wire
+
+    received: list = []
+    enough = asyncio.Event()
+    address = addresses.new_unix_address("pair")
+
+    def on_messages(conn, msgs):
+        received.extend(msgs)
+        if len(received) >= count:
+            enough.set()
+
+    server = await wire.listen(address, _TOKEN, lambda: {"on_messages": on_messages})
+    client = await wire.connect(address, _TOKEN)
+    try:
+        yield client, received, enough
+    finally:
+        client.close()
+        server.close()
+        await server.wait_closed()

@@ -266,24 +266,33 @@ def test_deep_queue_of_tasks_that_block_on_children(rt):
 
 
 def test_cancel_a_task_queued_behind_others(rt):
-    @meshrt.remote
-    def slow(i):
-        import time
+    # Every CPU is held by a task that blocks on a socket the test holds open (not in
+    # meshrt.get(), which would hand its CPU back), so the quick tasks stay queued.
+    import socket
 
-        time.sleep(0.01)
+    @meshrt.remote
+    def hold(address):
+        import socket
+
+        try:
+            with socket.create_connection(address) as conn:
+                conn.recv(1)  # returns (or raises) when the test closes its listener
+        except OSError:
+            pass
+        return "held"
+
+    @meshrt.remote
+    def quick(i):
         return i
 
-    refs = [slow.remote(i) for i in range(40)]
-    meshrt.cancel(refs[30])
-    results = []
-    for ref in refs:
-        try:
-            results.append(meshrt.get(ref, timeout=60))
-        except meshrt.exceptions.TaskCancelledError:
-            results.append("cancelled")
-    # refs[30] may have finished before the cancel arrived; all others are untouched
-    assert [r for i, r in enumerate(results) if i != 30] == [i for i in range(40) if i != 30]
-    assert results[30] in (30, "cancelled")
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        holders = [hold.remote(listener.getsockname()) for _ in range(2)]  # (the 2 CPUs of rt)
+        refs = [quick.remote(i) for i in range(40)]
+        meshrt.cancel(refs[30])
+        with pytest.raises(meshrt.exceptions.TaskCancelledError):
+            meshrt.get(refs[30], timeout=60)
+    assert meshrt.get(holders, timeout=60) == ["held", "held"]
+    assert [meshrt.get(r, timeout=60) for i, r in enumerate(refs) if i != 30] == [i for i in range(40) if i != 30]
 
 
 def test_worker_death_retries_tasks_queued_behind(rt, tmp_path):

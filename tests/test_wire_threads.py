@@ -5,36 +5,10 @@ take a frame in one write."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import pickle
 import threading
 
-from meshrt._private import addresses, wire
-
-TOKEN = b"t" * 32
-
-
-@contextlib.asynccontextmanager
-async def _connected(count: int):
-    """A client connection to a server that collects what it receives; ``enough`` is set
-    once ``count`` messages have arrived."""
-    received: list = []
-    enough = asyncio.Event()
-    address = addresses.new_unix_address("threads")
-
-    def on_messages(conn, msgs):
-        received.extend(msgs)
-        if len(received) >= count:
-            enough.set()
-
-    server = await wire.listen(address, TOKEN, lambda: {"on_messages": on_messages})
-    client = await wire.connect(address, TOKEN)
-    try:
-        yield client, received, enough
-    finally:
-        client.close()
-        server.close()
-        await server.wait_closed()
+from tests import helpers
 
 
 async def _on_a_thread(fn) -> None:
@@ -46,7 +20,7 @@ async def _on_a_thread(fn) -> None:
 
 async def test_thread_sends_interleave_with_loop_sends_in_order():
     n = 400
-    async with _connected(n + 1) as (client, received, enough):
+    async with helpers.wire_pair(n + 1) as (client, received, enough):
         def from_thread():
             for i in range(n):
                 client.send_from_thread(("thread", i))
@@ -59,7 +33,7 @@ async def test_thread_sends_interleave_with_loop_sends_in_order():
 
 
 async def test_thread_send_larger_than_the_socket_buffer_arrives_whole():
-    async with _connected(3) as (client, received, enough):
+    async with helpers.wire_pair(3) as (client, received, enough):
         big = bytes(range(256)) * (64 << 10)  # 16 MiB: more than one write takes
 
         def from_thread():
@@ -75,7 +49,7 @@ async def test_thread_send_larger_than_the_socket_buffer_arrives_whole():
 
 
 async def test_thread_send_with_more_buffers_than_one_writev_takes():
-    async with _connected(2) as (client, received, enough):
+    async with helpers.wire_pair(2) as (client, received, enough):
         parts = [bytes([i % 256]) * (64 << 10) for i in range(1100)]  # > IOV_MAX pieces
 
         def from_thread():

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import addresses
+from .unpicklable import errors_described
 
 log = logging.getLogger("meshrt.wire")
 
@@ -417,11 +418,21 @@ class Connection(asyncio.BufferedProtocol):
             self.transport.writelines(chunks)
 
     def _frames_each(self, msgs: list) -> list:
-        """One frame per message, leaving out (and logging) those that cannot be pickled."""
+        """One frame per message; one that cannot be pickled goes with the errors inside it
+        described (unpicklable.py), and is left out (and logged) only when that fails too."""
         chunks: list = []
         for msg in msgs:
             try:
                 chunks += self._frame([msg])
+                continue
+            except Exception:  # noqa: BLE001
+                stand_in = errors_described(msg)
+            try:
+                if stand_in is None:
+                    raise TypeError("no error inside it to describe instead")
+                chunks += self._frame([stand_in])
+                log.warning("meshrt: a %s to %s carried an error that could not be pickled; sent a description "
+                            "of it instead", type(msg).__name__, self._peer_name())
             except Exception:  # noqa: BLE001
                 log.exception("meshrt: dropped a %s to %s that could not be pickled", type(msg).__name__,
                               self._peer_name())
