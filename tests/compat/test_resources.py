@@ -12,7 +12,6 @@
 """
 import os
 import threading
-import time
 
 import pytest
 
@@ -26,12 +25,18 @@ class ConcurrencyTracker:
     def __init__(self):
         self.current = 0
         self.peak = 0
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()
 
     def enter(self):
         with self.lock:
             self.current += 1
             self.peak = max(self.peak, self.current)
+            self.lock.notify_all()
+
+    def wait_for_company(self, n, timeout):
+        """Until ``n`` queries have been inside at once (True), or ``timeout`` s."""
+        with self.lock:
+            return self.lock.wait_for(lambda: self.peak >= n, timeout)
 
     def exit(self):
         with self.lock:
@@ -42,9 +47,11 @@ class ConcurrencyTracker:
 
 
 @ray.remote(resources={"db_connection": 1})
-def run_query(tracker, query_id):
+def run_query(tracker, query_id, company=2):
     ray.get(tracker.enter.remote())
-    time.sleep(0.05)
+    # Holding its connection, a query waits until two were inside at once: with two
+    # connections that always happens, and a third would raise the peak above 2.
+    assert ray.get(tracker.wait_for_company.remote(company, 60))
     ray.get(tracker.exit.remote())
     return f"rows for q{query_id}"
 
@@ -55,10 +62,10 @@ def test_custom_resource_limits_concurrency():
     tracker = ConcurrencyTracker.options(max_concurrency=8).remote()
     results = ray.get([run_query.remote(tracker, i) for i in range(8)])
     assert results == [f"rows for q{i}" for i in range(8)]
-    assert 1 <= ray.get(tracker.peak_seen.remote()) <= 2
+    assert ray.get(tracker.peak_seen.remote()) == 2
 
     # .options() can ask for more of the custom resource per call.
-    exclusive = run_query.options(resources={"db_connection": 2}).remote(tracker, 99)
+    exclusive = run_query.options(resources={"db_connection": 2}).remote(tracker, 99, 1)
     assert ray.get(exclusive) == "rows for q99"
 
 
