@@ -8,6 +8,7 @@ import threading
 import time
 
 import meshrt
+from meshrt._private import addresses, wire
 
 
 def wait_until(predicate, timeout: float = 5.0, interval: float = 0.01):
@@ -65,8 +66,6 @@ _TOKEN = b"t" * 32
 async def wire_pair(count: int):
     """A client connection to a server that collects what it receives; ``enough`` is set
     once ``count`` messages have arrived."""
-    from meshrt._private import addresses, wire
-
     received: list = []
     enough = asyncio.Event()
     address = addresses.new_unix_address("pair")

@@ -424,19 +424,25 @@ class Connection(asyncio.BufferedProtocol):
         for msg in msgs:
             try:
                 chunks += self._frame([msg])
-                continue
             except Exception:  # noqa: BLE001
-                stand_in = errors_described(msg)
-            try:
-                if stand_in is None:
-                    raise TypeError("no error inside it to describe instead")
-                chunks += self._frame([stand_in])
-                log.warning("meshrt: a %s to %s carried an error that could not be pickled; sent a description "
-                            "of it instead", type(msg).__name__, self._peer_name())
-            except Exception:  # noqa: BLE001
-                log.exception("meshrt: dropped a %s to %s that could not be pickled", type(msg).__name__,
-                              self._peer_name())
+                if not self._frame_described(msg, chunks):
+                    log.exception("meshrt: dropped a %s to %s that could not be pickled", type(msg).__name__,
+                                  self._peer_name())
         return chunks
+
+    def _frame_described(self, msg, chunks: list) -> bool:
+        """Add a frame of ``msg`` with its errors described; False when it has none, or
+        still cannot be pickled."""
+        stand_in = errors_described(msg)
+        if stand_in is None:
+            return False
+        try:
+            chunks += self._frame([stand_in])
+        except Exception:  # noqa: BLE001
+            return False
+        log.warning("meshrt: a %s to %s carried an error that could not be pickled; sent a description of it "
+                    "instead", type(msg).__name__, self._peer_name())
+        return True
 
     def _frame(self, msgs: list) -> list:
         """One frame's byte chunks: prefix, pickled messages, large buffers out of band."""

@@ -9,7 +9,6 @@
   cancel that also stops the children a parent task spawned.
 """
 import asyncio
-import time
 
 import pytest
 
@@ -35,7 +34,7 @@ class Signal:
 
 @ray.remote
 def score_document(doc_id):
-    time.sleep(0.01 * (doc_id % 5))
+    sum(range(20_000 * (doc_id % 5)))  # uneven work
     return doc_id, len(f"document-{doc_id}") * doc_id
 
 
@@ -109,7 +108,7 @@ def long_crawl(signal, pages):
     ray.get(signal.send.remote())  # tell the driver we are running
     crawled = 0
     for _ in range(pages):
-        time.sleep(0.05)
+        sum(range(50_000))  # one page's work (a cancel interrupts it between bytecodes)
         crawled += 1
     return crawled
 
@@ -181,7 +180,7 @@ class ChildRegistry:
 @ray.remote
 def child_job(part):
     for _ in range(10_000):
-        time.sleep(0.05)
+        sum(range(50_000))  # long work, until cancelled
     return part
 
 
