@@ -19,10 +19,11 @@ import signal
 import socket
 
 from ..objstore.store import SharedStore
-from . import addresses, heartbeat, procutil, wire
+from . import addresses, heartbeat, procutil, ucx_routes, wire
 from . import messages as m
 from .direct_lanes import DirectLanes
 from .host_cache import HostCache
+from .portal import in_background
 from .spawn import Zygote
 
 log = logging.getLogger("meshrt")
@@ -62,6 +63,7 @@ class Agent:
         self.gathering: dict = {}  # task id -> the _Gather its reply joins
         self.exited: dict = {}  # worker id -> timer: exited, its connection not yet read to the end
         self.direct_lanes = DirectLanes()  # lanes of this host's mesh actors (direct_lanes.py)
+        self.ucx_probe = None  # the bytes this agent lent the head to check UCX (ucx_routes.py)
 
     async def run(self) -> int:
         """Serve until the head goes away; returns the process exit code."""
@@ -80,7 +82,7 @@ class Agent:
         try:
             self.head = await self._dial_head()
             listen_host = self.head.transport.get_extra_info("sockname")[0]
-            self.head.send(m.AgentHello(self.name, os.getpid(), self.resources, listen_host))
+            self.head.send(m.AgentHello(self.name, os.getpid(), self.resources, listen_host, procutil.machine_id()))
             self.host_id, timeout = await welcome
         except (OSError, ConnectionError) as err:
             log.error("meshrt agent: cannot join the head at %s: %s", self.head_address, err)
@@ -165,6 +167,8 @@ class Agent:
             self.cache.drop(msg.object_id)
         elif kind is m.PeerGone:
             self.cache.owner_gone(msg.worker_id)
+        elif kind is m.UcxProbe:
+            in_background(self._answer_ucx_check(msg.handle))
         elif kind is m.Exit:
             if not self._welcome.done():  # refused (a name already taken)
                 self._welcome.set_exception(ConnectionError(msg.reason))
@@ -177,6 +181,12 @@ class Agent:
             if inner is m.ObjectValue:
                 msg = self.cache.arrived(msg)
             self._deliver(msg)
+
+    async def _answer_ucx_check(self, handle) -> None:
+        """The head checks that UCX connects it and this host (ucx_routes.py)."""
+        reply, self.ucx_probe = await self.loop.run_in_executor(None, ucx_routes.answer_check, handle)
+        if not self.head.closed:
+            self.head.send(reply)
 
     def _deliver(self, msg: m.Relay) -> None:
         """A relayed message to one of this host's processes."""

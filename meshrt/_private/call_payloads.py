@@ -6,13 +6,19 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from ..objstore.serialization import SHM_THRESHOLD, serialize
+from ..objstore.serialization import SHM_THRESHOLD, error_from_payload, serialize
 from . import ids, loans
 
 
 def arguments(call):
     """The call's argument payload, large ``bytes`` its caller lent read now and kept in
-    ``call.borrowed``: one returned unchanged goes back as the caller's own loan."""
+    ``call.borrowed``: one returned unchanged goes back as the caller's own loan. Raises
+    the error its arguments became when reading them from another host failed
+    (pulls.py), as it is: the caller gets that ObjectLostError, not the user's code's."""
+    if getattr(call.args, "is_error", False):
+        err = error_from_payload(call.args)
+        err.__meshrt_plain__ = True
+        raise err
     if getattr(call.args, "loans", None) is None:
         return call.args
     payload, call.borrowed = loans.borrow(call.args)

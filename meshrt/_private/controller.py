@@ -169,6 +169,9 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions, Poo
     async def _stop_processes(self) -> None:
         self.stopping = True
         self.flush_logs()
+        for answer in self.probes.values():  # (UCX checks of joining hosts end now: ucx_routes.py)
+            if not answer.done():
+                answer.set_result(m.UcxProbeReply("the driver is shutting down"))
         if self._trim_timer is not None:
             self._trim_timer.cancel()
         if self._prestart_timer is not None:
@@ -298,6 +301,7 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions, Poo
         return {
             "job_id": c["job_id"], "node_id": c["node_id"], "namespace": c["namespace"],
             "sys_path": c["sys_path"], "cwd": c["cwd"], "session": c["session"],
+            "ucx_unreached": sorted(self.ucx_unreached),
         }
 
     def _set_idle(self, w: WorkerRecord) -> None:

@@ -323,6 +323,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
         self.io.post(self._cancel, pt, force, recursive)
 
     host_id = 0  # the host this process runs on (0 = the head)
+    ucx_unreached: frozenset | set = frozenset()  # hosts UCX does not reach (ucx_routes.py)
 
     def remote_peer(self, peer: int) -> bool:
         """True when ``peer`` runs on another host (no shared store between us)."""
@@ -330,6 +331,10 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
 
     def note_peer_host(self, peer: int, host: int) -> None:
         """``peer`` runs on ``host`` (learnt from a handle that says so)."""
+
+    def host_of(self, peer: int) -> int | None:
+        """The host ``peer`` runs on, when known here."""
+        return None
 
     def namespace(self) -> str:
         from . import context

@@ -163,6 +163,14 @@ class DriverCore(Lending, Core):
         w = self.controller.workers.get(peer) if peer else None
         return w is not None and w.host != 0
 
+    def host_of(self, peer: int) -> int | None:
+        w = self.controller.workers.get(peer) if peer else None
+        return 0 if not peer else w.host if w is not None else None
+
+    @property
+    def ucx_unreached(self) -> set:
+        return self.controller.ucx_unreached
+
     def adopt(self, payload, count: bool = True):
         # Every payload that arrives comes through here: a block its writer left for us
         # to seal (a worker's result or Port value, see WorkerCore.owner_seals) is

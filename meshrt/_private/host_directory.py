@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..scheduler.resources import NodeResources
-from . import heartbeat
+from . import heartbeat, ucx_routes
 from . import messages as m
 from .addresses import local_ip_towards
+from .portal import in_background
 
 log = logging.getLogger("meshrt")
 
@@ -35,6 +36,7 @@ class HostRecord:
     alive: bool = True
     leaving: bool = False  # told to exit (HostMesh.shutdown()): its going is no failure
     went: str | None = None  # how it was lost, when not by its connection closing
+    checking: bool = False  # UCX's route to it is being checked (ucx_routes.py): not joined yet
 
 
 class HostDirectory:
@@ -46,6 +48,8 @@ class HostDirectory:
         self._hosts_changed: asyncio.Event | None = None
         self._head_cache = None  # HostCache over the head host's store, once a process needs it
         self.host_watch = None  # heartbeat.Watch over the agents' connections, once listening
+        self.ucx_unreached: set[int] = set()  # hosts UCX does not reach: values to and from them go inline
+        self.probes: dict[int, asyncio.Future] = {}  # host id -> its agent's UcxProbeReply, awaited
 
     def host_handlers(self) -> dict:
         return {
@@ -55,6 +59,7 @@ class HostDirectory:
             m.WorkerOutput: self.on_worker_output,
             m.DropHostCopies: self.on_drop_host_copies,
             m.Heartbeat: lambda conn, msg: None,  # (its arrival is what counts: heartbeat.py)
+            m.UcxProbeReply: self.on_ucx_probe_reply,
         }
 
     def on_drop_host_copies(self, conn, msg: m.DropHostCopies) -> None:
@@ -100,8 +105,41 @@ class HostDirectory:
             self.host_watch = heartbeat.Watch(self.loop, heartbeat.timeout_s(), self._host_silent)
         conn.send(m.AgentWelcome(host.id, self.tcp_address, self.host_watch.timeout))
         self.host_watch.add(conn)
+        if ucx_routes.probe_needed(msg.machine):
+            host.checking = True
+            in_background(self._check_ucx(host))
+            return
         log.info("meshrt: host %r joined as host %d", msg.name, host.id)
         self._notify_hosts()
+
+    async def _check_ucx(self, host: HostRecord) -> None:
+        """Counted as joined once UCX's route to it is known (ucx_routes.py)."""
+        try:
+            why = await ucx_routes.check_host(self, host)
+        except Exception as err:  # noqa: BLE001 - an unexpected failure: take the safe way
+            why = f"{type(err).__name__}: {err}"
+        host.checking = False
+        if not host.alive or self.stopping:
+            return
+        if why is not None:
+            self._ucx_unreached(host, why)
+        log.info("meshrt: host %r joined as host %d", host.name, host.id)
+        self._notify_hosts()
+
+    def _ucx_unreached(self, host: HostRecord, why: str) -> None:
+        self.ucx_unreached.add(host.id)
+        hint = "" if "UCX_NET_DEVICES" in why else f" ({ucx_routes.HINT})"
+        log.warning("meshrt: UCX does not connect the head and host %r (%s); large values to and from its "
+                    "processes travel inside the messages instead, which is slower%s", host.name, why, hint)
+        hosts = frozenset(self.ucx_unreached)
+        for w in list(self.workers.values()):  # (those starting get it in their Welcome)
+            if w.conn is not None and not w.conn.closed:
+                w.conn.send(m.UcxUnreached(hosts))
+
+    def on_ucx_probe_reply(self, conn, msg: m.UcxProbeReply) -> None:
+        answer = self.probes.get(getattr(conn, "agent_host", None))
+        if answer is not None and not answer.done():
+            answer.set_result(msg)
 
     def _notify_hosts(self) -> None:
         if self._hosts_changed is not None:
@@ -111,13 +149,13 @@ class HostDirectory:
     async def rpc_hosts(self, caller: int, min_hosts: int, timeout: float | None) -> list:
         """Wait until ``min_hosts`` agents are connected; their (id, name, resources)."""
         deadline = None if timeout is None else self.loop.time() + timeout
-        while sum(h.alive for h in self.hosts.values()) < min_hosts:
+        while sum(h.alive and not h.checking for h in self.hosts.values()) < min_hosts:
             if self._hosts_changed is None:
                 self._hosts_changed = asyncio.Event()
             event = self._hosts_changed
             left = None if deadline is None else deadline - self.loop.time()
             if left is not None and left <= 0:
-                joined = sum(h.alive for h in self.hosts.values())
+                joined = sum(h.alive and not h.checking for h in self.hosts.values())
                 where = self.public_address or "(not listening: pass init(address='0.0.0.0:6380'))"
                 raise TimeoutError(
                     f"hosts(min_hosts={min_hosts}): only {joined} host agent(s) joined within {timeout} s; "
@@ -126,7 +164,7 @@ class HostDirectory:
                 await asyncio.wait_for(event.wait(), left)
             except asyncio.TimeoutError:
                 pass
-        return [(h.id, h.name, h.node.as_floats("total")) for h in self.hosts.values() if h.alive]
+        return [(h.id, h.name, h.node.as_floats("total")) for h in self.hosts.values() if h.alive and not h.checking]
 
     async def rpc_shutdown_hosts(self, caller: int, host_ids: tuple, timeout: float) -> None:
         """HostMesh.shutdown(): these hosts' agents exit, and with them their processes;
@@ -212,6 +250,9 @@ class HostDirectory:
         if host is None or not host.alive:
             return
         host.alive = False
+        answer = self.probes.get(host.id)
+        if answer is not None and not answer.done():  # (its check ends now)
+            answer.set_result(m.UcxProbeReply("the agent went away"))
         went = host.went or ("was shut down (HostMesh.shutdown())" if host.leaving else "went away")
         if not self.stopping and not host.leaving:
             log.warning("meshrt: host %r (host %d) %s; its actors fail", host.name, host.id, went)

@@ -20,6 +20,7 @@ import os
 
 from ..objstore.serialization import SHM_THRESHOLD, Payload
 from . import messages as m
+from . import ucx_routes
 from .portal import in_background
 
 log = logging.getLogger("meshrt")
@@ -34,10 +35,11 @@ def lendable(payload) -> bool:
             and not payload.is_error and sum(memoryview(b).nbytes for b in payload.buffers) >= SHM_THRESHOLD)
 
 
-def _engine_ready() -> bool:
+def _engine_ready(core, dest_host: int | None) -> bool:
     """Lending needs the tensor engine: without UCX a peer on another machine could
-    not read the handles (cross-memory attach reaches this machine only)."""
-    if os.environ.get("MESHRT_PULL_ENGINE") == "0":
+    not read the handles (cross-memory attach reaches this machine only); nor may UCX
+    lack a route between the two hosts (ucx_routes.py)."""
+    if os.environ.get("MESHRT_PULL_ENGINE") == "0" or ucx_routes.unreached(core, dest_host):
         return False
     from ..tensor.ucx import engine_or_none
 
@@ -47,7 +49,7 @@ def _engine_ready() -> bool:
 def lend_out(core, payload, dest: int):
     """Worker, core loop: ``payload`` for ``dest`` on another host, lent when large
     (else as is). Nothing is lent to a peer known dead: no PullDone would come."""
-    if not lendable(payload) or dest in core.gone_peers or not _engine_ready():
+    if not lendable(payload) or dest in core.gone_peers or not _engine_ready(core, core.host_of(dest)):
         return payload
     try:
         return _lend(core, payload, dest, payload.data, payload.buffers)
@@ -56,10 +58,11 @@ def lend_out(core, payload, dest: int):
         return payload
 
 
-def lend_args(payload):
-    """Any process: a call's arguments for an actor on another host, lent when large.
-    The caller drops the handles when the call is over (``release_payload``)."""
-    if not lendable(payload) or not _engine_ready():
+def lend_args(core, payload, dest_host: int | None = None):
+    """Any process: a call's arguments for an actor on another host (``dest_host``,
+    None when not known here), lent when large. The caller drops the handles when the
+    call is over (``release_payload``)."""
+    if not lendable(payload) or not _engine_ready(core, dest_host):
         return payload
     try:
         return m.LentPayload(payload.data, _handles(payload.buffers), 0)
@@ -104,7 +107,8 @@ def _lend(core, keep, dest: int, data: bytes, buffers) -> m.LentPayload:
 def lend_value(core, entry, borrower: int, payload: Payload) -> bool:
     """Worker, core loop: lend a stored value a peer on another host fetches; False:
     send it inline."""
-    if payload.refs or payload.is_error or borrower in core.gone_peers or not _engine_ready():
+    if (payload.refs or payload.is_error or borrower in core.gone_peers
+            or not _engine_ready(core, core.host_of(borrower))):
         return False
     core.note_copy(entry, borrower)  # (now: a free while we lend must still reach its host's agent)
 

@@ -328,6 +328,7 @@ class AgentHello(NamedTuple):
     pid: int
     resources: dict
     listen_host: str  # where this host's workers listen for their peers
+    machine: str = ""  # procutil.machine_id(): another machine's agent is checked for UCX (ucx_routes.py)
 
 
 class AgentWelcome(NamedTuple):
@@ -336,6 +337,27 @@ class AgentWelcome(NamedTuple):
     host_id: int
     controller_address: str
     host_timeout: float = 30.0  # the head's MESHRT_HOST_TIMEOUT_S: both sides beat and judge by it
+
+
+class UcxProbe(NamedTuple):
+    """Controller -> agent: read these bytes through UCX, and lend some back (ucx_routes.py)."""
+
+    handle: Any
+
+
+class UcxProbeReply(NamedTuple):
+    """Agent -> controller: why the read failed (None: it worked); the agent's bytes to read."""
+
+    error: str | None
+    handle: Any = None
+    data: bytes | None = None
+
+
+class UcxUnreached(NamedTuple):
+    """Controller -> workers: the hosts UCX does not reach (ucx_routes.py); large values
+    to and from their processes travel inside the messages."""
+
+    hosts: frozenset
 
 
 class SpawnWorker(NamedTuple):

@@ -60,7 +60,7 @@ class StoreSide:
         until the call is over."""
         if remote:
             payload, deps, pins = argpack.pack(args, kwargs, what, None)
-            return lend_args(payload), deps, pins
+            return lend_args(self, payload), deps, pins
         return argpack.pack(args, kwargs, what, self.arg_placer(), self.args_lender if lend else None)
 
     def flush_frees(self) -> None:

@@ -54,6 +54,7 @@ class WorkerCore(Core):
         self.handlers.update({
             m.PullDone: lambda conn, msg: on_pulled(self, msg),
             m.Welcome: self.on_welcome,
+            m.UcxUnreached: self.on_ucx_unreached,
             m.Hello: self.on_hello,
             m.DefineCode: self.on_define_code,
             m.ExecuteTask: self.on_execute_task,
@@ -114,6 +115,7 @@ class WorkerCore(Core):
 
     def on_welcome(self, conn, msg: m.Welcome) -> None:
         config = self.config = msg.config
+        self.ucx_unreached = frozenset(config.get("ucx_unreached", ()))
         for path in reversed(config.get("sys_path", [])):
             if path not in sys.path and (path == "" or os.path.isdir(path)):
                 sys.path.insert(0, path)
@@ -240,6 +242,12 @@ class WorkerCore(Core):
 
     def note_peer_host(self, peer: int, host: int) -> None:
         self.peer_hosts.setdefault(peer, host)
+
+    def host_of(self, peer: int) -> int | None:
+        return self.peer_hosts.get(peer)
+
+    def on_ucx_unreached(self, conn, msg: m.UcxUnreached) -> None:
+        self.ucx_unreached = msg.hosts
 
     def on_response(self, conn, msg: m.Response) -> None:
         fut = self._requests.pop(msg.req_id, None)
