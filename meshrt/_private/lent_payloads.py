@@ -58,11 +58,11 @@ def lend_out(core, payload, dest: int):
         return payload
 
 
-def lend_args(core, payload, dest_host: int | None = None):
-    """Any process: a call's arguments for an actor on another host (``dest_host``,
-    None when not known here), lent when large. The caller drops the handles when the
-    call is over (``release_payload``)."""
-    if not lendable(payload) or not _engine_ready(core, dest_host):
+def lend_args(core, payload):
+    """Any process: a call's arguments for an actor on another host, lent when large.
+    The caller drops the handles when the call is over (``release_payload``). (The
+    callee's host is not known here: while any host is unreached they go inline.)"""
+    if not lendable(payload) or not _engine_ready(core, None):
         return payload
     try:
         return m.LentPayload(payload.data, _handles(payload.buffers), 0)
