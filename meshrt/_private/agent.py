@@ -168,7 +168,7 @@ class Agent:
         elif kind is m.PeerGone:
             self.cache.owner_gone(msg.worker_id)
         elif kind is m.UcxProbe:
-            in_background(self._answer_ucx_check(msg.handle))
+            in_background(self._answer_ucx_check(msg))
         elif kind is m.Exit:
             if not self._welcome.done():  # refused (a name already taken)
                 self._welcome.set_exception(ConnectionError(msg.reason))
@@ -182,9 +182,10 @@ class Agent:
                 msg = self.cache.arrived(msg)
             self._deliver(msg)
 
-    async def _answer_ucx_check(self, handle) -> None:
+    async def _answer_ucx_check(self, probe: m.UcxProbe) -> None:
         """The head checks that UCX connects it and this host (ucx_routes.py)."""
-        reply, self.ucx_probe = await self.loop.run_in_executor(None, ucx_routes.answer_check, handle)
+        reply, self.ucx_probe = await self.loop.run_in_executor(None, ucx_routes.answer_check, probe.handle,
+                                                                probe.data)
         if not self.head.closed:
             self.head.send(reply)
 

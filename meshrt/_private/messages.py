@@ -343,6 +343,7 @@ class UcxProbe(NamedTuple):
     """Controller -> agent: read these bytes through UCX, and lend some back (ucx_routes.py)."""
 
     handle: Any
+    data: bytes  # what the read must find
 
 
 class UcxProbeReply(NamedTuple):

@@ -20,13 +20,10 @@ inline while any host is unreached.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 
 from . import messages as m
 from .procutil import machine_id
-
-log = logging.getLogger("meshrt")
 
 PROBE_TIMEOUT_S = 10.0  # each side's read; a route UCX lacks fails at once (UCS_ERR_UNREACHABLE)
 _PROBE_BYTES = 16
@@ -77,7 +74,7 @@ async def check_host(directory, host) -> str | None:
     answer = loop.create_future()
     directory.probes[host.id] = answer
     try:
-        host.conn.send(m.UcxProbe(mine))
+        host.conn.send(m.UcxProbe(mine, data))
         try:
             reply = await asyncio.wait_for(answer, PROBE_TIMEOUT_S + 10)
         except asyncio.TimeoutError:
@@ -91,10 +88,10 @@ async def check_host(directory, host) -> str | None:
     return None if why is None else f"the head could not read from the agent: {why}"
 
 
-def answer_check(handle) -> tuple:
+def answer_check(handle, expected: bytes) -> tuple:
     """Agent, off its loop: read the head's probe, and lend one back. (The reply, and
     the agent's buffer: it keeps that for its life, 16 bytes the head may be reading.)"""
-    why = read_probe(handle)
+    why = read_probe(handle, expected)
     if why is not None:
         return m.UcxProbeReply(why), None
     try:
