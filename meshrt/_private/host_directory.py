@@ -38,6 +38,11 @@ class HostRecord:
     went: str | None = None  # how it was lost, when not by its connection closing
     checking: bool = False  # UCX's route to it is being checked (ucx_routes.py): not joined yet
 
+    @property
+    def joined(self) -> bool:
+        """Alive, and its UCX check done: ``meshrt.hosts()`` counts it."""
+        return self.alive and not self.checking
+
 
 class HostDirectory:
     """Mixed into the Controller (which provides workers, send_worker, _finalize ...)."""
@@ -108,8 +113,11 @@ class HostDirectory:
         if ucx_routes.probe_needed(msg.machine):
             host.checking = True
             in_background(self._check_ucx(host))
-            return
-        log.info("meshrt: host %r joined as host %d", msg.name, host.id)
+        else:
+            self._joined(host)
+
+    def _joined(self, host: HostRecord) -> None:
+        log.info("meshrt: host %r joined as host %d", host.name, host.id)
         self._notify_hosts()
 
     async def _check_ucx(self, host: HostRecord) -> None:
@@ -123,8 +131,7 @@ class HostDirectory:
             return
         if why is not None:
             self._ucx_unreached(host, why)
-        log.info("meshrt: host %r joined as host %d", host.name, host.id)
-        self._notify_hosts()
+        self._joined(host)
 
     def _ucx_unreached(self, host: HostRecord, why: str) -> None:
         self.ucx_unreached.add(host.id)
@@ -149,13 +156,13 @@ class HostDirectory:
     async def rpc_hosts(self, caller: int, min_hosts: int, timeout: float | None) -> list:
         """Wait until ``min_hosts`` agents are connected; their (id, name, resources)."""
         deadline = None if timeout is None else self.loop.time() + timeout
-        while sum(h.alive and not h.checking for h in self.hosts.values()) < min_hosts:
+        while sum(h.joined for h in self.hosts.values()) < min_hosts:
             if self._hosts_changed is None:
                 self._hosts_changed = asyncio.Event()
             event = self._hosts_changed
             left = None if deadline is None else deadline - self.loop.time()
             if left is not None and left <= 0:
-                joined = sum(h.alive and not h.checking for h in self.hosts.values())
+                joined = sum(h.joined for h in self.hosts.values())
                 where = self.public_address or "(not listening: pass init(address='0.0.0.0:6380'))"
                 raise TimeoutError(
                     f"hosts(min_hosts={min_hosts}): only {joined} host agent(s) joined within {timeout} s; "
@@ -164,7 +171,7 @@ class HostDirectory:
                 await asyncio.wait_for(event.wait(), left)
             except asyncio.TimeoutError:
                 pass
-        return [(h.id, h.name, h.node.as_floats("total")) for h in self.hosts.values() if h.alive and not h.checking]
+        return [(h.id, h.name, h.node.as_floats("total")) for h in self.hosts.values() if h.joined]
 
     async def rpc_shutdown_hosts(self, caller: int, host_ids: tuple, timeout: float) -> None:
         """HostMesh.shutdown(): these hosts' agents exit, and with them their processes;

@@ -35,9 +35,7 @@ class Lending:
 
     def lend(self, entry, borrower: int, payload: Payload) -> bool:
         """Start lending ``payload``'s block to ``borrower``'s host; False: send it inline."""
-        if os.environ.get("MESHRT_PULL_ENGINE") == "0" or payload.refs or payload.is_error:
-            return False
-        if ucx_routes.unreached(self, self.host_of(borrower)):
+        if payload.refs or payload.is_error or not ucx_routes.may_lend(self, self.host_of(borrower)):
             return False
         if not self.relay_for.get(borrower):  # only agents pull
             return False

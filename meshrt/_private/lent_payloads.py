@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import os
 
 from ..objstore.serialization import SHM_THRESHOLD, Payload
 from . import messages as m
@@ -39,7 +38,7 @@ def _engine_ready(core, dest_host: int | None) -> bool:
     """Lending needs the tensor engine: without UCX a peer on another machine could
     not read the handles (cross-memory attach reaches this machine only); nor may UCX
     lack a route between the two hosts (ucx_routes.py)."""
-    if os.environ.get("MESHRT_PULL_ENGINE") == "0" or ucx_routes.unreached(core, dest_host):
+    if not ucx_routes.may_lend(core, dest_host):
         return False
     from ..tensor.ucx import engine_or_none
 

@@ -31,9 +31,20 @@ HINT = ("UCX_NET_DEVICES names the interfaces UCX may use; UCX skips bridge devi
         "UCX_TCP_BRIDGE_ENABLE=y")
 
 
+def pull_engine_on() -> bool:
+    """``MESHRT_PULL_ENGINE=0`` sends every large value between hosts inline."""
+    return os.environ.get("MESHRT_PULL_ENGINE") != "0"
+
+
+def may_lend(core, dest_host: int | None) -> bool:
+    """Lenders: may a large value for a process on ``dest_host`` be lent (pulled
+    through the engine) rather than sent inline?"""
+    return pull_engine_on() and not unreached(core, dest_host)
+
+
 def probe_needed(agent_machine: str) -> bool:
     """Only values between machines take UCX, and only while the pull engine is on."""
-    if os.environ.get("MESHRT_PULL_ENGINE") == "0":
+    if not pull_engine_on():
         return False
     return agent_machine != machine_id() or os.environ.get("MESHRT_TENSOR_TRANSPORT") == "ucx"
 
