@@ -36,6 +36,7 @@ from .test_multihost import (
 
 SUBNET = "10.213.0"  # the driver's host is .1; the namespaced hosts .2 and .3
 BRIDGED = "10.214.0"  # a bridge on the driver's host (.1), and a host behind it (.2)
+SIDE_LINK = "10.218.0"  # a second link between the driver's host (.1) and the first namespaced host (.2)
 
 
 def _ip(*args: str) -> None:
@@ -95,18 +96,30 @@ def namespaces():
         _ip("-n", bridged, "link", "set", "lo", "up")
         _ip("-n", bridged, "addr", "add", f"{BRIDGED}.2/24", "dev", f"mrb{tag}n")
         _ip("-n", bridged, "link", "set", f"mrb{tag}n", "up")
+        # And a second link between this namespace and the first host's, for a test
+        # whose agent there narrows its UCX to it (made now: a process's UCX takes no
+        # interface that appeared after it first opened).
+        side_here, side_there = f"mru{tag}h", f"mru{tag}n"
+        _ip("link", "add", side_here, "type", "veth", "peer", "name", side_there)
+        made.append(("link", side_here))
+        _ip("link", "set", side_there, "netns", names[0])
+        _ip("addr", "add", f"{SIDE_LINK}.1/24", "dev", side_here)
+        _ip("link", "set", side_here, "up")
+        _ip("-n", names[0], "addr", "add", f"{SIDE_LINK}.2/24", "dev", side_there)
+        _ip("-n", names[0], "link", "set", side_there, "up")
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as err:
         _undo(made)
         pytest.skip(f"cannot make network namespaces here: {getattr(err, 'stderr', '') or err}")
-    yield Namespaces(names, switch, [f"mrs{tag}{i}" for i in (2, 3)], bridged)
+    yield Namespaces(names, switch, [f"mrs{tag}{i}" for i in (2, 3)], bridged, side_there)
     _undo(made)
 
 
 class Namespaces:
     """The hosts' namespaces, and the switch ports that connect them."""
 
-    def __init__(self, names: list, switch: str, ports: list, bridged: str) -> None:
+    def __init__(self, names: list, switch: str, ports: list, bridged: str, side_link: str) -> None:
         self.names, self.switch, self.ports, self.bridged = names, switch, ports, bridged
+        self.side_link = side_link  # the first host's end of its second link with this namespace
 
     def cut(self, host: int) -> None:
         """Unplug a host from the switch: its connections stay open, nothing gets through."""
@@ -116,7 +129,7 @@ class Namespaces:
         _ip("-n", self.switch, "link", "set", self.ports[host], "up")
 
 
-def _start_agent_in(ns: str, address: str, name: str) -> subprocess.Popen:
+def _start_agent_in(ns: str, address: str, name: str, **env: str) -> subprocess.Popen:
     # `ip netns exec` enters the network namespace, `unshare --uts` gives the host a name
     # of its own (so meshrt sees another machine: no cross-memory attach, no loans, the
     # tensor engine over the network), and each execs the next: the pid is the agent's.
@@ -124,7 +137,8 @@ def _start_agent_in(ns: str, address: str, name: str) -> subprocess.Popen:
              "--object-store-memory", str(128 << 20)]
     return subprocess.Popen(
         ["ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c", f'hostname {name} && exec "$@"', "sh", *agent],
-        env=dict(os.environ, MESHRT_TOKEN=TOKEN), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        env=dict(os.environ, MESHRT_TOKEN=TOKEN, **env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True)
 
 
 @pytest.fixture
@@ -298,6 +312,49 @@ def test_a_host_ucx_does_not_reach_gets_its_large_values_inline(namespaces, monk
     finally:
         meshrt.shutdown()
         stop_agent(agent)
+
+
+@pytest.mark.timeout(180)
+def test_two_hosts_ucx_does_not_connect_send_their_large_values_inline(namespaces, monkeypatch, caplog):
+    """Both hosts reach the head through UCX, but not each other: the first one's UCX is
+    narrowed (UCX_NET_DEVICES) to a second link that only the head is on, while its TCP
+    stays on the switch. The check as the second host joins finds that and says so
+    once; large values between those two cross inside the messages, and each still
+    lends to and pulls from the head."""
+    monkeypatch.setenv("MESHRT_TOKEN", TOKEN)
+    monkeypatch.setenv("MESHRT_PULL_ENGINE", "1")
+    agents = []
+    try:
+        info = meshrt.init(address=f"{SUBNET}.1:0", num_cpus=1)
+        head = f"{SUBNET}.1:{info['tcp_address'].rsplit(':', 1)[1]}"
+        with caplog.at_level("WARNING", logger="meshrt"):
+            agents.append(_start_agent_in(namespaces.names[0], head, "narrowed",
+                                          UCX_NET_DEVICES=namespaces.side_link))
+            meshrt.hosts(min_hosts=1, timeout=60)
+            agents.append(_start_agent_in(namespaces.names[1], head, "plain"))
+            hosts = meshrt.hosts(min_hosts=2, timeout=60)
+        said = [r.getMessage() for r in caplog.records if "UCX does not connect" in r.getMessage()]
+        assert len(said) == 1 and "host 'plain' and host 'narrowed'" in said[0], said
+        controller = meshrt._private.state.core().controller
+        assert controller.ucx_unreached == {frozenset(controller.hosts)}  # (the two hosts, and no more)
+        mesh = hosts.spawn_procs(per_host={"gpus": 1}).spawn("w", Worker)
+        narrowed, plain = mesh.slice(hosts=0), mesh.slice(hosts=1)
+        values = np.arange(1 << 18, dtype=np.float64)  # 2 MiB
+        want = float(values.sum())
+        refs = narrowed.put_big.call_one(1 << 18).get(timeout=60)
+        assert plain.total.call_one(refs).get(timeout=60) == want  # owned on one, fetched on the other
+        assert narrowed.ask.call_one(plain, values).get(timeout=60)[1:] == (want, want)  # argument and result
+        assert plain.ask.call_one(narrowed, values).get(timeout=60)[1:] == (want, want)
+        conns = [h.conn for h in controller.hosts.values()]
+        before = [(c.bytes_out, c.bytes_in) for c in conns]
+        assert float(meshrt.get(refs[0], timeout=60).sum()) == want  # the head still pulls from both
+        assert all(float(w.echo.call_one(values).get(timeout=60).sum()) == want for w in (narrowed, plain))
+        moved = [(c.bytes_out - out, c.bytes_in - into) for c, (out, into) in zip(conns, before, strict=True)]
+        assert all(out < 256 * 1024 and into < 256 * 1024 for out, into in moved), moved
+    finally:
+        meshrt.shutdown()
+        for agent in agents:
+            stop_agent(agent)
 
 
 def _connecting_to(address: str) -> bool:

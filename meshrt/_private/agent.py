@@ -63,7 +63,7 @@ class Agent:
         self.gathering: dict = {}  # task id -> the _Gather its reply joins
         self.exited: dict = {}  # worker id -> timer: exited, its connection not yet read to the end
         self.direct_lanes = DirectLanes()  # lanes of this host's mesh actors (direct_lanes.py)
-        self.ucx_probe = None  # the bytes this agent lent the head to check UCX (ucx_routes.py)
+        self.ucx_probe = None  # the bytes this agent lent for UCX checks, read by the head and other agents (ucx_routes.py)
 
     async def run(self) -> int:
         """Serve until the head goes away; returns the process exit code."""
@@ -169,6 +169,8 @@ class Agent:
             self.cache.owner_gone(msg.worker_id)
         elif kind is m.UcxProbe:
             in_background(self._answer_ucx_check(msg))
+        elif kind is m.UcxPeerCheck:
+            in_background(self._answer_peer_check(msg))
         elif kind is m.Exit:
             if not self._welcome.done():  # refused (a name already taken)
                 self._welcome.set_exception(ConnectionError(msg.reason))
@@ -188,6 +190,12 @@ class Agent:
                                                                 probe.data)
         if not self.head.closed:
             self.head.send(reply)
+
+    async def _answer_peer_check(self, check: m.UcxPeerCheck) -> None:
+        """The head checks that UCX connects this host and others (ucx_routes.py)."""
+        failed = await ucx_routes.read_peers(check.peers)
+        if not self.head.closed:
+            self.head.send(m.UcxPeerReply(check.check_id, failed))
 
     def _deliver(self, msg: m.Relay) -> None:
         """A relayed message to one of this host's processes."""

@@ -22,7 +22,7 @@ from ..objstore.serialization import system_error_payload
 from ..objstore.store import SharedStore
 from ..scheduler.policy import Dispatch, PlaceActor, Scheduler, StartWorkers
 from ..scheduler.resources import Allocation, NodeResources
-from . import addresses, gpus, ids, wire
+from . import addresses, gpus, ids, ucx_routes, wire
 from . import messages as m
 from .actor_directory import ActorDirectory
 from .control_requests import ControlRequests
@@ -169,9 +169,7 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions, Poo
     async def _stop_processes(self) -> None:
         self.stopping = True
         self.flush_logs()
-        for answer in self.probes.values():  # (UCX checks of joining hosts end now: ucx_routes.py)
-            if not answer.done():
-                answer.set_result(m.UcxProbeReply("the driver is shutting down"))
+        ucx_routes.end_checks(self, "the driver is shutting down")  # (of joining hosts)
         if self._trim_timer is not None:
             self._trim_timer.cancel()
         if self._prestart_timer is not None:
@@ -301,7 +299,7 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions, Poo
         return {
             "job_id": c["job_id"], "node_id": c["node_id"], "namespace": c["namespace"],
             "sys_path": c["sys_path"], "cwd": c["cwd"], "session": c["session"],
-            "ucx_unreached": sorted(self.ucx_unreached),
+            "ucx_unreached": [sorted(cut) for cut in self.ucx_unreached],
         }
 
     def _set_idle(self, w: WorkerRecord) -> None:

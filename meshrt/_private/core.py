@@ -323,7 +323,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
         self.io.post(self._cancel, pt, force, recursive)
 
     host_id = 0  # the host this process runs on (0 = the head)
-    ucx_unreached: frozenset | set = frozenset()  # hosts UCX does not reach (ucx_routes.py)
+    ucx_unreached: frozenset | set = frozenset()  # where UCX does not reach: frozensets of hosts (ucx_routes.py)
 
     def remote_peer(self, peer: int) -> bool:
         """True when ``peer`` runs on another host (no shared store between us)."""

@@ -168,7 +168,7 @@ class DriverCore(Lending, Core):
         return 0 if not peer else w.host if w is not None else None
 
     @property
-    def ucx_unreached(self) -> set:
+    def ucx_unreached(self) -> set[frozenset]:
         return self.controller.ucx_unreached
 
     def adopt(self, payload, count: bool = True):

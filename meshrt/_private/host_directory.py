@@ -36,7 +36,9 @@ class HostRecord:
     alive: bool = True
     leaving: bool = False  # told to exit (HostMesh.shutdown()): its going is no failure
     went: str | None = None  # how it was lost, when not by its connection closing
-    checking: bool = False  # UCX's route to it is being checked (ucx_routes.py): not joined yet
+    checking: bool = False  # UCX's routes to it are being checked (ucx_routes.py): not joined yet
+    machine: str = ""  # procutil.machine_id() of its agent
+    lent_probe: tuple | None = None  # (handle, bytes) its agent lent for UCX checks, once the head read it
 
     @property
     def joined(self) -> bool:
@@ -53,8 +55,11 @@ class HostDirectory:
         self._hosts_changed: asyncio.Event | None = None
         self._head_cache = None  # HostCache over the head host's store, once a process needs it
         self.host_watch = None  # heartbeat.Watch over the agents' connections, once listening
-        self.ucx_unreached: set[int] = set()  # hosts UCX does not reach: values to and from them go inline
+        # Where UCX does not reach ({host}: from anywhere; {a, b}: between the two):
+        # values between those hosts go inline (ucx_routes.py).
+        self.ucx_unreached: set[frozenset] = set()
         self.probes: dict[int, asyncio.Future] = {}  # host id -> its agent's UcxProbeReply, awaited
+        self.peer_checks: dict[int, tuple] = {}  # check id -> (host id, future of its agent's answer)
 
     def host_handlers(self) -> dict:
         return {
@@ -65,6 +70,7 @@ class HostDirectory:
             m.DropHostCopies: self.on_drop_host_copies,
             m.Heartbeat: lambda conn, msg: None,  # (its arrival is what counts: heartbeat.py)
             m.UcxProbeReply: self.on_ucx_probe_reply,
+            m.UcxPeerReply: self.on_ucx_peer_reply,
         }
 
     def on_drop_host_copies(self, conn, msg: m.DropHostCopies) -> None:
@@ -103,7 +109,7 @@ class HostDirectory:
             conn.close()
             return
         host = HostRecord(next(self._host_ids), msg.name, conn, msg.pid,
-                          NodeResources.create(msg.resources), msg.listen_host)
+                          NodeResources.create(msg.resources), msg.listen_host, machine=msg.machine)
         self.hosts[host.id] = host
         conn.agent_host = host.id
         if self.host_watch is None:
@@ -121,32 +127,44 @@ class HostDirectory:
         self._notify_hosts()
 
     async def _check_ucx(self, host: HostRecord) -> None:
-        """Counted as joined once UCX's route to it is known (ucx_routes.py)."""
+        """Counted as joined once UCX's routes to it are known (ucx_routes.py)."""
+        cut_off = []
         try:
             why = await ucx_routes.check_host(self, host)
+            if why is None:
+                cut_off = await ucx_routes.check_peers(self, host)
         except Exception as err:  # noqa: BLE001 - an unexpected failure: take the safe way
             why = f"{type(err).__name__}: {err}"
         host.checking = False
         if not host.alive or self.stopping:
             return
         if why is not None:
-            self._ucx_unreached(host, why)
+            self._ucx_unreached(frozenset([host.id]), f"the head and host {host.name!r}", why,
+                                "to and from its processes")
+        for peer, why in cut_off:
+            self._ucx_unreached(frozenset([host.id, peer.id]), f"host {host.name!r} and host {peer.name!r}", why,
+                                "between their processes")
         self._joined(host)
 
-    def _ucx_unreached(self, host: HostRecord, why: str) -> None:
-        self.ucx_unreached.add(host.id)
+    def _ucx_unreached(self, cut: frozenset, between: str, why: str, which: str) -> None:
+        self.ucx_unreached.add(cut)
         hint = "" if "UCX_NET_DEVICES" in why else f" ({ucx_routes.HINT})"
-        log.warning("meshrt: UCX does not connect the head and host %r (%s); large values to and from its "
-                    "processes travel inside the messages instead, which is slower%s", host.name, why, hint)
-        hosts = frozenset(self.ucx_unreached)
+        log.warning("meshrt: UCX does not connect %s (%s); large values %s travel inside the messages "
+                    "instead, which is slower%s", between, why, which, hint)
+        cuts = frozenset(self.ucx_unreached)
         for w in list(self.workers.values()):  # (those starting get it in their Welcome)
             if w.conn is not None and not w.conn.closed:
-                w.conn.send(m.UcxUnreached(hosts))
+                w.conn.send(m.UcxUnreached(cuts))
 
     def on_ucx_probe_reply(self, conn, msg: m.UcxProbeReply) -> None:
         answer = self.probes.get(getattr(conn, "agent_host", None))
         if answer is not None and not answer.done():
             answer.set_result(msg)
+
+    def on_ucx_peer_reply(self, conn, msg: m.UcxPeerReply) -> None:
+        host_id, answer = self.peer_checks.get(msg.check_id, (None, None))
+        if answer is not None and host_id == getattr(conn, "agent_host", None) and not answer.done():
+            answer.set_result(msg.failed)
 
     def _notify_hosts(self) -> None:
         if self._hosts_changed is not None:
@@ -257,9 +275,9 @@ class HostDirectory:
         if host is None or not host.alive:
             return
         host.alive = False
-        answer = self.probes.get(host.id)
-        if answer is not None and not answer.done():  # (its check ends now)
-            answer.set_result(m.UcxProbeReply("the agent went away"))
+        ucx_routes.end_checks(self, "the agent went away", host.id)
+        if host.lent_probe is not None:
+            host.lent_probe[0].drop()
         went = host.went or ("was shut down (HostMesh.shutdown())" if host.leaving else "went away")
         if not self.stopping and not host.leaving:
             log.warning("meshrt: host %r (host %d) %s; its actors fail", host.name, host.id, went)

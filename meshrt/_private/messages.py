@@ -354,11 +354,26 @@ class UcxProbeReply(NamedTuple):
     data: bytes | None = None
 
 
-class UcxUnreached(NamedTuple):
-    """Controller -> workers: the hosts UCX does not reach (ucx_routes.py); large values
-    to and from their processes travel inside the messages."""
+class UcxPeerCheck(NamedTuple):
+    """Controller -> agent: read, through UCX, the bytes other hosts' agents lent the
+    head in their own checks (ucx_routes.py)."""
 
-    hosts: frozenset
+    check_id: int
+    peers: tuple  # ((host id, handle, the bytes it must find), ...)
+
+
+class UcxPeerReply(NamedTuple):
+    """Agent -> controller: the peers whose bytes it could not read, and why."""
+
+    check_id: int
+    failed: dict  # host id -> why
+
+
+class UcxUnreached(NamedTuple):
+    """Controller -> workers: where UCX does not reach (ucx_routes.py); large values
+    between those hosts' processes travel inside the messages."""
+
+    cuts: frozenset  # of frozensets: {host} reaches no other host, {a, b} do not reach each other
 
 
 class SpawnWorker(NamedTuple):

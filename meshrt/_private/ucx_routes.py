@@ -1,25 +1,26 @@
-"""Which hosts the tensor engine (UCX) reaches: checked as each agent joins.
+"""Which hosts the tensor engine (UCX) connects: checked as each agent joins.
 
 Large values between hosts are lent and pulled through UCX (lent_payloads.py,
 lending.py). TCP reaching a host does not mean UCX does: UCX picks its own
 interfaces (it skips bridge devices, UCX_NET_DEVICES narrows them), so a host joined
 over a bridge could take calls but every pull from it would fail. So before a host
 counts as joined (``meshrt.hosts()``), the head and its agent each read a few bytes
-the other lent through the engine. A host where either read fails is marked
-unreached: its processes, and everyone sending to it, put large values inside the
-messages instead (as ``MESHRT_PULL_ENGINE=0`` does everywhere), and the head says so
-once. Hosts on the head's own machine need no check: they attach to each other's
-memory directly.
+the other lent through the engine, and then the new agent and every agent already
+checked on another machine read each other's (the bytes each lent the head, kept for
+its life). Where a read fails, the route is cut: large values between the processes
+at its two ends travel inside the messages instead (as ``MESHRT_PULL_ENGINE=0`` does
+everywhere), and the head says so once. A host the head cannot reach is cut from
+every host. Hosts on the head's own machine need no check: they attach to each
+other's memory directly, and reach the rest as the head does.
 
-Only routes to and from the head are checked: two hosts that both reach the head but
-not each other still fail their pulls, with an error naming the setting. A process
-that does not know the host of the actor it calls sends that call's large arguments
-inline while any host is unreached.
+A process that does not know the host of the actor it calls sends that call's large
+arguments inline while a cut touches its host (or isolates any host).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 
 from . import messages as m
@@ -60,23 +61,42 @@ def lent_probe():
     return TensorBuffer(data), bytes(data)
 
 
-def read_probe(handle, expected: bytes | None = None) -> str | None:
-    """Blocking: read the other side's probe; None when the bytes came, else why not."""
-    got = bytearray(_PROBE_BYTES)
-    try:
-        handle.read_into(got, timeout=PROBE_TIMEOUT_S).get(timeout=PROBE_TIMEOUT_S + 5)
-    except Exception as err:  # noqa: BLE001 - any failure means: not this way
-        return f"{type(err).__name__}: {err}"
-    finally:
-        handle.drop()
-    if expected is not None and bytes(got) != expected:
-        return "the bytes read differ from those lent"
-    return None
+def read_probe(handle, expected: bytes) -> str | None:
+    """Blocking: read the other side's probe; None when the bytes came, else why not.
+    (The caller drops ``handle``: the head passes some on to other agents.)"""
+    return read_probes([(handle, expected)])[0]
+
+
+def read_probes(probes: list) -> list:
+    """Blocking: read each (handle, bytes it must find) at once, so that a few reads
+    that time out delay the rest by one timeout in all; why each failed (None: it
+    worked)."""
+    started = []
+    for handle, expected in probes:
+        got = bytearray(_PROBE_BYTES)
+        try:
+            started.append((handle.read_into(got, timeout=PROBE_TIMEOUT_S), got, expected))
+        except Exception as err:  # noqa: BLE001 - (said below)
+            started.append((err, got, expected))
+    whys = []
+    for reading, got, expected in started:
+        try:
+            if isinstance(reading, Exception):
+                raise reading
+            reading.get(timeout=PROBE_TIMEOUT_S + 5)
+        except Exception as err:  # noqa: BLE001 - any failure means: not this way
+            from ..tensor.ucx import NO_ROUTE_FALL_BACK
+
+            whys.append(f"{type(err).__name__}: {err}".replace(NO_ROUTE_FALL_BACK, ""))
+            continue
+        whys.append(None if bytes(got) == expected else "the bytes read differ from those lent")
+    return whys
 
 
 async def check_host(directory, host) -> str | None:
     """Controller: do the head and ``host``'s agent reach each other through UCX?
-    None when both reads worked, else why not (said in the warning)."""
+    None when both reads worked (``host.lent_probe`` then holds what its agent lent),
+    else why not (said in the warning)."""
     loop = asyncio.get_running_loop()
     try:
         mine, data = await loop.run_in_executor(None, lent_probe)
@@ -96,13 +116,80 @@ async def check_host(directory, host) -> str | None:
     if reply.error is not None:
         return f"the agent could not read from the head: {reply.error}"
     why = await loop.run_in_executor(None, read_probe, reply.handle, reply.data)
-    return None if why is None else f"the head could not read from the agent: {why}"
+    if why is not None:
+        reply.handle.drop()
+        return f"the head could not read from the agent: {why}"
+    host.lent_probe = (reply.handle, reply.data)
+    return None
+
+
+def peer_check_needed(host, peer) -> bool:
+    """Between two agents, as between the head and one: only across machines."""
+    return peer.lent_probe is not None and (
+        host.machine != peer.machine or os.environ.get("MESHRT_TENSOR_TRANSPORT") == "ucx")
+
+
+async def check_peers(directory, host) -> list:
+    """Controller, right after ``check_host`` passed (so that of two hosts checked at
+    once, exactly one finds the other here): do ``host`` and each agent already
+    checked reach each other? The (peer, why) of those that do not."""
+    peers = [p for p in directory.hosts.values()
+             if p is not host and p.alive and not p.leaving and peer_check_needed(host, p)]
+    if not peers:
+        return []
+    handle, data = host.lent_probe
+    replies = await asyncio.gather(_ask(directory, host, [(p.id, *p.lent_probe) for p in peers]),
+                                   *(_ask(directory, p, [(host.id, handle, data)]) for p in peers))
+    cut = []
+    for peer, theirs in zip(peers, replies[1:], strict=True):
+        why = replies[0].get(peer.id)
+        if why is not None:
+            why = f"{host.name!r} could not read from {peer.name!r}: {why}"
+        elif theirs.get(host.id) is not None:
+            why = f"{peer.name!r} could not read from {host.name!r}: {theirs[host.id]}"
+        if why is not None and peer.alive:
+            cut.append((peer, why))
+    return cut
+
+
+_check_ids = itertools.count(1)
+
+
+async def _ask(directory, host, peers: list) -> dict:
+    """``host``'s agent reads each of ``peers`` (host id, handle, bytes): {host id: why}
+    for those it could not."""
+    check_id = next(_check_ids)
+    answer = asyncio.get_running_loop().create_future()
+    directory.peer_checks[check_id] = (host.id, answer)
+    try:
+        host.conn.send(m.UcxPeerCheck(check_id, tuple(peers)))
+        try:
+            failed = await asyncio.wait_for(answer, PROBE_TIMEOUT_S + 10)
+        except asyncio.TimeoutError:
+            failed = f"its agent did not answer the check within {PROBE_TIMEOUT_S + 10:g} s"
+    finally:
+        directory.peer_checks.pop(check_id, None)
+    return {peer_id: failed for peer_id, _, _ in peers} if isinstance(failed, str) else failed
+
+
+def end_checks(directory, why: str, host_id: int | None = None) -> None:
+    """Controller: the checks waiting on ``host_id``'s agent (None: on any) end now."""
+    for waited_on, answer in list(directory.probes.items()):
+        if host_id in (None, waited_on) and not answer.done():
+            answer.set_result(m.UcxProbeReply(why))
+    for waited_on, answer in list(directory.peer_checks.values()):
+        if host_id in (None, waited_on) and not answer.done():
+            answer.set_result(why)
 
 
 def answer_check(handle, expected: bytes) -> tuple:
     """Agent, off its loop: read the head's probe, and lend one back. (The reply, and
-    the agent's buffer: it keeps that for its life, 16 bytes the head may be reading.)"""
-    why = read_probe(handle, expected)
+    the agent's buffer: it keeps that for its life, 16 bytes the head and the other
+    agents may read.)"""
+    try:
+        why = read_probe(handle, expected)
+    finally:
+        handle.drop()
     if why is not None:
         return m.UcxProbeReply(why), None
     try:
@@ -112,10 +199,27 @@ def answer_check(handle, expected: bytes) -> tuple:
     return m.UcxProbeReply(None, mine, data), mine
 
 
+async def read_peers(peers: tuple) -> dict:
+    """Agent: read each other host's probe; {host id: why} where it failed."""
+    try:
+        whys = await asyncio.get_running_loop().run_in_executor(
+            None, read_probes, [(handle, data) for _, handle, data in peers])
+    finally:
+        for _, handle, _ in peers:
+            handle.drop()
+    return {peer_id: why for (peer_id, _, _), why in zip(peers, whys, strict=True) if why is not None}
+
+
 def unreached(core, dest_host: int | None) -> bool:
     """Lenders: must a large value for a process on ``dest_host`` (None: not known
-    here) travel inline, because UCX does not reach one end?"""
-    hosts = core.ucx_unreached
-    if not hosts:
+    here) travel inline, because UCX does not connect this host and that one?"""
+    cuts = core.ucx_unreached  # {host}: cut from every host; {a, b}: from each other
+    if not cuts:
         return False
-    return dest_host is None or dest_host in hosts or core.host_id in hosts
+    here = core.host_id
+    for cut in cuts:
+        if len(cut) == 1 and (here in cut or dest_host is None or dest_host in cut):
+            return True
+        if here in cut and (dest_host is None or dest_host in cut):
+            return True
+    return False

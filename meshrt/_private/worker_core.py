@@ -115,7 +115,7 @@ class WorkerCore(Core):
 
     def on_welcome(self, conn, msg: m.Welcome) -> None:
         config = self.config = msg.config
-        self.ucx_unreached = frozenset(config.get("ucx_unreached", ()))
+        self.ucx_unreached = frozenset(frozenset(cut) for cut in config.get("ucx_unreached", ()))
         for path in reversed(config.get("sys_path", [])):
             if path not in sys.path and (path == "" or os.path.isdir(path)):
                 sys.path.insert(0, path)
@@ -247,7 +247,7 @@ class WorkerCore(Core):
         return self.peer_hosts.get(peer)
 
     def on_ucx_unreached(self, conn, msg: m.UcxUnreached) -> None:
-        self.ucx_unreached = msg.hosts
+        self.ucx_unreached = msg.cuts
 
     def on_response(self, conn, msg: m.Response) -> None:
         fut = self._requests.pop(msg.req_id, None)

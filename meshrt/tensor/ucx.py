@@ -62,9 +62,10 @@ class TransferError(RuntimeError):
 
 
 _UNREACHABLE = -6  # UCS_ERR_UNREACHABLE
+# (meshrt's own check of routes between hosts says the fall-back itself: ucx_routes.py)
+NO_ROUTE_FALL_BACK = "; between meshrt hosts, MESHRT_PULL_ENGINE=0 sends large values inside the messages instead"
 _NO_ROUTE = ("none of UCX's interfaces here reaches that machine (UCX_NET_DEVICES chooses them; UCX skips "
-             "bridge devices unless UCX_TCP_BRIDGE_ENABLE=y); between meshrt hosts, MESHRT_PULL_ENGINE=0 "
-             "sends large values inside the messages instead")
+             "bridge devices unless UCX_TCP_BRIDGE_ENABLE=y)" + NO_ROUTE_FALL_BACK)
 
 
 def _peer_lost(status: int) -> bool:
