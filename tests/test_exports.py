@@ -15,7 +15,7 @@ EXPECTED = {
     # Monarch-style meshes
     "Accumulator", "Actor", "ActorError", "ActorMesh", "Channel", "Extent", "Future", "HostMesh", "MeshFailure", "Point",
     "Port", "PortReceiver", "ProcMesh", "SupervisionError", "ValueMesh", "context", "current_actor_name", "current_rank",
-    "current_size", "device_mesh", "endpoint", "hosts", "this_host", "this_proc", "unhandled_fault_hook",
+    "current_size", "device_mesh", "endpoint", "get_or_spawn_controller", "hosts", "this_host", "this_proc", "unhandled_fault_hook",
 }
 
 

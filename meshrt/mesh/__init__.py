@@ -14,6 +14,7 @@ from .actor import (
 )
 from .actor_mesh import ActorMesh, Endpoint
 from .channel import Channel, Port, PortReceiver
+from .controllers import get_or_spawn_controller
 from .distributed import device_mesh
 from .future import Future
 from .meshes import HostMesh, ProcMesh, hosts, this_host, this_proc
@@ -24,6 +25,7 @@ from .values import ValueMesh
 __all__ = [
     "Accumulator", "Actor", "ActorInstance", "ActorMesh", "Channel", "Context", "Endpoint", "Extent", "Future",
     "HostMesh", "MeshFailure", "Point", "Port", "PortReceiver", "ProcMesh", "Shape", "ValueMesh",
-    "context", "current_actor_name", "current_rank", "current_size", "device_mesh", "endpoint", "hosts",
+    "context", "current_actor_name", "current_rank", "current_size", "device_mesh", "endpoint",
+    "get_or_spawn_controller", "hosts",
     "this_host", "this_proc", "unhandled_fault_hook",
 ]

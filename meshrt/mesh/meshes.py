@@ -206,11 +206,7 @@ class ProcMesh(Shaped):
         if self._state is not None and self._state.stopping:
             raise RuntimeError(f"spawn({name!r}, ...): the processes of {self._name!r} were stopped with stop(); "
                                f"start new ones with this_host().spawn_procs(...) (or hosts.spawn_procs)")
-        cls = _user_class(actor_class)
-        init = cls.__dict__.get("__init__")
-        if inspect.isfunction(init):
-            CallChecker.for_callable(init, f"spawn({name!r}, {cls.__name__}, ...): {cls.__name__}.__init__",
-                                     drop_self=True, call="").check(args, kwargs)
+        cls = checked_class("spawn", name, actor_class, args, kwargs)
         endpoints = {n: (_endpoint_checker(cls, n, name), is_async) for n, is_async in endpoint_names(cls).items()}
         hidden = sorted(n for n in endpoints if hasattr(ActorMesh, n))
         if hidden:
@@ -505,13 +501,20 @@ def _class_blob(cls: type) -> bytes:
     return blob
 
 
-def _user_class(actor_class: Any) -> type:
+def checked_class(call: str, name: str, actor_class: Any, args: tuple, kwargs: dict) -> type:
+    """The user's class behind ``actor_class``, once its constructor would take
+    ``args``/``kwargs``: said at the call site, not later by the process it runs in."""
     from .._private.api import ActorClass
 
     if isinstance(actor_class, ActorClass):
-        return actor_class._cls
-    if inspect.isclass(actor_class):
-        return actor_class
-    raise TypeError(f"spawn(name, Class, ...) needs a class (an Actor subclass or a @meshrt.remote class), "
-                    f"got {type(actor_class).__name__}")
-
+        cls = actor_class._cls
+    elif inspect.isclass(actor_class):
+        cls = actor_class
+    else:
+        raise TypeError(f"{call}(name, Class, ...) needs a class (an Actor subclass or a @meshrt.remote class), "
+                        f"got {type(actor_class).__name__}")
+    init = cls.__dict__.get("__init__")
+    if inspect.isfunction(init):
+        CallChecker.for_callable(init, f"{call}({name!r}, {cls.__name__}, ...): {cls.__name__}.__init__",
+                                 drop_self=True, call="").check(args, kwargs)
+    return cls
