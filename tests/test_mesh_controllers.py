@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import pytest
@@ -48,6 +49,12 @@ def test_every_process_gets_the_one_controller_of_a_name(rt):
     assert len(pids) == 1 and not pids & ({os.getpid()} | {asker for _, _, asker in got})  # (its own process)
     other = get_or_spawn_controller("other", Counter).get(timeout=60)
     assert other.incr.call_one().get(timeout=60)[1] not in pids  # another name, another process
+
+    async def ask_in_async_code():
+        controller = await get_or_spawn_controller("counter", Counter)
+        return await controller.incr.call_one()
+
+    assert asyncio.run(ask_in_async_code()) == (15, pids.pop())
 
 
 @pytest.mark.timeout(120)

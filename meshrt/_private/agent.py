@@ -63,7 +63,7 @@ class Agent:
         self.gathering: dict = {}  # task id -> the _Gather its reply joins
         self.exited: dict = {}  # worker id -> timer: exited, its connection not yet read to the end
         self.direct_lanes = DirectLanes()  # lanes of this host's mesh actors (direct_lanes.py)
-        self.ucx_probe = None  # the bytes this agent lent for UCX checks, read by the head and other agents (ucx_routes.py)
+        self.ucx_probe = None  # bytes lent for UCX checks, read by the head and other agents (ucx_routes.py)
 
     async def run(self) -> int:
         """Serve until the head goes away; returns the process exit code."""
