@@ -186,8 +186,7 @@ class Agent:
 
     async def _answer_ucx_check(self, probe: m.UcxProbe) -> None:
         """The head checks that UCX connects it and this host (ucx_routes.py)."""
-        reply, self.ucx_probe = await self.loop.run_in_executor(None, ucx_routes.answer_check, probe.handle,
-                                                                probe.data)
+        reply, self.ucx_probe = await self.loop.run_in_executor(None, ucx_routes.answer_check, probe)
         if not self.head.closed:
             self.head.send(reply)
 

@@ -58,8 +58,7 @@ class HostDirectory:
         # Where UCX does not reach ({host}: from anywhere; {a, b}: between the two):
         # values between those hosts go inline (ucx_routes.py).
         self.ucx_unreached: set[frozenset] = set()
-        self.probes: dict[int, asyncio.Future] = {}  # host id -> its agent's UcxProbeReply, awaited
-        self.peer_checks: dict[int, tuple] = {}  # check id -> (host id, future of its agent's answer)
+        self.ucx_checks: dict[int, tuple] = {}  # check id -> (host id, future of its agent's answer)
 
     def host_handlers(self) -> dict:
         return {
@@ -69,8 +68,8 @@ class HostDirectory:
             m.WorkerOutput: self.on_worker_output,
             m.DropHostCopies: self.on_drop_host_copies,
             m.Heartbeat: lambda conn, msg: None,  # (its arrival is what counts: heartbeat.py)
-            m.UcxProbeReply: self.on_ucx_probe_reply,
-            m.UcxPeerReply: self.on_ucx_peer_reply,
+            m.UcxProbeReply: self.on_ucx_answer,
+            m.UcxPeerReply: self.on_ucx_answer,
         }
 
     def on_drop_host_copies(self, conn, msg: m.DropHostCopies) -> None:
@@ -156,15 +155,11 @@ class HostDirectory:
             if w.conn is not None and not w.conn.closed:
                 w.conn.send(m.UcxUnreached(cuts))
 
-    def on_ucx_probe_reply(self, conn, msg: m.UcxProbeReply) -> None:
-        answer = self.probes.get(getattr(conn, "agent_host", None))
-        if answer is not None and not answer.done():
-            answer.set_result(msg)
-
-    def on_ucx_peer_reply(self, conn, msg: m.UcxPeerReply) -> None:
-        host_id, answer = self.peer_checks.get(msg.check_id, (None, None))
+    def on_ucx_answer(self, conn, msg) -> None:
+        """An agent's UcxProbeReply or UcxPeerReply, to the check that asked it."""
+        host_id, answer = self.ucx_checks.get(msg.check_id, (None, None))
         if answer is not None and host_id == getattr(conn, "agent_host", None) and not answer.done():
-            answer.set_result(msg.failed)
+            answer.set_result(msg)
 
     def _notify_hosts(self) -> None:
         if self._hosts_changed is not None:

@@ -342,6 +342,7 @@ class AgentWelcome(NamedTuple):
 class UcxProbe(NamedTuple):
     """Controller -> agent: read these bytes through UCX, and lend some back (ucx_routes.py)."""
 
+    check_id: int
     handle: Any
     data: bytes  # what the read must find
 
@@ -349,6 +350,7 @@ class UcxProbe(NamedTuple):
 class UcxProbeReply(NamedTuple):
     """Agent -> controller: why the read failed (None: it worked); the agent's bytes to read."""
 
+    check_id: int
     error: str | None
     handle: Any = None
     data: bytes | None = None

@@ -102,17 +102,12 @@ async def check_host(directory, host) -> str | None:
         mine, data = await loop.run_in_executor(None, lent_probe)
     except Exception as err:  # noqa: BLE001
         return f"UCX is unavailable on the head ({err})"
-    answer = loop.create_future()
-    directory.probes[host.id] = answer
     try:
-        host.conn.send(m.UcxProbe(mine, data))
-        try:
-            reply = await asyncio.wait_for(answer, PROBE_TIMEOUT_S + 10)
-        except asyncio.TimeoutError:
-            return f"its agent did not answer the check within {PROBE_TIMEOUT_S + 10:g} s"
+        reply = await _ask(directory, host, lambda check_id: m.UcxProbe(check_id, mine, data))
     finally:
-        directory.probes.pop(host.id, None)
         mine.drop()
+    if isinstance(reply, str):
+        return reply
     if reply.error is not None:
         return f"the agent could not read from the head: {reply.error}"
     why = await loop.run_in_executor(None, read_probe, reply.handle, reply.data)
@@ -138,8 +133,8 @@ async def check_peers(directory, host) -> list:
     if not peers:
         return []
     handle, data = host.lent_probe
-    replies = await asyncio.gather(_ask(directory, host, [(p.id, *p.lent_probe) for p in peers]),
-                                   *(_ask(directory, p, [(host.id, handle, data)]) for p in peers))
+    replies = await asyncio.gather(_read_peers(directory, host, [(p.id, *p.lent_probe) for p in peers]),
+                                   *(_read_peers(directory, p, [(host.id, handle, data)]) for p in peers))
     cut = []
     for peer, theirs in zip(peers, replies[1:], strict=True):
         why = replies[0].get(peer.id)
@@ -152,51 +147,54 @@ async def check_peers(directory, host) -> list:
     return cut
 
 
+async def _read_peers(directory, host, peers: list) -> dict:
+    """``host``'s agent reads each of ``peers`` (host id, handle, bytes): {host id: why}
+    for those it could not."""
+    peers = tuple(peers)
+    reply = await _ask(directory, host, lambda check_id: m.UcxPeerCheck(check_id, peers))
+    return {peer_id: reply for peer_id, _, _ in peers} if isinstance(reply, str) else reply.failed
+
+
 _check_ids = itertools.count(1)
 
 
-async def _ask(directory, host, peers: list) -> dict:
-    """``host``'s agent reads each of ``peers`` (host id, handle, bytes): {host id: why}
-    for those it could not."""
+async def _ask(directory, host, message):
+    """Send ``message(check_id)`` to ``host``'s agent: its answer, or (a str) why none
+    came."""
     check_id = next(_check_ids)
     answer = asyncio.get_running_loop().create_future()
-    directory.peer_checks[check_id] = (host.id, answer)
+    directory.ucx_checks[check_id] = (host.id, answer)
     try:
-        host.conn.send(m.UcxPeerCheck(check_id, tuple(peers)))
-        try:
-            failed = await asyncio.wait_for(answer, PROBE_TIMEOUT_S + 10)
-        except asyncio.TimeoutError:
-            failed = f"its agent did not answer the check within {PROBE_TIMEOUT_S + 10:g} s"
+        host.conn.send(message(check_id))
+        return await asyncio.wait_for(answer, PROBE_TIMEOUT_S + 10)
+    except asyncio.TimeoutError:
+        return f"its agent did not answer the check within {PROBE_TIMEOUT_S + 10:g} s"
     finally:
-        directory.peer_checks.pop(check_id, None)
-    return {peer_id: failed for peer_id, _, _ in peers} if isinstance(failed, str) else failed
+        directory.ucx_checks.pop(check_id, None)
 
 
 def end_checks(directory, why: str, host_id: int | None = None) -> None:
     """Controller: the checks waiting on ``host_id``'s agent (None: on any) end now."""
-    for waited_on, answer in list(directory.probes.items()):
-        if host_id in (None, waited_on) and not answer.done():
-            answer.set_result(m.UcxProbeReply(why))
-    for waited_on, answer in list(directory.peer_checks.values()):
+    for waited_on, answer in list(directory.ucx_checks.values()):
         if host_id in (None, waited_on) and not answer.done():
             answer.set_result(why)
 
 
-def answer_check(handle, expected: bytes) -> tuple:
+def answer_check(probe: m.UcxProbe) -> tuple:
     """Agent, off its loop: read the head's probe, and lend one back. (The reply, and
     the agent's buffer: it keeps that for its life, 16 bytes the head and the other
     agents may read.)"""
     try:
-        why = read_probe(handle, expected)
+        why = read_probe(probe.handle, probe.data)
     finally:
-        handle.drop()
+        probe.handle.drop()
     if why is not None:
-        return m.UcxProbeReply(why), None
+        return m.UcxProbeReply(probe.check_id, why), None
     try:
         mine, data = lent_probe()
     except Exception as err:  # noqa: BLE001
-        return m.UcxProbeReply(f"UCX is unavailable on the agent ({err})"), None
-    return m.UcxProbeReply(None, mine, data), mine
+        return m.UcxProbeReply(probe.check_id, f"UCX is unavailable on the agent ({err})"), None
+    return m.UcxProbeReply(probe.check_id, None, mine, data), mine
 
 
 async def read_peers(peers: tuple) -> dict:
