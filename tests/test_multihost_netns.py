@@ -128,6 +128,14 @@ class Namespaces:
     def mend(self, host: int) -> None:
         _ip("-n", self.switch, "link", "set", self.ports[host], "up")
 
+    def block_side_link(self) -> None:
+        """From here on, nothing here reaches the first host over the side link: a
+        connect there fails at once (an unreachable route, more specific than the link's)."""
+        _ip("route", "add", "unreachable", f"{SIDE_LINK}.2/32")
+
+    def unblock_side_link(self) -> None:
+        subprocess.run(["ip", "route", "del", "unreachable", f"{SIDE_LINK}.2/32"], capture_output=True, timeout=30)
+
 
 def _start_agent_in(ns: str, address: str, name: str, **env: str) -> subprocess.Popen:
     # `ip netns exec` enters the network namespace, `unshare --uts` gives the host a name
@@ -354,6 +362,43 @@ def test_two_hosts_ucx_does_not_connect_send_their_large_values_inline(namespace
     finally:
         meshrt.shutdown()
         for agent in agents:
+            stop_agent(agent)
+
+
+@pytest.mark.timeout(180)
+def test_a_ucx_route_that_breaks_after_its_check_loses_no_value(namespaces, monkeypatch, caplog):
+    """A host's UCX goes over a second link, which passes the check as the host joins
+    and stops reaching it afterwards: a read through it fails, its lender sends the
+    bytes inside a message instead, the head says so once, and from then on large
+    values between the two go inline."""
+    monkeypatch.setenv("MESHRT_TOKEN", TOKEN)
+    monkeypatch.setenv("MESHRT_PULL_ENGINE", "1")
+    agent = None
+    try:
+        info = meshrt.init(address=f"{SUBNET}.1:0", num_cpus=1)
+        head = f"{SUBNET}.1:{info['tcp_address'].rsplit(':', 1)[1]}"
+        agent = _start_agent_in(namespaces.names[0], head, "narrowed", UCX_NET_DEVICES=namespaces.side_link)
+        hosts = meshrt.hosts(min_hosts=1, timeout=60)
+        controller = meshrt._private.state.core().controller
+        assert not controller.ucx_unreached  # (the check passed)
+        worker = hosts.spawn_procs(per_host={"gpus": 1}).spawn("w", Worker)
+        values = np.arange(1 << 18, dtype=np.float64)  # 2 MiB
+        want = float(values.sum())
+        refs = worker.put_big.call_one(1 << 18).get(timeout=60)  # owned there: lent to us when we get it
+        namespaces.block_side_link()
+        with caplog.at_level("WARNING", logger="meshrt"):
+            assert float(meshrt.get(refs[0], timeout=60).sum()) == want
+        said = [r.getMessage() for r in caplog.records if "UCX does not connect" in r.getMessage()]
+        assert len(said) == 1 and "the head and host 'narrowed' any more" in said[0], said
+        assert controller.ucx_unreached == {frozenset([0, *controller.hosts])}
+        conn = next(iter(controller.hosts.values())).conn
+        before = conn.bytes_in
+        assert float(worker.echo.call_one(values).get(timeout=60).sum()) == want  # inline both ways now
+        assert conn.bytes_in - before > values.nbytes
+    finally:
+        namespaces.unblock_side_link()
+        meshrt.shutdown()
+        if agent is not None:
             stop_agent(agent)
 
 

@@ -33,6 +33,7 @@ from . import ids, loans
 from . import messages as m
 from .actor_calls import ActorCalls
 from .context import current_call, nesting_depth
+from .inline_reads import InlineReads
 from .lent_payloads import lendable
 from .mesh_support import MeshSupport
 from .ownership import Ownership
@@ -49,7 +50,7 @@ DRAIN_INTERVAL_S = 0.05
 _NONE_PAYLOAD, _ = serialize(None)
 
 
-class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
+class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls, InlineReads):
     is_driver = False
 
     def __init__(self, worker_id: int, io: LoopThread, token: bytes) -> None:
@@ -82,9 +83,12 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
             m.PortValue: self.on_port_value,
             m.Relay: self.on_relay,
             m.LoanDone: self.on_loan_done,
+            m.InlineRead: self.on_inline_read,
+            m.InlineBytes: self.on_inline_bytes,
         }
         MeshSupport.__init__(self)
         Pulls.__init__(self)
+        InlineReads.__init__(self)
         self.closed = False
         self.closing = False  # shutdown has begun: deaths from here on are expected
 
@@ -444,6 +448,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls):
                     break
                 continue
             if kind is m.PeerGone and msg.worker_id in self.held:
+                self.inline_reads_lost(msg.worker_id)  # (a pull may be waiting on it: inline_reads.py)
                 self.held[msg.worker_id].append((conn, msg))  # after what that peer sent before dying
                 continue
             self.handle_message(conn, msg)

@@ -70,6 +70,7 @@ class HostDirectory:
             m.Heartbeat: lambda conn, msg: None,  # (its arrival is what counts: heartbeat.py)
             m.UcxProbeReply: self.on_ucx_answer,
             m.UcxPeerReply: self.on_ucx_answer,
+            m.UcxRouteFailed: self.on_ucx_route_failed,
         }
 
     def on_drop_host_copies(self, conn, msg: m.DropHostCopies) -> None:
@@ -154,6 +155,22 @@ class HostDirectory:
         for w in list(self.workers.values()):  # (those starting get it in their Welcome)
             if w.conn is not None and not w.conn.closed:
                 w.conn.send(m.UcxUnreached(cuts))
+
+    def on_ucx_route_failed(self, conn, msg: m.UcxRouteFailed) -> None:
+        """A process's read through UCX failed between two hosts whose check had
+        passed (inline_reads.py): from now on their large values go inline."""
+        cut = frozenset(msg.hosts)
+        names = [self._host_label(h) for h in msg.hosts]
+        if len(cut) != 2 or cut in self.ucx_unreached or None in names:
+            return
+        self._ucx_unreached(cut, f"{names[0]} and {names[1]} any more", f"a read from {names[1]} failed: {msg.why}",
+                            "between their processes")
+
+    def _host_label(self, host_id: int) -> str | None:
+        if host_id == 0:
+            return "the head"
+        host = self.hosts.get(host_id)
+        return f"host {host.name!r}" if host is not None and host.alive else None
 
     def on_ucx_answer(self, conn, msg) -> None:
         """An agent's UcxProbeReply or UcxPeerReply, to the check that asked it."""

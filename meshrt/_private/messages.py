@@ -458,6 +458,31 @@ class PullDone(NamedTuple):
     token: int
 
 
+class InlineRead(NamedTuple):
+    """Receiver -> lender: the tensor engine could not read these lent buffers (a
+    route that broke after the host's check); send their bytes inside a message
+    instead (inline_reads.py). Each region: (slot_ptr, generation, ptr, nbytes)."""
+
+    req_id: int
+    regions: tuple
+
+
+class InlineBytes(NamedTuple):
+    """Lender -> receiver: the bytes of an ``InlineRead``, or why they cannot come."""
+
+    req_id: int
+    payload: Payload | None  # the bytes, one buffer per region
+    error: str | None = None
+
+
+class UcxRouteFailed(NamedTuple):
+    """Any process -> controller: a read through UCX between these two hosts failed
+    after their check passed; from now on their large values travel inline."""
+
+    hosts: tuple  # (reader's host, lender's host)
+    why: str
+
+
 class LoanDone(NamedTuple):
     """Receiver -> lender: these loans (loans.py, by generation) have been read."""
 

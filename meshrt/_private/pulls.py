@@ -28,6 +28,7 @@ from .portal import in_background
 _FIELDS = {m.TaskReturn: "results", m.ObjectValue: "payload", m.StreamItem: "payload",
            m.PortValue: "payload", m.ActorCall: "args", m.ExecuteTask: "spec", m.StartActor: "spec"}
 LENT_TYPES = frozenset(_FIELDS)
+_NEVER_HELD = frozenset({m.InlineRead, m.InlineBytes})  # order-free, and a held pull may wait on them
 
 
 def carries_lent(msg) -> bool:
@@ -75,7 +76,11 @@ class Pulls:
         backlog = self.held.get(_sender(conn))
         if backlog is None:
             return False
-        backlog.extend((conn, msg) for msg in msgs)
+        for msg in msgs:
+            if type(msg) in _NEVER_HELD:  # (the pull may be waiting for this very answer)
+                self.handle_message(conn, msg)
+            else:
+                backlog.append((conn, msg))
         return True
 
     def start_pull(self, conn, msg, rest: list) -> bool:
@@ -133,11 +138,14 @@ class Pulls:
         return msg._replace(**{field: await self._pull(conn, None, getattr(msg, field))})
 
     async def _pull(self, conn, key: int | None, lent: m.LentPayload, for_host: bool = False) -> Payload:
+        def inline(failure: BaseException):  # (a route that broke after its check: inline_reads.py)
+            return self.read_inline(conn.peer_id, lent, failure)
+
         try:
             if for_host:  # (the driver reads borrowed objects into memory: nothing would free a block)
                 payload = None if self.is_driver else await self.host_pull(key, lent, conn.peer_id)
-                return payload if payload is not None else await pull_payload(None, lent)
-            return await pull_payload(key if self.is_driver else None, lent)
+                return payload if payload is not None else await pull_payload(None, lent, inline=inline)
+            return await pull_payload(key if self.is_driver else None, lent, inline=inline)
         finally:
             if lent.token:  # (arguments, token 0: the caller keeps them until the call ends)
                 self.send_to(conn.peer_id, m.PullDone(0, lent.token))
@@ -148,10 +156,12 @@ class Pulls:
         return None
 
 
-async def pull_payload(key: int | None, lent: m.LentPayload, client=None, owner: int = 0) -> Payload:
+async def pull_payload(key: int | None, lent: m.LentPayload, client=None, owner: int = 0, inline=None) -> Payload:
     """The bytes behind ``lent``, read into a new block of this host's store under
     ``key`` (when given and there is room; through ``client``, for ``owner``) or into
-    memory. Never raises: a failed pull is an ObjectLostError payload."""
+    memory. ``inline(failure)``: where the tensor engine fails, the bytes sent by their
+    lender instead (a list, one per handle), unless the lender dropped them. Never
+    raises: a failed pull is an ObjectLostError payload."""
     import numpy as np  # (here: a worker imports numpy only when a payload needs it)
 
     from ..objstore import serialization
@@ -176,7 +186,15 @@ async def pull_payload(key: int | None, lent: m.LentPayload, client=None, owner:
                                           zip(lent.handles, layout, strict=True)), return_exceptions=True)
         failed = next((o for o in outcomes if isinstance(o, BaseException)), None)
         if failed is not None:
-            raise failed
+            from ..tensor.buffer import BufferDroppedError
+
+            if inline is None or any(isinstance(o, BufferDroppedError) for o in outcomes):
+                raise failed
+            for (rel, n), data in zip(layout, await inline(failed), strict=True):
+                view = memoryview(data).cast("B")
+                if view.nbytes != n:
+                    raise RuntimeError(f"the lender sent {view.nbytes} bytes inline for a buffer of {n}")
+                block[rel:rel + n] = view
         if in_store:
             client.seal(key)
             return Payload(lent.data, (), (), False, (key, total, layout, False))

@@ -244,7 +244,7 @@ class WorkerCore(Core):
         self.peer_hosts.setdefault(peer, host)
 
     def host_of(self, peer: int) -> int | None:
-        return self.peer_hosts.get(peer)
+        return 0 if peer == 0 else self.peer_hosts.get(peer)  # (the driver is on the head host)
 
     def on_ucx_unreached(self, conn, msg: m.UcxUnreached) -> None:
         self.ucx_unreached = msg.cuts

@@ -69,12 +69,15 @@ class _Slots:
             self.memh, self.rkey = _C.ucx_mem_map(self.table.ctypes.data, self.table.nbytes, False)
         self.free = list(range(_SLOTS - 1, -1, -1))
         self.lock = threading.Lock()
+        self.regions: dict[int, tuple[int, int]] = {}  # slot -> (ptr, nbytes) of a CPU buffer
 
-    def claim(self) -> tuple[int, int]:
+    def claim(self, ptr: int = 0, nbytes: int = 0, cpu: bool = False) -> tuple[int, int]:
         with self.lock:
             if not self.free:
                 raise RuntimeError(f"more than {_SLOTS} live TensorBuffers in one process; drop() some")
             slot = self.free.pop()
+            if cpu:
+                self.regions[slot] = (ptr, nbytes)
         generation = random.getrandbits(63) | 1
         self.table[slot] = generation
         return slot, generation
@@ -82,7 +85,12 @@ class _Slots:
     def release(self, slot: int) -> None:
         self.table[slot] = 0
         with self.lock:
+            self.regions.pop(slot, None)
             self.free.append(slot)
+
+    def slot_of(self, slot_ptr: int) -> int | None:
+        index = slot_ptr - self.address(0)
+        return index // 8 if index % 8 == 0 and 0 <= index // 8 < _SLOTS else None
 
     def address(self, slot: int) -> int:
         return self.table.ctypes.data + 8 * slot
@@ -91,6 +99,25 @@ class _Slots:
 _drop_lock = threading.Lock()
 _slots: tuple[int, _Slots] | None = None  # (pid, table): a forked child makes its own
 _slots_lock = threading.Lock()
+
+
+def read_owned(slot_ptr: int, generation: int, ptr: int, nbytes: int) -> bytes:
+    """Owner: a copy of one of this process's live CPU buffers, for a holder whose
+    transfers cannot reach us (see inline_reads.py). Only what a live buffer
+    registered, exactly as registered: a holder names memory, it does not choose it.
+    Raises BufferDroppedError otherwise, or when the buffer was dropped meanwhile."""
+    import ctypes
+
+    slots = _owner_slots()
+    index = slots.slot_of(slot_ptr)
+    with slots.lock:
+        region = slots.regions.get(index) if index is not None else None
+    if region != (ptr, nbytes) or slots.table[index] != generation:
+        raise BufferDroppedError(reason="no such live buffer here: it was dropped, or is not CPU memory")
+    data = ctypes.string_at(ptr, nbytes)
+    if slots.table[index] != generation:  # (dropped, maybe reused, while we copied)
+        raise BufferDroppedError(reason="the buffer was dropped while it was read")
+    return data
 
 
 def forget_slots() -> None:
@@ -128,7 +155,7 @@ class TensorBuffer:
             memh, rkey = _C.ucx_mem_map(region.ptr, region.nbytes, region.is_cuda)
         try:
             ipc = cuda_ipc.export(region.ptr) if region.is_cuda and region.nbytes else None
-            slot, generation = slots.claim()
+            slot, generation = slots.claim(region.ptr, region.nbytes, not region.is_cuda)
         except BaseException:
             if memh:
                 _C.ucx_mem_unmap(memh)
@@ -307,8 +334,8 @@ class _Transfer:
 
     def _local_copy(self, cuda: bool) -> None:
         slots = _owner_slots()  # the handle may have come back here: find its slot by address
-        index = (self.h.slot_ptr - slots.address(0)) // 8
-        if not 0 <= index < _SLOTS or slots.table[index] != self.h.generation:
+        index = slots.slot_of(self.h.slot_ptr)
+        if index is None or slots.table[index] != self.h.generation:
             self._fail(self._dropped_error())
             return
         src, dst = (self.region.ptr, self.remote) if self.is_put else (self.remote, self.region.ptr)
