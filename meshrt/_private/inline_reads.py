@@ -44,14 +44,17 @@ class InlineReads:
         self._inline_reads[req_id] = (lender, answer)
         log.info("meshrt: reading %d bytes from worker %d through UCX failed (%s); asking for them inline",
                  sum(n for *_, n in regions), lender, failure)
+        wait_s = 30.0 + sum(n for *_, n in regions) / 10e6  # (a lender that died is noticed sooner)
         try:
             self.send_to(lender, m.InlineRead(req_id, regions))
-            # (bounded: a lender that died meanwhile is noticed sooner, inline_reads_lost)
-            msg = await asyncio.wait_for(answer, 30.0 + sum(n for *_, n in regions) / 10e6)
+            msg = await asyncio.wait_for(answer, wait_s)
+        except TimeoutError:
+            msg = m.InlineBytes(req_id, None, f"no answer in {wait_s:.0f} s")
         finally:
             self._inline_reads.pop(req_id, None)
         if msg.error is not None:
-            raise InlineReadFailed(f"the lender could not send the bytes inline either: {msg.error}")
+            raise InlineReadFailed(f"{failure}; asked to send the bytes inside a message instead, the lender "
+                                   f"could not: {msg.error}")
         return list(msg.payload.buffers)
 
     def inline_reads_lost(self, lender: int) -> None:
