@@ -71,13 +71,14 @@ class _Slots:
         self.lock = threading.Lock()
         self.regions: dict[int, tuple[int, int]] = {}  # slot -> (ptr, nbytes) of a CPU buffer
 
-    def claim(self, ptr: int = 0, nbytes: int = 0, cpu: bool = False) -> tuple[int, int]:
+    def claim(self, cpu_region: tuple[int, int] | None) -> tuple[int, int]:
+        """A slot and its generation; ``cpu_region`` (ptr, nbytes): what ``read_owned`` may copy."""
         with self.lock:
             if not self.free:
                 raise RuntimeError(f"more than {_SLOTS} live TensorBuffers in one process; drop() some")
             slot = self.free.pop()
-            if cpu:
-                self.regions[slot] = (ptr, nbytes)
+            if cpu_region is not None:
+                self.regions[slot] = cpu_region
         generation = random.getrandbits(63) | 1
         self.table[slot] = generation
         return slot, generation
@@ -155,7 +156,7 @@ class TensorBuffer:
             memh, rkey = _C.ucx_mem_map(region.ptr, region.nbytes, region.is_cuda)
         try:
             ipc = cuda_ipc.export(region.ptr) if region.is_cuda and region.nbytes else None
-            slot, generation = slots.claim(region.ptr, region.nbytes, not region.is_cuda)
+            slot, generation = slots.claim(None if region.is_cuda else (region.ptr, region.nbytes))
         except BaseException:
             if memh:
                 _C.ucx_mem_unmap(memh)
