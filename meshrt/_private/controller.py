@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +101,7 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions, Poo
         self.tcp_address: str | None = config.get("tcp_address")  # where it listens
         self.public_address: str | None = None
         self.servers: list = []
+        self.accepted: weakref.WeakSet = weakref.WeakSet()  # every connection the servers took
         self.zygote: Zygote | None = None
         self.store: SharedStore | None = None
         self.startup_failures = 0
@@ -129,9 +131,9 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions, Poo
     async def start(self) -> None:
         self.store = SharedStore(int(self.config["resources"]["object_store_memory"]),
                                  self.config.get("spill_dir"))
-        self.servers.append(await wire.listen(self.address, self.token, self._conn_kwargs))
+        self.servers.append(await wire.listen(self.address, self.token, self._conn_kwargs, self.accepted))
         if self.tcp_address:
-            server = await wire.listen(self.tcp_address, self.token, self._conn_kwargs)
+            server = await wire.listen(self.tcp_address, self.token, self._conn_kwargs, self.accepted)
             host, port = server.sockets[0].getsockname()[:2]
             self.tcp_address = f"tcp:{host}:{port}"  # the real port when asked for port 0
             # what other hosts dial: this host's address when listening on every interface
@@ -206,6 +208,10 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions, Poo
         for w in list(self.workers.values()):
             for pipe in w.pipes:
                 pipe.close()
+        # What is still open now belongs to no live record: a worker finalized before its
+        # connection's end arrived, or a peer still in the handshake. The loop closes next.
+        for conn in list(self.accepted):
+            conn.close()
         for server in self.servers:
             await server.wait_closed()
 

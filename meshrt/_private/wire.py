@@ -31,6 +31,7 @@ import secrets
 import socket
 import struct
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -506,12 +507,18 @@ def _unsent(chunks: list, written: int) -> list | None:
     return rest
 
 
-async def listen(address: str, token: bytes, factory_kwargs: Callable[[], dict]) -> asyncio.AbstractServer:
-    """Serve ``address``; each accepted peer gets a Connection built from factory_kwargs()."""
+async def listen(address: str, token: bytes, factory_kwargs: Callable[[], dict],
+                 accepted: weakref.WeakSet | None = None) -> asyncio.AbstractServer:
+    """Serve ``address``; each accepted peer gets a Connection built from factory_kwargs()
+    (and is added to ``accepted``: closing a server leaves its connections open, even
+    those still in the handshake, which no one else knows of yet)."""
     loop = asyncio.get_running_loop()
 
     def make():
-        return Connection(token, server_side=True, **factory_kwargs())
+        conn = Connection(token, server_side=True, **factory_kwargs())
+        if accepted is not None:
+            accepted.add(conn)
+        return conn
 
     if address.startswith("unix:"):
         return await loop.create_unix_server(make, sock=addresses.bound_unix_socket(addresses.unix_path(address)))
