@@ -129,12 +129,19 @@ class Namespaces:
         _ip("-n", self.switch, "link", "set", self.ports[host], "up")
 
     def block_side_link(self) -> None:
-        """From here on, nothing here reaches the first host over the side link: a
-        connect there fails at once (an unreachable route, more specific than the link's)."""
+        """From here on, neither end of the side link reaches the other over it: its
+        connections are reset and a connect either way fails at once (an unreachable
+        route on each side, more specific than the link's)."""
         _ip("route", "add", "unreachable", f"{SIDE_LINK}.2/32")
+        _ip("-n", self.names[0], "route", "add", "unreachable", f"{SIDE_LINK}.1/32")
+        for ns, far in ((None, 2), (self.names[0], 1)):
+            subprocess.run([*(["ip", "netns", "exec", ns] if ns else []), "ss", "-K", "dst", f"{SIDE_LINK}.{far}"],
+                           check=True, capture_output=True, timeout=30)
 
     def unblock_side_link(self) -> None:
         subprocess.run(["ip", "route", "del", "unreachable", f"{SIDE_LINK}.2/32"], capture_output=True, timeout=30)
+        subprocess.run(["ip", "-n", self.names[0], "route", "del", "unreachable", f"{SIDE_LINK}.1/32"],
+                       capture_output=True, timeout=30)
 
 
 def _start_agent_in(ns: str, address: str, name: str, **env: str) -> subprocess.Popen:
@@ -365,12 +372,10 @@ def test_two_hosts_ucx_does_not_connect_send_their_large_values_inline(namespace
             stop_agent(agent)
 
 
-@pytest.mark.timeout(180)
-def test_a_ucx_route_that_breaks_after_its_check_loses_no_value(namespaces, monkeypatch, caplog):
-    """A host's UCX goes over a second link, which passes the check as the host joins
-    and stops reaching it afterwards: a read through it fails, its lender sends the
-    bytes inside a message instead, the head says so once, and from then on large
-    values between the two go inline."""
+@pytest.fixture
+def narrowed_worker(namespaces, monkeypatch):
+    """(controller, worker): an agent whose UCX goes over the side link only, which
+    passes its check as the host joins, and an actor there. Its tests block the link."""
     monkeypatch.setenv("MESHRT_TOKEN", TOKEN)
     monkeypatch.setenv("MESHRT_PULL_ENGINE", "1")
     agent = None
@@ -381,25 +386,50 @@ def test_a_ucx_route_that_breaks_after_its_check_loses_no_value(namespaces, monk
         hosts = meshrt.hosts(min_hosts=1, timeout=60)
         controller = meshrt._private.state.core().controller
         assert not controller.ucx_unreached  # (the check passed)
-        worker = hosts.spawn_procs(per_host={"gpus": 1}).spawn("w", Worker)
-        values = np.arange(1 << 18, dtype=np.float64)  # 2 MiB
-        want = float(values.sum())
-        refs = worker.put_big.call_one(1 << 18).get(timeout=60)  # owned there: lent to us when we get it
-        namespaces.block_side_link()
-        with caplog.at_level("WARNING", logger="meshrt"):
-            assert float(meshrt.get(refs[0], timeout=60).sum()) == want
-        said = [r.getMessage() for r in caplog.records if "UCX does not connect" in r.getMessage()]
-        assert len(said) == 1 and "the head and host 'narrowed' any more" in said[0], said
-        assert controller.ucx_unreached == {frozenset([0, *controller.hosts])}
-        conn = next(iter(controller.hosts.values())).conn
-        before = conn.bytes_in
-        assert float(worker.echo.call_one(values).get(timeout=60).sum()) == want  # inline both ways now
-        assert conn.bytes_in - before > values.nbytes
+        yield controller, hosts.spawn_procs(per_host={"gpus": 1}).spawn("w", Worker)
     finally:
         namespaces.unblock_side_link()
         meshrt.shutdown()
         if agent is not None:
             stop_agent(agent)
+
+
+def _warned_once_of_cut(caplog, controller, between: str) -> None:
+    said = [r.getMessage() for r in caplog.records if "UCX does not connect" in r.getMessage()]
+    assert len(said) == 1 and f"{between} any more" in said[0], said
+    assert controller.ucx_unreached == {frozenset([0, *controller.hosts])}
+
+
+@pytest.mark.timeout(180)
+def test_a_ucx_route_that_breaks_after_its_check_loses_no_value(namespaces, narrowed_worker, caplog):
+    """A read through a route that broke after its check fails, its lender sends the
+    bytes inside a message instead, the head says so once, and from then on large
+    values between the two go inline."""
+    controller, worker = narrowed_worker
+    values = np.arange(1 << 18, dtype=np.float64)  # 2 MiB
+    want = float(values.sum())
+    refs = worker.put_big.call_one(1 << 18).get(timeout=60)  # owned there: lent to us when we get it
+    namespaces.block_side_link()
+    with caplog.at_level("WARNING", logger="meshrt"):
+        assert float(meshrt.get(refs[0], timeout=60).sum()) == want
+    _warned_once_of_cut(caplog, controller, "the head and host 'narrowed'")
+    conn = next(iter(controller.hosts.values())).conn
+    before = conn.bytes_in
+    assert float(worker.echo.call_one(values).get(timeout=60).sum()) == want  # inline both ways now
+    assert conn.bytes_in - before > values.nbytes
+
+
+@pytest.mark.timeout(180)
+def test_a_driver_value_lent_over_a_route_that_broke_reaches_its_host(namespaces, narrowed_worker, caplog):
+    """The driver lends a large argument to a host whose route broke after its check:
+    the host's agent cannot read it through the tensor engine, asks the driver for the
+    bytes inside a message instead, and the call runs with them."""
+    controller, worker = narrowed_worker
+    values = np.arange(1 << 18, dtype=np.float64)  # 2 MiB: stored here, pulled by the host's agent
+    namespaces.block_side_link()
+    with caplog.at_level("WARNING", logger="meshrt"):
+        assert float(worker.echo.call_one(values).get(timeout=60).sum()) == float(values.sum())
+    _warned_once_of_cut(caplog, controller, "host 'narrowed' and the head")
 
 
 def _connecting_to(address: str) -> bool:

@@ -23,6 +23,7 @@ from . import addresses, heartbeat, procutil, ucx_routes, wire
 from . import messages as m
 from .direct_lanes import DirectLanes
 from .host_cache import HostCache
+from .inline_reads import RelayedInlineReads
 from .portal import in_background
 from .spawn import Zygote
 
@@ -84,6 +85,7 @@ class Agent:
             listen_host = self.head.transport.get_extra_info("sockname")[0]
             self.head.send(m.AgentHello(self.name, os.getpid(), self.resources, listen_host, procutil.machine_id()))
             self.host_id, timeout = await welcome
+            self.cache.inline = RelayedInlineReads(self.head.send, self.host_id)
         except (OSError, ConnectionError) as err:
             log.error("meshrt agent: cannot join the head at %s: %s", self.head_address, err)
             server.close()
@@ -179,6 +181,8 @@ class Agent:
             inner = type(msg.msg)
             if inner is m.PullValue:
                 self.cache.pull(msg, self._deliver, self.head.send)
+                return
+            if inner is m.InlineBytes and self.cache.inline is not None and self.cache.inline.answered(msg):
                 return
             if inner is m.ObjectValue:
                 msg = self.cache.arrived(msg)

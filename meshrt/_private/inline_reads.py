@@ -40,22 +40,11 @@ class InlineReads:
         self._report_route(lender, failure)
         regions = tuple((h._h.slot_ptr, h._h.generation, h._h.ptr, h._h.nbytes) for h in lent.handles)
         req_id = next(self._inline_ids)
-        answer = asyncio.get_running_loop().create_future()
-        self._inline_reads[req_id] = (lender, answer)
         log.info("meshrt: reading %d bytes from worker %d through UCX failed (%s); asking for them inline",
                  sum(n for *_, n in regions), lender, failure)
-        wait_s = 30.0 + sum(n for *_, n in regions) / 10e6  # (a lender that died is noticed sooner)
-        try:
-            self.send_to(lender, m.InlineRead(req_id, regions))
-            msg = await asyncio.wait_for(answer, wait_s)
-        except TimeoutError:
-            msg = m.InlineBytes(req_id, None, f"no answer in {wait_s:.0f} s")
-        finally:
-            self._inline_reads.pop(req_id, None)
-        if msg.error is not None:
-            raise InlineReadFailed(f"{failure}; asked to send the bytes inside a message instead, the lender "
-                                   f"could not: {msg.error}")
-        return list(msg.payload.buffers)
+        msg = await _ask(self._inline_reads, req_id, lender, regions,
+                         lambda: self.send_to(lender, m.InlineRead(req_id, regions)))
+        return list(_bytes_of(msg, failure, "the lender"))
 
     def inline_reads_lost(self, lender: int) -> None:
         """Loop: ``lender`` died: its unanswered inline reads fail now."""
@@ -93,7 +82,71 @@ class InlineReads:
         self.send_controller(m.UcxRouteFailed(pair, str(failure)))
 
 
+async def _ask(answers: dict, req_id: int, lender: int, regions: tuple, send) -> m.InlineBytes:
+    """``send`` an InlineRead and wait for its answer, recorded in ``answers`` meanwhile;
+    no answer in 30 s plus 10 MB/s of the size is one (a lender that died is noticed
+    sooner: ``inline_reads_lost``)."""
+    answer = asyncio.get_running_loop().create_future()
+    answers[req_id] = (lender, answer)
+    wait_s = 30.0 + sum(n for *_, n in regions) / 10e6
+    try:
+        send()
+        return await asyncio.wait_for(answer, wait_s)
+    except TimeoutError:
+        return m.InlineBytes(req_id, None, f"no answer in {wait_s:.0f} s")
+    finally:
+        answers.pop(req_id, None)
+
+
+def _bytes_of(msg: m.InlineBytes, failure: BaseException, lender: str) -> tuple:
+    if msg.error is not None:
+        raise InlineReadFailed(f"{failure}; asked to send the bytes inside a message instead, {lender} "
+                               f"could not: {msg.error}")
+    return msg.payload.buffers
+
+
 def _copies(regions: tuple) -> list:
     from ..tensor.buffer import read_owned
 
     return [read_owned(*region) for region in regions]
+
+
+class RelayedInlineReads:
+    """An agent's inline reads, for the driver's values it pulls into its host's store
+    (host_cache.py). An agent has no core of its own: it asks as the process the value
+    is for, through the head, and takes the answer out of the relayed messages before
+    they reach that process (``answered``). Its request ids start far above any a
+    process makes, so an answer is never mistaken for the process's own."""
+
+    FIRST_ID = 1 << 62
+
+    def __init__(self, send_head, host_id: int) -> None:
+        self._send_head = send_head
+        self._host_id = host_id
+        self._answers: dict[int, tuple[int, asyncio.Future]] = {}  # req id -> (lender, answer)
+        self._ids = itertools.count(self.FIRST_ID)
+        self._reported = False
+
+    async def read(self, lender: int, reader: int, buffer, failure: BaseException) -> bytes:
+        """The bytes of the driver's lent ``buffer`` (``lender``: the driver's id),
+        asked for as ``reader`` (the process here that wants the value)."""
+        if not self._reported:  # (the driver is on the head's host)
+            self._reported = True
+            self._send_head(m.UcxRouteFailed((self._host_id, 0), str(failure)))
+        h = buffer._h
+        regions = ((h.slot_ptr, h.generation, h.ptr, h.nbytes),)
+        req_id = next(self._ids)
+        log.info("meshrt agent: reading %d bytes from the driver through UCX failed (%s); asking for them inline",
+                 h.nbytes, failure)
+        msg = await _ask(self._answers, req_id, lender, regions,
+                         lambda: self._send_head(m.Relay(lender, reader, m.InlineRead(req_id, regions))))
+        return _bytes_of(msg, failure, "the driver")[0]
+
+    def answered(self, relay: m.Relay) -> bool:
+        """A relayed ``InlineBytes``: True when it answers one of ours (taken here)."""
+        lender, answer = self._answers.get(relay.msg.req_id, (None, None))
+        if answer is None or lender != relay.src:
+            return False
+        if not answer.done():
+            answer.set_result(relay.msg)
+        return True
