@@ -23,7 +23,7 @@ from . import addresses, heartbeat, procutil, ucx_routes, wire
 from . import messages as m
 from .direct_lanes import DirectLanes
 from .host_cache import HostCache
-from .inline_reads import RelayedInlineReads
+from .inline_reads import AgentInlineReads
 from .portal import in_background
 from .spawn import Zygote
 
@@ -85,7 +85,7 @@ class Agent:
             listen_host = self.head.transport.get_extra_info("sockname")[0]
             self.head.send(m.AgentHello(self.name, os.getpid(), self.resources, listen_host, procutil.machine_id()))
             self.host_id, timeout = await welcome
-            self.cache.inline = RelayedInlineReads(self.head.send, self.host_id)
+            self.cache.inline = AgentInlineReads(self.head.send, self.host_id)
         except (OSError, ConnectionError) as err:
             log.error("meshrt agent: cannot join the head at %s: %s", self.head_address, err)
             server.close()
@@ -173,6 +173,8 @@ class Agent:
             in_background(self._answer_ucx_check(msg))
         elif kind is m.UcxPeerCheck:
             in_background(self._answer_peer_check(msg))
+        elif kind is m.InlineBytes:
+            self.cache.inline.answered(msg)
         elif kind is m.Exit:
             if not self._welcome.done():  # refused (a name already taken)
                 self._welcome.set_exception(ConnectionError(msg.reason))
@@ -181,8 +183,6 @@ class Agent:
             inner = type(msg.msg)
             if inner is m.PullValue:
                 self.cache.pull(msg, self._deliver, self.head.send)
-                return
-            if inner is m.InlineBytes and self.cache.inline is not None and self.cache.inline.answered(msg):
                 return
             if inner is m.ObjectValue:
                 msg = self.cache.arrived(msg)

@@ -29,7 +29,7 @@ AGENT_OWNER = -1  # the owner id of the agent's own blocks (no worker has it)
 class HostCache:
     def __init__(self, store, inline=None) -> None:
         self.store = store
-        self.inline = inline  # RelayedInlineReads: where the tensor engine cannot read a value (inline_reads.py)
+        self.inline = inline  # AgentInlineReads: where the tensor engine cannot read a value (inline_reads.py)
         self.client = StoreClient(store.arena, LocalBackend(store, AGENT_OWNER))
         self.copies: dict[int, Payload] = {}  # object id -> its shared-memory payload here
         self.pulling: dict[int, list] = {}  # object id -> relays waiting for the pull under way
@@ -82,7 +82,7 @@ class HostCache:
                 in_store = True
             except Exception:  # noqa: BLE001 - the store is full: pull into memory instead
                 target = bytearray(total)
-            await self._read(value, target, timeout, done)
+            await self._read(value, target, timeout)
             if not in_store:
                 result = _inline(value.payload.data, memoryview(target), layout, stream)
             elif oid in self.dropped:  # freed by the owner meanwhile
@@ -102,7 +102,7 @@ class HostCache:
         for relay in waiting:
             deliver(m.Relay(relay.dest, relay.src, m.ObjectValue(oid, result)))
 
-    async def _read(self, value: m.PullValue, target, timeout: float, done: m.Relay) -> None:
+    async def _read(self, value: m.PullValue, target, timeout: float) -> None:
         """The lent block's bytes into ``target``: through the tensor engine, or (a route
         that broke after its check) inside a message from the driver."""
         from ..tensor.buffer import BufferDroppedError
@@ -114,7 +114,7 @@ class HostCache:
         except Exception as err:  # noqa: BLE001 - inline instead, where the agent can ask
             if self.inline is None:
                 raise
-            data = memoryview(await self.inline.read(done.dest, done.src, value.buffer, err)).cast("B")
+            data = memoryview(await self.inline.read(value.buffer, err)).cast("B")
             block = memoryview(target).cast("B")
             if data.nbytes != block.nbytes:
                 raise RuntimeError(f"the driver sent {data.nbytes} bytes inline for a block of {block.nbytes}") from err

@@ -19,6 +19,7 @@ from ..scheduler.resources import NodeResources
 from . import heartbeat, ucx_routes
 from . import messages as m
 from .addresses import local_ip_towards
+from .inline_reads import answer_inline_read
 from .portal import in_background
 
 log = logging.getLogger("meshrt")
@@ -71,6 +72,7 @@ class HostDirectory:
             m.UcxProbeReply: self.on_ucx_answer,
             m.UcxPeerReply: self.on_ucx_answer,
             m.UcxRouteFailed: self.on_ucx_route_failed,
+            m.InlineRead: self.on_agent_inline_read,
         }
 
     def on_drop_host_copies(self, conn, msg: m.DropHostCopies) -> None:
@@ -165,6 +167,12 @@ class HostDirectory:
             return
         self._ucx_unreached(cut, f"{names[0]} and {names[1]} any more", f"a read from {names[1]} failed: {msg.why}",
                             "between their processes")
+
+    def on_agent_inline_read(self, conn, msg: m.InlineRead) -> None:
+        """An agent could not read a block the driver lent it (host_cache.py): the
+        bytes, inside a message (only what the driver still lends: inline_reads.py)."""
+        if getattr(conn, "agent_host", None) is not None:
+            in_background(answer_inline_read(msg, conn.send))
 
     def _host_label(self, host_id: int) -> str | None:
         if host_id == 0:

@@ -8,6 +8,8 @@ lent: the reader sends ``InlineRead`` naming the buffers, the lender copies them
 ``read_owned``) and answers ``InlineBytes`` over the control connection. The reader
 also tells the head (``UcxRouteFailed``), which records the two hosts as cut and
 tells every process, so later large values between them go inline from the start.
+A host's agent that cannot read a block the driver lent it asks the same way, on its
+own connection to the head (``AgentInlineReads``).
 """
 
 from __future__ import annotations
@@ -55,17 +57,8 @@ class InlineReads:
     def on_inline_read(self, conn, msg: m.InlineRead) -> None:
         """Lender: copy the named buffers off the loop and send them back."""
         reader = conn.peer_id
-
-        async def answer() -> None:
-            try:
-                copies = await self.io.loop.run_in_executor(None, _copies, msg.regions)
-                reply = m.InlineBytes(msg.req_id, Payload(b"", tuple(copies)))  # (out of band, every hop)
-            except Exception as err:  # noqa: BLE001 - the reader hears why
-                reply = m.InlineBytes(msg.req_id, None, f"{type(err).__name__}: {err}")
-            self.send_to(reader, reply)
-
         if reader is not None:
-            in_background(answer())
+            in_background(answer_inline_read(msg, lambda reply: self.send_to(reader, reply)))
 
     def on_inline_bytes(self, conn, msg: m.InlineBytes) -> None:
         lender, answer = self._inline_reads.get(msg.req_id, (None, None))
@@ -80,6 +73,37 @@ class InlineReads:
             return
         self._routes_reported.add(pair)
         self.send_controller(m.UcxRouteFailed(pair, str(failure)))
+
+
+class AgentInlineReads:
+    """An agent's inline reads, for the driver's values it pulls into its host's store
+    (host_cache.py): asked of the head on the agent's own connection (the driver's
+    controller answers them: host_directory.py), answered there too."""
+
+    def __init__(self, send_head, host_id: int) -> None:
+        self._send_head = send_head
+        self._host_id = host_id
+        self._answers: dict[int, tuple[int, asyncio.Future]] = {}  # req id -> (lender, answer)
+        self._ids = itertools.count(1)
+        self._reported = False
+
+    async def read(self, buffer, failure: BaseException) -> bytes:
+        """The bytes of the driver's lent ``buffer``."""
+        if not self._reported:  # (the driver is on the head's host)
+            self._reported = True
+            self._send_head(m.UcxRouteFailed((self._host_id, 0), str(failure)))
+        h = buffer._h
+        regions = ((h.slot_ptr, h.generation, h.ptr, h.nbytes),)
+        req_id = next(self._ids)
+        log.info("meshrt agent: reading %d bytes from the driver through UCX failed (%s); asking for them inline",
+                 h.nbytes, failure)
+        msg = await _ask(self._answers, req_id, 0, regions, lambda: self._send_head(m.InlineRead(req_id, regions)))
+        return _bytes_of(msg, failure, "the driver")[0]
+
+    def answered(self, msg: m.InlineBytes) -> None:
+        _lender, answer = self._answers.get(msg.req_id, (None, None))
+        if answer is not None and not answer.done():
+            answer.set_result(msg)
 
 
 async def _ask(answers: dict, req_id: int, lender: int, regions: tuple, send) -> m.InlineBytes:
@@ -105,48 +129,18 @@ def _bytes_of(msg: m.InlineBytes, failure: BaseException, lender: str) -> tuple:
     return msg.payload.buffers
 
 
+async def answer_inline_read(msg: m.InlineRead, reply) -> None:
+    """Lender: copy the buffers ``msg`` names, off the loop, and ``reply`` with them (or
+    with why not)."""
+    try:
+        copies = await asyncio.get_running_loop().run_in_executor(None, _copies, msg.regions)
+        answer = m.InlineBytes(msg.req_id, Payload(b"", tuple(copies)))  # (out of band, every hop)
+    except Exception as err:  # noqa: BLE001 - the reader hears why
+        answer = m.InlineBytes(msg.req_id, None, f"{type(err).__name__}: {err}")
+    reply(answer)
+
+
 def _copies(regions: tuple) -> list:
     from ..tensor.buffer import read_owned
 
     return [read_owned(*region) for region in regions]
-
-
-class RelayedInlineReads:
-    """An agent's inline reads, for the driver's values it pulls into its host's store
-    (host_cache.py). An agent has no core of its own: it asks as the process the value
-    is for, through the head, and takes the answer out of the relayed messages before
-    they reach that process (``answered``). Its request ids start far above any a
-    process makes, so an answer is never mistaken for the process's own."""
-
-    FIRST_ID = 1 << 62
-
-    def __init__(self, send_head, host_id: int) -> None:
-        self._send_head = send_head
-        self._host_id = host_id
-        self._answers: dict[int, tuple[int, asyncio.Future]] = {}  # req id -> (lender, answer)
-        self._ids = itertools.count(self.FIRST_ID)
-        self._reported = False
-
-    async def read(self, lender: int, reader: int, buffer, failure: BaseException) -> bytes:
-        """The bytes of the driver's lent ``buffer`` (``lender``: the driver's id),
-        asked for as ``reader`` (the process here that wants the value)."""
-        if not self._reported:  # (the driver is on the head's host)
-            self._reported = True
-            self._send_head(m.UcxRouteFailed((self._host_id, 0), str(failure)))
-        h = buffer._h
-        regions = ((h.slot_ptr, h.generation, h.ptr, h.nbytes),)
-        req_id = next(self._ids)
-        log.info("meshrt agent: reading %d bytes from the driver through UCX failed (%s); asking for them inline",
-                 h.nbytes, failure)
-        msg = await _ask(self._answers, req_id, lender, regions,
-                         lambda: self._send_head(m.Relay(lender, reader, m.InlineRead(req_id, regions))))
-        return _bytes_of(msg, failure, "the driver")[0]
-
-    def answered(self, relay: m.Relay) -> bool:
-        """A relayed ``InlineBytes``: True when it answers one of ours (taken here)."""
-        lender, answer = self._answers.get(relay.msg.req_id, (None, None))
-        if answer is None or lender != relay.src:
-            return False
-        if not answer.done():
-            answer.set_result(relay.msg)
-        return True

@@ -459,9 +459,10 @@ class PullDone(NamedTuple):
 
 
 class InlineRead(NamedTuple):
-    """Receiver -> lender: the tensor engine could not read these lent buffers (a
-    route that broke after the host's check); send their bytes inside a message
-    instead (inline_reads.py). Each region: (slot_ptr, generation, ptr, nbytes)."""
+    """Receiver -> lender (an agent -> the head, for the driver's lent blocks): the
+    tensor engine could not read these lent buffers (a route that broke after the
+    host's check); send their bytes inside a message instead (inline_reads.py). Each
+    region: (slot_ptr, generation, ptr, nbytes)."""
 
     req_id: int
     regions: tuple
