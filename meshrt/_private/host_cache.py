@@ -105,14 +105,12 @@ class HostCache:
     async def _read(self, value: m.PullValue, target, timeout: float) -> None:
         """The lent block's bytes into ``target``: through the tensor engine, or (a route
         that broke after its check) inside a message from the driver."""
-        from ..tensor.buffer import BufferDroppedError
+        from .pulls import not_the_route
 
         try:
             await value.buffer.read_into(target, timeout=timeout)
-        except BufferDroppedError:
-            raise
-        except Exception as err:  # noqa: BLE001 - inline instead, where the agent can ask
-            if self.inline is None:
+        except Exception as err:
+            if self.inline is None or not_the_route(err):
                 raise
             data = memoryview(await self.inline.read(value.buffer, err)).cast("B")
             block = memoryview(target).cast("B")

@@ -170,9 +170,16 @@ class HostDirectory:
 
     def on_agent_inline_read(self, conn, msg: m.InlineRead) -> None:
         """An agent could not read a block the driver lent it (host_cache.py): the
-        bytes, inside a message (only what the driver still lends: inline_reads.py)."""
-        if getattr(conn, "agent_host", None) is not None:
+        bytes, inside a message; only blocks the driver lends now. (From a process,
+        not an agent: the driver is the lender, as in any process: inline_reads.py.)"""
+        if getattr(conn, "agent_host", None) is None:
+            self.core.on_inline_read(conn, msg)
+            return
+        lending = {(buf._h.slot_ptr, buf._h.generation) for _oid, buf, _block in self.core.lent.values()}
+        if all((slot_ptr, generation) in lending for slot_ptr, generation, _ptr, _n in msg.regions):
             in_background(answer_inline_read(msg, conn.send))
+        else:
+            conn.send(m.InlineBytes(msg.req_id, None, "the driver no longer lends that block"))
 
     def _host_label(self, host_id: int) -> str | None:
         if host_id == 0:

@@ -116,7 +116,7 @@ async def _ask(answers: dict, req_id: int, lender: int, regions: tuple, send) ->
     try:
         send()
         return await asyncio.wait_for(answer, wait_s)
-    except TimeoutError:
+    except asyncio.TimeoutError:  # (not the builtin one before Python 3.11)
         return m.InlineBytes(req_id, None, f"no answer in {wait_s:.0f} s")
     finally:
         answers.pop(req_id, None)

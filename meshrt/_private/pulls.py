@@ -31,6 +31,14 @@ LENT_TYPES = frozenset(_FIELDS)
 _NEVER_HELD = frozenset({m.InlineRead, m.InlineBytes})  # order-free, and a held pull may wait on them
 
 
+def not_the_route(err: BaseException) -> bool:
+    """A read failure no other route mends: the lender dropped the bytes, or the read
+    was asked wrongly. Any other may be the route's, and falls back inline."""
+    from ..tensor.buffer import BufferDroppedError  # (here: most processes never load the engine)
+
+    return isinstance(err, (BufferDroppedError, ValueError, TypeError))
+
+
 def carries_lent(msg) -> bool:
     kind = type(msg)
     if kind is m.TaskReturn:
@@ -186,9 +194,7 @@ async def pull_payload(key: int | None, lent: m.LentPayload, client=None, owner:
                                           zip(lent.handles, layout, strict=True)), return_exceptions=True)
         failed = next((o for o in outcomes if isinstance(o, BaseException)), None)
         if failed is not None:
-            from ..tensor.buffer import BufferDroppedError
-
-            if inline is None or any(isinstance(o, BufferDroppedError) for o in outcomes):
+            if inline is None or any(not_the_route(o) for o in outcomes if isinstance(o, BaseException)):
                 raise failed
             for (rel, n), data in zip(layout, await inline(failed), strict=True):
                 view = memoryview(data).cast("B")
