@@ -427,7 +427,7 @@ def test_a_ucx_route_that_breaks_after_its_check_loses_no_value(namespaces, narr
 @pytest.mark.timeout(180)
 def test_a_driver_value_lent_over_a_route_that_broke_reaches_its_host(namespaces, narrowed_worker, caplog):
     """The driver lends a large argument to a host whose route broke after its check:
-    the host's agent cannot read it through the tensor engine, asks the driver for the
+    the host's agent cannot read it through the tensor engine, asks the head for the
     bytes inside a message instead, and the call runs with them."""
     controller, worker = narrowed_worker
     values = np.arange(1 << 18, dtype=np.float64)  # 2 MiB: stored here, pulled by the host's agent

@@ -27,9 +27,11 @@ AGENT_OWNER = -1  # the owner id of the agent's own blocks (no worker has it)
 
 
 class HostCache:
-    def __init__(self, store, inline=None) -> None:
+    def __init__(self, store) -> None:
         self.store = store
-        self.inline = inline  # AgentInlineReads: where the tensor engine cannot read a value (inline_reads.py)
+        # An agent's AgentInlineReads, once the head has named its host: for a value the
+        # tensor engine cannot read (inline_reads.py). The head's own cache has none.
+        self.inline = None
         self.client = StoreClient(store.arena, LocalBackend(store, AGENT_OWNER))
         self.copies: dict[int, Payload] = {}  # object id -> its shared-memory payload here
         self.pulling: dict[int, list] = {}  # object id -> relays waiting for the pull under way
