@@ -165,7 +165,8 @@ class HostDirectory:
         names = [self._host_label(h) for h in msg.hosts]
         if len(cut) != 2 or cut in self.ucx_unreached or None in names:
             return
-        self._ucx_unreached(cut, f"{names[0]} and {names[1]} any more", f"a read from {names[1]} failed: {msg.why}",
+        why = ucx_routes.without_fall_back_hint(msg.why)
+        self._ucx_unreached(cut, f"{names[0]} and {names[1]} any more", f"a read from {names[1]} failed: {why}",
                             "between their processes")
 
     def on_agent_inline_read(self, conn, msg: m.InlineRead) -> None:

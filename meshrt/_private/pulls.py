@@ -194,7 +194,7 @@ async def pull_payload(key: int | None, lent: m.LentPayload, client=None, owner:
                                           zip(lent.handles, layout, strict=True)), return_exceptions=True)
         failed = next((o for o in outcomes if isinstance(o, BaseException)), None)
         if failed is not None:
-            if inline is None or any(not_the_route(o) for o in outcomes if isinstance(o, BaseException)):
+            if inline is None or any(map(not_the_route, outcomes)):
                 raise failed
             for (rel, n), data in zip(layout, await inline(failed), strict=True):
                 view = memoryview(data).cast("B")
