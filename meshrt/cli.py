@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import sys
@@ -27,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     agent.add_argument("--num-cpus", type=float, help="CPUs to offer (default: all)")
     agent.add_argument("--num-gpus", type=int, help="GPUs to offer (default: all visible)")
     agent.add_argument("--object-store-memory", type=int, help="bytes for this host's object store")
+    agent.add_argument("--resources", help="custom resources to offer, as JSON (as ray start's): "
+                       "'{\"trainer\": 2}'")
     agent.add_argument("--connect-timeout", type=float, default=None,
                        help="seconds to keep trying to reach a head that is not listening yet (default: 300)")
     status = sub.add_parser("status", help="print a running cluster's hosts, actors and object store")
@@ -101,6 +104,26 @@ def run_status(args) -> int:
     return 0
 
 
+def _custom_resources(text: str | None) -> dict | None:
+    """``--resources`` as a dict of name -> amount; bad input is named."""
+    if text is None:
+        return None
+    try:
+        table = json.loads(text)
+    except ValueError as err:
+        raise ValueError(f"--resources {text!r} is not JSON ({err}); e.g. --resources '{{\"trainer\": 2}}'") \
+            from None
+    if not isinstance(table, dict):
+        raise ValueError(f"--resources {text!r}: give a JSON object of name -> amount, e.g. '{{\"trainer\": 2}}'")
+    for name in ("CPU", "GPU"):
+        if name in table:
+            raise ValueError(f"--resources {text!r}: use --num-{name.lower()}s for {name}")
+    from .scheduler.resources import validate_request
+
+    validate_request(table, "--resources")
+    return table
+
+
 def run_agent(args) -> int:
     from ._private import cluster_token, slurm, spin
     from ._private.agent import CONNECT_TIMEOUT_S, Agent, default_name
@@ -124,7 +147,12 @@ def run_agent(args) -> int:
         print("meshrt agent: no cluster token: set MESHRT_TOKEN or pass --token-file (the driver "
               f"writes one to {cluster_token.DEFAULT_FILE} when it generates it)", file=sys.stderr)
         return 2
-    resources = _node_resources(args.num_cpus, args.num_gpus, None, args.object_store_memory)
+    try:
+        resources = _node_resources(args.num_cpus, args.num_gpus, _custom_resources(args.resources),
+                                    args.object_store_memory)
+    except (TypeError, ValueError) as err:
+        print(f"meshrt agent: {err}", file=sys.stderr)
+        return 2
     name = args.name or slurm.node_name() or default_name()
     agent = Agent("tcp:" + address.removeprefix("tcp:"), token, name, resources,
                   int(resources["object_store_memory"]), token_source=source,

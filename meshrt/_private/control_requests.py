@@ -42,17 +42,6 @@ class ControlRequests:
         w = self.workers.get(worker_id)
         return w.address if w is not None else None
 
-    def rpc_cluster_resources(self, caller: int) -> dict:
-        return self.node.as_floats("total")
-
-    def rpc_available_resources(self, caller: int) -> dict:
-        available = self.node.as_floats("available")
-        usage = self.store.usage()
-        # (the store's capacity is the configured size rounded up to whole pages)
-        total = self.node.as_floats("total").get("object_store_memory", usage["capacity"])
-        available["object_store_memory"] = max(0, min(total, usage["capacity"]) - usage["used"])
-        return available
-
     # -- the host's object store (this host: the head) ----------------------------------------
 
     def rpc_store_allocate(self, caller: int, *args) -> int:
@@ -71,12 +60,3 @@ class ControlRequests:
         from .status import collect
 
         return collect(self)
-
-    def rpc_nodes(self, caller: int) -> list:
-        c = self.config
-        return [{
-            "NodeID": c["node_id"], "Alive": True, "NodeManagerAddress": "127.0.0.1",
-            "NodeManagerHostname": c["hostname"], "NodeName": c["hostname"],
-            "Resources": self.node.as_floats("total"), "MeshrtAddress": self.address,
-            "alive": True,
-        }]

@@ -26,6 +26,7 @@ from ..scheduler.resources import Allocation, NodeResources
 from . import addresses, gpus, ids, ucx_routes, wire
 from . import messages as m
 from .actor_directory import ActorDirectory
+from .cluster_nodes import ClusterNodes
 from .control_requests import ControlRequests
 from .host_directory import HostDirectory, host_ip
 from .log_options import LogOptions
@@ -83,7 +84,7 @@ class TaskRecord:
     force_killed: bool = False
 
 
-class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions, PoolUpkeep):
+class Controller(ActorDirectory, HostDirectory, ClusterNodes, ControlRequests, LogOptions, PoolUpkeep):
     def __init__(self, core, io, config: dict) -> None:
         self.core = core
         self.io = io
@@ -291,7 +292,7 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions, Poo
             w.pid = msg.pid
             self.by_pid[msg.pid] = w
         self.startup_failures = 0
-        conn.send(m.Welcome(self.welcome_config()))
+        conn.send(m.Welcome(self.welcome_config(w.host)))
         self.core.worker_connected(w.id, conn)
         if w.kind == "task":
             self.scheduler.worker_started(w.pool_key)
@@ -300,10 +301,12 @@ class Controller(ActorDirectory, HostDirectory, ControlRequests, LogOptions, Poo
         else:
             self.actor_worker_ready(w)
 
-    def welcome_config(self) -> dict:
+    def welcome_config(self, host_id: int = 0) -> dict:
+        """What a worker on host ``host_id`` (0: the head) needs to know."""
         c = self.config
         return {
-            "job_id": c["job_id"], "node_id": c["node_id"], "namespace": c["namespace"],
+            "job_id": c["job_id"], "node_id": self.node_id_of_host(host_id), "head_node_id": c["node_id"],
+            "namespace": c["namespace"],
             "sys_path": c["sys_path"], "cwd": c["cwd"], "session": c["session"],
             "ucx_unreached": [sorted(cut) for cut in self.ucx_unreached],
         }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,7 @@ class HostRecord:
     checking: bool = False  # UCX's routes to it are being checked (ucx_routes.py): not joined yet
     machine: str = ""  # procutil.machine_id() of its agent
     lent_probe: tuple | None = None  # (handle, bytes) its agent lent for UCX checks, once the head read it
+    node_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # (as Ray's: meshrt.nodes())
 
     @property
     def joined(self) -> bool:

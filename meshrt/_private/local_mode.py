@@ -80,6 +80,12 @@ class LocalCore(Core):
         if method == "nodes":
             return [{"NodeID": self.config["node_id"], "Alive": True, "NodeManagerAddress": "127.0.0.1",
                      "Resources": self.node.as_floats("total"), "alive": True}]
+        if method == "host_of_node":  # (one node here: another is one that is not in the cluster)
+            node_id, soft = args[0], args[1]
+            if soft or node_id == self.config["node_id"]:
+                return 0
+            raise ValueError(f"NodeAffinitySchedulingStrategy(node_id={node_id!r}): no node of the cluster has "
+                             "that id (local mode has one node: meshrt.nodes()), or pass soft=True")
         raise ValueError(f"{method} is not available in local mode")
 
     # -- running things now ------------------------------------------------------------------

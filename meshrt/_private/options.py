@@ -1,8 +1,8 @@
 """``@remote(...)`` and ``.options(...)``: validated once per decoration, not per call.
 
 Bad options raise at the decorator or ``.options()`` call, naming the option. Ray
-options that change nothing here (``runtime_env``, ``scheduling_strategy`` ...)
-are accepted so Ray programs run unchanged.
+options that change nothing here (``runtime_env``, ``placement_group`` ...) are
+accepted so Ray programs run unchanged.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from ..scheduler.resources import normalize, validate_request
 from . import concurrency_groups
 
 _RESOURCE_KEYS = {"num_cpus", "num_gpus", "resources", "memory", "accelerator_type"}
-_IGNORED = {"runtime_env", "scheduling_strategy", "placement_group", "placement_group_bundle_index",
+_IGNORED = {"runtime_env", "placement_group", "placement_group_bundle_index",
             "placement_group_capture_child_tasks", "_metadata", "label_selector", "enable_task_events",
             "_labels", "fallback_strategy"}
-TASK_KEYS = _RESOURCE_KEYS | _IGNORED | {"num_returns", "max_retries", "retry_exceptions", "name",
+TASK_KEYS = _RESOURCE_KEYS | _IGNORED | {"scheduling_strategy", "num_returns", "max_retries", "retry_exceptions", "name",
                                          "max_calls"}
-ACTOR_KEYS = _RESOURCE_KEYS | _IGNORED | {"max_restarts", "max_task_retries", "max_concurrency", "name",
+ACTOR_KEYS = _RESOURCE_KEYS | _IGNORED | {"scheduling_strategy", "max_restarts", "max_task_retries", "max_concurrency", "name",
                                           "namespace", "lifetime", "get_if_exists", "max_pending_calls",
                                           "concurrency_groups", "allow_out_of_order_execution",
                                           "_host", "_label"}  # (meshes: a process's host, and its name in output)
@@ -72,6 +72,22 @@ def resource_units(options: dict, what: str, default_cpus: float) -> tuple:
     return normalize(request)
 
 
+def node_affinity(value: Any, what: str) -> tuple | None:
+    """The ``scheduling_strategy`` option as (node_id, soft), or None where it leaves
+    placement to meshrt ("DEFAULT", "SPREAD", None); a bad value is named."""
+    # (imported here: meshrt.util imports this module)
+    from ..util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if value is None or value in ("DEFAULT", "SPREAD"):
+        return None
+    if isinstance(value, NodeAffinitySchedulingStrategy):
+        return (value.node_id, value.soft)
+    if type(value).__name__ == "PlacementGroupSchedulingStrategy":
+        return None  # (accepted and not applied, as placement_group= is)
+    raise ValueError(f"{what}: scheduling_strategy={value!r} is not one meshrt knows; use None, 'DEFAULT', "
+                     "'SPREAD' or meshrt.util.scheduling_strategies.NodeAffinitySchedulingStrategy(...)")
+
+
 def num_returns_value(value: Any, what: str, is_generator: bool) -> int:
     if value is None:
         return -1 if is_generator else 1
@@ -114,6 +130,7 @@ class TaskOptions:
     max_retries: int
     retry_exceptions: Any
     max_calls: int = 0  # a worker runs at most this many of these tasks, then exits (0: no limit)
+    affinity: tuple | None = None  # (node id, soft): NodeAffinitySchedulingStrategy
 
     @classmethod
     def build(cls, options: dict, default_name: str, is_generator: bool) -> TaskOptions:
@@ -126,6 +143,7 @@ class TaskOptions:
             max_retries=_int_option(options, "max_retries", DEFAULT_TASK_RETRIES, what),
             retry_exceptions=retry_exceptions_value(options.get("retry_exceptions"), what),
             max_calls=_int_option(options, "max_calls", 0, what, minimum=0),
+            affinity=node_affinity(options.get("scheduling_strategy"), what),
         )
 
 
@@ -143,6 +161,7 @@ class ActorOptions:
     label: str = ""  # what the driver prints before its output (default: the class name)
     max_pending_calls: int = -1  # calls one process may have unanswered before .remote() raises
     concurrency_groups: tuple = ()  # ((group, max concurrency), ...): concurrency_groups.py
+    affinity: tuple | None = None  # (node id, soft): NodeAffinitySchedulingStrategy
 
     @classmethod
     def build(cls, options: dict, class_name: str, is_async: bool) -> ActorOptions:
@@ -173,4 +192,5 @@ class ActorOptions:
             label=str(options.get("_label") or ""),
             max_pending_calls=_int_option(options, "max_pending_calls", -1, what),
             concurrency_groups=concurrency_groups.check(options.get("concurrency_groups"), what),
+            affinity=node_affinity(options.get("scheduling_strategy"), what),
         )

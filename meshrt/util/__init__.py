@@ -1,10 +1,11 @@
-"""Ray-style helpers built on the public API: ActorPool, and a distributed Queue."""
+"""Ray-style helpers built on the public API: ActorPool, a distributed Queue, and
+scheduling strategies."""
 
 from __future__ import annotations
 
 from .actor_pool import ActorPool
 
-__all__ = ["ActorPool", "get_node_ip_address", "list_named_actors", "queue"]
+__all__ = ["ActorPool", "get_node_ip_address", "list_named_actors", "queue", "scheduling_strategies"]
 
 
 def get_node_ip_address() -> str:
@@ -30,4 +31,4 @@ def list_named_actors(all_namespaces: bool = False) -> list:
     core = state.core()
     return core.request_sync("list_named_actors", None if all_namespaces else core.namespace())
 
-from . import queue  # noqa: E402
+from . import queue, scheduling_strategies  # noqa: E402

@@ -1,0 +1,89 @@
+"""The cluster as Ray shows it: one node per host (the head and each agent's host).
+
+Mixed into the Controller (which provides config, node, store, hosts, address,
+tcp_address): ``meshrt.nodes()``, ``cluster_resources()``, ``available_resources()``,
+and which host a ``NodeAffinitySchedulingStrategy`` names.
+"""
+
+from __future__ import annotations
+
+from .host_directory import host_ip
+
+
+class ClusterNodes:
+    def node_id_of_host(self, host_id: int) -> str:
+        """The node id of host ``host_id`` (0: the head) for its workers' runtime context."""
+        host = self.hosts.get(host_id) if host_id else None
+        return host.node_id if host is not None else self.config["node_id"]
+
+    def _joined_hosts(self) -> list:
+        return [h for h in self.hosts.values() if h.joined]
+
+    def rpc_nodes(self, caller: int) -> list:
+        c = self.config
+        listening = self.tcp_address.removeprefix("tcp:").rsplit(":", 1)[0] if self.tcp_address else "127.0.0.1"
+        address = host_ip() if listening in ("", "0.0.0.0", "::") else listening.strip("[]")
+        nodes = [_node(c["node_id"], True, address, c["hostname"], self.node.as_floats("total"), self.address)]
+        for host in self.hosts.values():
+            if host.checking:
+                continue  # (not in the cluster until its UCX check is done: meshrt.hosts() agrees)
+            nodes.append(_node(host.node_id, host.alive, host.listen_host, host.name, host.node.as_floats("total"),
+                               f"host {host.id}"))
+        return nodes
+
+    def rpc_cluster_resources(self, caller: int) -> dict:
+        return _summed([self.node.as_floats("total")] + [h.node.as_floats("total") for h in self._joined_hosts()])
+
+    def rpc_available_resources(self, caller: int) -> dict:
+        available = self.node.as_floats("available")
+        usage = self.store.usage()
+        # (the store's capacity is the configured size rounded up to whole pages)
+        total = self.node.as_floats("total").get("object_store_memory", usage["capacity"])
+        available["object_store_memory"] = max(0, min(total, usage["capacity"]) - usage["used"])
+        return _summed([available] + [h.node.as_floats("available") for h in self._joined_hosts()])
+
+    def rpc_host_of_node(self, caller: int, node_id: str, soft: bool, units: tuple) -> int:
+        """The host an actor with affinity to ``node_id`` starts on: 0 for the head. Hard
+        affinity to a host that is not in the cluster fails here, at the caller's line;
+        soft affinity then takes the head, as it does when that host lacks the free
+        resources now (Ray's soft affinity runs elsewhere rather than wait)."""
+        if node_id == self.config["node_id"]:
+            return 0
+        host = next((h for h in self.hosts.values() if h.node_id == node_id), None)
+        if host is not None and host.joined:
+            if not soft or _fits_now(host.node, units):
+                return host.id
+            return 0
+        if soft:
+            return 0
+        if host is not None:
+            raise ValueError(f"NodeAffinitySchedulingStrategy(node_id={node_id!r}): that node (host "
+                             f"{host.name!r}) has left the cluster; pick a live one from meshrt.nodes(), "
+                             "or pass soft=True to run elsewhere")
+        raise ValueError(f"NodeAffinitySchedulingStrategy(node_id={node_id!r}): no node of the cluster has "
+                         "that id; meshrt.nodes() lists them ('NodeID'), or pass soft=True to run elsewhere")
+
+
+def _node(node_id: str, alive: bool, address: str, name: str, resources: dict, meshrt_address: str) -> dict:
+    return {
+        "NodeID": node_id, "Alive": alive, "NodeManagerAddress": address,
+        "NodeManagerHostname": name, "NodeName": name, "Resources": resources,
+        "MeshrtAddress": meshrt_address, "alive": alive,
+    }
+
+
+def _summed(tables: list) -> dict:
+    total: dict = {}
+    for table in tables:
+        for name, amount in table.items():
+            total[name] = total.get(name, 0.0) + amount
+    return total
+
+
+def _fits_now(node, units: tuple) -> bool:
+    """Could ``node`` give ``units`` now (without taking them)?"""
+    alloc = node.try_acquire(units)
+    if alloc is None:
+        return False
+    node.release(alloc)
+    return True

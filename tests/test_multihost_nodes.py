@@ -1,0 +1,129 @@
+"""Ray's view of a cluster of hosts: ``nodes()``, summed resources, and actors placed
+on an agent's host with ``NodeAffinitySchedulingStrategy`` (one agent on loopback,
+with its own store and a custom resource)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import meshrt
+from meshrt.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from .helpers import wait_until
+from .test_multihost import TOKEN, AgentProcesses, stop_agent
+
+
+@pytest.fixture
+def two_nodes(monkeypatch):
+    """The head (1 CPU) and one agent's host (2 CPUs and one 'trainer')."""
+    monkeypatch.setenv("MESHRT_TOKEN", TOKEN)
+    info = meshrt.init(address="127.0.0.1:0", num_cpus=1)
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "meshrt", "agent", "--address", info["tcp_address"], "--name", "trainhost",
+         "--num-cpus", "2", "--resources", '{"trainer": 1}', "--object-store-memory", str(128 << 20)],
+        env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    meshrt.hosts(min_hosts=1, timeout=60)
+    spawned = AgentProcesses([agent])
+    head = meshrt.get_runtime_context().get_node_id()
+    other = next(n for n in meshrt.nodes() if n["NodeID"] != head)
+    yield head, other, spawned.remember
+    spawned.remember()
+    meshrt.shutdown()
+    stop_agent(agent)
+    spawned.assert_gone()
+
+
+@meshrt.remote
+class Where:
+    def where(self):
+        return meshrt.get_runtime_context().get_node_id(), int(os.environ.get("MESHRT_HOST_ID", "0")), os.getpid()
+
+    def call(self, other):
+        return meshrt.get(other.where.remote())
+
+
+@meshrt.remote
+def node_of_task():
+    return meshrt.get_runtime_context().get_node_id()
+
+
+def on(node_id: str, soft: bool = False) -> dict:
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=soft)}
+
+
+@pytest.mark.timeout(120)
+def test_nodes_and_resources_span_every_host(two_nodes):
+    head, other, _ = two_nodes
+    nodes = {n["NodeID"]: n for n in meshrt.nodes()}
+    assert set(nodes) == {head, other["NodeID"]} and all(n["Alive"] for n in nodes.values())
+    assert other["NodeName"] == "trainhost"
+    assert other["Resources"]["CPU"] == 2.0 and other["Resources"]["trainer"] == 1.0
+    total = meshrt.cluster_resources()
+    assert total["CPU"] == 3.0 and total["trainer"] == 1.0
+    assert meshrt.available_resources()["trainer"] == 1.0
+
+
+@pytest.mark.timeout(120)
+def test_an_actor_with_node_affinity_runs_on_that_host_and_is_called_from_anywhere(two_nodes):
+    head, other, remember = two_nodes
+    there = Where.options(resources={"trainer": 1}, **on(other["NodeID"])).remote()
+    node_id, host_id, _pid = meshrt.get(there.where.remote(), timeout=60)
+    remember()
+    assert node_id == other["NodeID"] and host_id != 0  # (its own node id, in its runtime context)
+    assert meshrt.available_resources().get("trainer", 0.0) == 0.0  # (as Ray: a resource all in use is left out)
+    here = Where.options(**on(head)).remote()
+    assert meshrt.get(here.where.remote(), timeout=60)[0] == head
+    assert meshrt.get(here.call.remote(there), timeout=60)[0] == other["NodeID"]  # (head -> agent's host)
+    meshrt.kill(there)
+    assert wait_until(lambda: meshrt.available_resources().get("trainer") == 1.0, 30)
+
+
+@pytest.mark.timeout(120)
+def test_a_busy_host_fails_a_hard_affinity_and_a_soft_one_runs_on_the_head(two_nodes):
+    head, other, remember = two_nodes
+    first = Where.options(num_cpus=2, **on(other["NodeID"])).remote()
+    meshrt.get(first.where.remote(), timeout=60)
+    remember()
+    second = Where.options(num_cpus=1, **on(other["NodeID"])).remote()
+    with pytest.raises(meshrt.exceptions.ActorDiedError, match="not enough free resources"):
+        meshrt.get(second.where.remote(), timeout=60)
+    soft = Where.options(num_cpus=1, **on(other["NodeID"], soft=True)).remote()
+    assert meshrt.get(soft.where.remote(), timeout=60)[0] == head
+
+
+@pytest.mark.timeout(120)
+def test_an_affinity_restarts_on_its_host(two_nodes):
+    _, other, remember = two_nodes
+    actor = Where.options(max_restarts=1, **on(other["NodeID"])).remote()
+    node_id, _, pid = meshrt.get(actor.where.remote(), timeout=60)
+    remember()
+    meshrt.kill(actor, no_restart=False)
+    assert wait_until(lambda: _answers_from_another_process(actor, pid), 60)
+    remember()
+    assert meshrt.get(actor.where.remote(), timeout=60)[0] == node_id
+
+
+def _answers_from_another_process(actor, pid: int) -> bool:
+    try:
+        return meshrt.get(actor.where.remote(), timeout=30)[2] != pid
+    except meshrt.exceptions.ActorDiedError:  # (calls made while it restarts may fail)
+        return False
+
+
+@pytest.mark.timeout(120)
+def test_a_node_that_is_not_there_is_named_at_the_call(two_nodes):
+    head, other, _ = two_nodes
+    with pytest.raises(ValueError, match="no node of the cluster has that id"):
+        Where.options(**on("feedbeef")).remote()
+    assert meshrt.get(Where.options(**on("feedbeef", soft=True)).remote().where.remote(), timeout=60)[0] == head
+    # Tasks run on the head host: there, or anywhere when soft.
+    assert meshrt.get(node_of_task.options(**on(head)).remote(), timeout=60) == head
+    assert meshrt.get(node_of_task.options(**on(other["NodeID"], soft=True)).remote(), timeout=60) == head
+    with pytest.raises(ValueError, match="tasks run on the head host only"):
+        node_of_task.options(**on(other["NodeID"])).remote()
+    with pytest.raises(ValueError, match="scheduling_strategy=3"):
+        Where.options(scheduling_strategy=3)
