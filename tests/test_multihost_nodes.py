@@ -30,7 +30,7 @@ def two_nodes(monkeypatch):
     spawned = AgentProcesses([agent])
     head = meshrt.get_runtime_context().get_node_id()
     other = next(n for n in meshrt.nodes() if n["NodeID"] != head)
-    yield head, other, spawned.remember
+    yield head, other, spawned.remember, agent
     spawned.remember()
     meshrt.shutdown()
     stop_agent(agent)
@@ -57,7 +57,7 @@ def on(node_id: str, soft: bool = False) -> dict:
 
 @pytest.mark.timeout(120)
 def test_nodes_and_resources_span_every_host(two_nodes):
-    head, other, _ = two_nodes
+    head, other, *_ = two_nodes
     nodes = {n["NodeID"]: n for n in meshrt.nodes()}
     assert set(nodes) == {head, other["NodeID"]} and all(n["Alive"] for n in nodes.values())
     assert other["NodeName"] == "trainhost"
@@ -69,7 +69,7 @@ def test_nodes_and_resources_span_every_host(two_nodes):
 
 @pytest.mark.timeout(120)
 def test_an_actor_with_node_affinity_runs_on_that_host_and_is_called_from_anywhere(two_nodes):
-    head, other, remember = two_nodes
+    head, other, remember, _ = two_nodes
     there = Where.options(resources={"trainer": 1}, **on(other["NodeID"])).remote()
     node_id, host_id, _pid = meshrt.get(there.where.remote(), timeout=60)
     remember()
@@ -83,21 +83,28 @@ def test_an_actor_with_node_affinity_runs_on_that_host_and_is_called_from_anywhe
 
 
 @pytest.mark.timeout(120)
-def test_a_busy_host_fails_a_hard_affinity_and_a_soft_one_runs_on_the_head(two_nodes):
-    head, other, remember = two_nodes
+def test_on_a_busy_host_a_hard_affinity_waits_and_a_soft_one_runs_on_the_head(two_nodes):
+    head, other, remember, _ = two_nodes
     first = Where.options(num_cpus=2, **on(other["NodeID"])).remote()
     meshrt.get(first.where.remote(), timeout=60)
     remember()
     second = Where.options(num_cpus=1, **on(other["NodeID"])).remote()
-    with pytest.raises(meshrt.exceptions.ActorDiedError, match="not enough free resources"):
-        meshrt.get(second.where.remote(), timeout=60)
+    answer = second.where.remote()
     soft = Where.options(num_cpus=1, **on(other["NodeID"], soft=True)).remote()
     assert meshrt.get(soft.where.remote(), timeout=60)[0] == head
+    ready, _ = meshrt.wait([answer], timeout=0)
+    assert not ready  # (no room for it there yet)
+    meshrt.kill(first)
+    assert meshrt.get(answer, timeout=60)[0] == other["NodeID"]
+    remember()
+    never = Where.options(num_cpus=3, **on(other["NodeID"])).remote()
+    with pytest.raises(meshrt.exceptions.ActorDiedError, match="never has the resources it asks for"):
+        meshrt.get(never.where.remote(), timeout=60)
 
 
 @pytest.mark.timeout(120)
 def test_an_affinity_restarts_on_its_host(two_nodes):
-    _, other, remember = two_nodes
+    _, other, remember, _ = two_nodes
     actor = Where.options(max_restarts=1, **on(other["NodeID"])).remote()
     node_id, _, pid = meshrt.get(actor.where.remote(), timeout=60)
     remember()
@@ -116,7 +123,7 @@ def _answers_from_another_process(actor, pid: int) -> bool:
 
 @pytest.mark.timeout(120)
 def test_a_node_that_is_not_there_is_named_at_the_call(two_nodes):
-    head, other, _ = two_nodes
+    head, other, *_ = two_nodes
     with pytest.raises(ValueError, match="no node of the cluster has that id"):
         Where.options(**on("feedbeef")).remote()
     assert meshrt.get(Where.options(**on("feedbeef", soft=True)).remote().where.remote(), timeout=60)[0] == head
@@ -127,3 +134,37 @@ def test_a_node_that_is_not_there_is_named_at_the_call(two_nodes):
         node_of_task.options(**on(other["NodeID"])).remote()
     with pytest.raises(ValueError, match="scheduling_strategy=3"):
         Where.options(scheduling_strategy=3)
+
+
+@pytest.mark.timeout(120)
+def test_an_actor_asking_for_what_only_another_host_offers_runs_there(two_nodes):
+    _, other, remember, _ = two_nodes
+    trainer = Where.options(resources={"trainer": 1}).remote()
+    assert meshrt.get(trainer.where.remote(), timeout=60)[0] == other["NodeID"]
+    remember()
+    with pytest.raises(meshrt.exceptions.ActorUnschedulableError, match="largest node has trainer=1"):
+        Where.options(resources={"trainer": 2}).remote()
+    # From a process of the head host too (it knows the head's totals from its welcome).
+    assert meshrt.get(node_of_task.remote(), timeout=60) != other["NodeID"]
+    assert meshrt.get(_create_from_a_task.remote(), timeout=60) == other["NodeID"]
+
+
+@meshrt.remote
+def _create_from_a_task():
+    return meshrt.get(Where.options(num_cpus=2).remote().where.remote(), timeout=60)[0]
+
+
+@pytest.mark.timeout(120)
+def test_an_actor_waiting_for_room_on_a_host_that_goes_away_fails(two_nodes):
+    _, other, remember, agent = two_nodes
+    first = Where.options(num_cpus=2, **on(other["NodeID"])).remote()
+    meshrt.get(first.where.remote(), timeout=60)
+    remember()
+    waiting = Where.options(num_cpus=2, **on(other["NodeID"])).remote()
+    answer = waiting.where.remote()
+    meshrt.nodes()  # (a request after its creation, on the same connection: the head has it waiting now)
+    agent.kill()
+    with pytest.raises(meshrt.exceptions.ActorDiedError, match="before it had room for it"):
+        meshrt.get(answer, timeout=60)
+    assert not next(n for n in meshrt.nodes() if n["NodeID"] == other["NodeID"])["Alive"]
+    assert "trainer" not in meshrt.cluster_resources()

@@ -112,7 +112,7 @@ class ActorCalls:
                 actor_id, actor_cls.code_id, actor_cls._name, pt.args, self._dep_payloads(pt),
                 self.worker_id, handle_oid, opts.resources, opts.max_restarts, opts.max_concurrency,
                 actor_cls._is_async, opts.name, namespace, opts.detached, actor_cls._meta_blob, opts.host,
-                opts.label, opts.concurrency_groups,
+                opts.label, opts.concurrency_groups, opts.waits_for_host,
             )
             self.send_controller(m.CreateActor(spec))
 

@@ -95,6 +95,13 @@ class ActorDirectory:
             self._actor_dead(rec, f"its host (host {spec.host}) is not connected")
             return
         alloc = host.node.try_acquire(spec.resources)
+        if alloc is None and spec.waits_for_host and host.node.infeasible(spec.resources) is None:
+            host.waiting.append(spec.actor_id)  # (placed when an actor there frees enough: place_waiting)
+            return
+        if alloc is None and spec.waits_for_host:
+            self._actor_dead(rec, f"host {host.name!r} never has the resources it asks for "
+                                  f"(it has {host.node.as_floats('total')} in all)")
+            return
         if alloc is None:
             self._actor_dead(rec, f"host {host.name!r} has not enough free resources for it "
                                   f"(it offers {host.node.as_floats('available')})")
@@ -109,6 +116,21 @@ class ActorDirectory:
             return
         w.actor_id = spec.actor_id
         rec.worker = w.id
+
+    def place_waiting(self, host) -> None:
+        """Resources freed up on ``host``: start the actors waiting for them that fit now."""
+        waiting, host.waiting = host.waiting, []
+        for actor_id in waiting:
+            rec = self.actors.get(actor_id)
+            if rec is not None and rec.state != "dead" and rec.worker is None:
+                self.place_on_host(rec)  # (one that still does not fit waits again)
+
+    def fail_waiting(self, host, reason: str) -> None:
+        waiting, host.waiting = host.waiting, []
+        for actor_id in waiting:
+            rec = self.actors.get(actor_id)
+            if rec is not None and rec.state != "dead" and rec.worker is None:
+                self._actor_dead(rec, reason)
 
     def _node_of(self, rec: ActorRecord):
         host = self.hosts.get(rec.spec.host) if rec.spec.host else None
@@ -212,6 +234,9 @@ class ActorDirectory:
         if rec.alloc is not None:
             self._node_of(rec).release(rec.alloc)
             rec.alloc = None
+            host = self.hosts.get(rec.spec.host) if rec.spec.host else None
+            if host is not None and host.waiting and host.alive:
+                self.place_waiting(host)
         rec.worker = None
         if rec.state == "dead":
             return

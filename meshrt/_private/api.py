@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import exceptions as exc
 from ..objstore.serialization import dumps_code
-from . import concurrency_groups, ids, node_affinity, state
+from . import concurrency_groups, ids, placement, state
 from .args import CallChecker
 from .options import ActorOptions, TaskOptions, retry_exceptions_value
 from .refs import ObjectRef
@@ -60,7 +60,7 @@ class RemoteFunction:
         self._checker.check(args, kwargs)
         core = state.core()
         if self._opts.affinity is not None:
-            node_affinity.check_task(core, self._opts.affinity, f"task {self._opts.name}")
+            placement.check_task(core, self._opts.affinity, f"task {self._opts.name}")
         if core.is_driver:
             core.check_feasible(self._opts.resources, f"task {self._opts.name}")
         return core.submit_task(self, args, kwargs, self._opts)
@@ -176,9 +176,7 @@ class ActorClass:
             _check_groups(self._cls, self._opts.concurrency_groups, self._name)
             self._groups_checked = True
         core = state.core()
-        opts = self._opts
-        if opts.affinity is not None:
-            opts = node_affinity.actor_options(core, opts)
+        opts = placement.actor_options(core, self._opts, f"actor {self._name}")
         if core.is_driver and not opts.host:  # (another host's own resources are checked as it is placed)
             core.check_feasible(opts.resources, f"actor {self._name}", actor=True)
         return core.create_actor(self, args, kwargs, opts)

@@ -7,6 +7,8 @@ and which host a ``NodeAffinitySchedulingStrategy`` names.
 
 from __future__ import annotations
 
+from .. import exceptions as exc
+from ..scheduler.resources import from_units
 from .host_directory import host_ip
 
 
@@ -62,6 +64,20 @@ class ClusterNodes:
                              "or pass soft=True to run elsewhere")
         raise ValueError(f"NodeAffinitySchedulingStrategy(node_id={node_id!r}): no node of the cluster has "
                          "that id; meshrt.nodes() lists them ('NodeID'), or pass soft=True to run elsewhere")
+
+    def rpc_host_for(self, caller: int, units: tuple, what: str) -> int:
+        """A host for an actor the head host can never run: one that offers ``units``,
+        with them free now if any is (else it fails there, naming its host)."""
+        missing = self.node.infeasible(units)
+        if missing is None:
+            return 0
+        hosts = [h for h in self._joined_hosts() if h.node.infeasible(units) is None]
+        if not hosts:
+            name, requested, _ = missing
+            largest = max([self.node.total.get(name, 0)] + [h.node.total.get(name, 0) for h in self._joined_hosts()])
+            raise exc.ActorUnschedulableError(what, name, from_units(requested), from_units(largest))
+        free = [h for h in hosts if _fits_now(h.node, units)]
+        return (free or hosts)[0].id
 
 
 def _node(node_id: str, alive: bool, address: str, name: str, resources: dict, meshrt_address: str) -> dict:

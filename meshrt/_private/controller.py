@@ -306,7 +306,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, ControlRequests, L
         c = self.config
         return {
             "job_id": c["job_id"], "node_id": self.node_id_of_host(host_id), "head_node_id": c["node_id"],
-            "namespace": c["namespace"],
+            "head_resources": dict(self.node.total), "namespace": c["namespace"],
             "sys_path": c["sys_path"], "cwd": c["cwd"], "session": c["session"],
             "ucx_unreached": [sorted(cut) for cut in self.ucx_unreached],
         }

@@ -42,6 +42,7 @@ class HostRecord:
     machine: str = ""  # procutil.machine_id() of its agent
     lent_probe: tuple | None = None  # (handle, bytes) its agent lent for UCX checks, once the head read it
     node_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # (as Ray's: meshrt.nodes())
+    waiting: list = field(default_factory=list)  # ids of actors waiting for its resources to free up
 
     @property
     def joined(self) -> bool:
@@ -320,6 +321,7 @@ class HostDirectory:
                     # connections to us would stay open, unread, past shutdown)
                     w.conn.abort()
                 self._finalize(w)
+        self.fail_waiting(host, f"its host {host.name!r} (host {host.id}) {went} before it had room for it")
         self._notify_hosts()
 
 

@@ -171,6 +171,7 @@ class ActorSpec(NamedTuple):
     host: int = 0  # where to start it: 0 = the head host, else an agent's host id
     label: str = ""  # its name before its output in the driver's (default: class_name)
     concurrency_groups: tuple = ()  # ((group, max concurrency), ...)
+    waits_for_host: bool = False  # on a busy host it waits for resources (a Ray actor), else fails (a mesh's)
 
 
 class CreateActor(NamedTuple):

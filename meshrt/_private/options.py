@@ -162,6 +162,7 @@ class ActorOptions:
     max_pending_calls: int = -1  # calls one process may have unanswered before .remote() raises
     concurrency_groups: tuple = ()  # ((group, max concurrency), ...): concurrency_groups.py
     affinity: tuple | None = None  # (node id, soft): NodeAffinitySchedulingStrategy
+    waits_for_host: bool = False  # placed on ``host`` by placement.py: waits there for free resources
 
     @classmethod
     def build(cls, options: dict, class_name: str, is_async: bool) -> ActorOptions:
