@@ -284,6 +284,13 @@ class TaskUnschedulableError(MeshrtError, ValueError):
     def __reduce__(self):
         return (_rebuild_unschedulable, (type(self), self.args[0], self.resource, self.requested, self.largest))
 
+    @classmethod
+    def on_no_single_node(cls, what: str, request: dict):
+        """Every resource asked for is on some node, but no one node has them all."""
+        asked = ", ".join(f"{name}={_num(amount)}" for name, amount in request.items())
+        return _rebuild_unschedulable(cls, f"{what} asks for {asked}, and no single node has all of that; "
+                                           "meshrt.nodes() shows what each offers", None, 0.0, 0.0)
+
 
 def _rebuild_unschedulable(klass, message, resource, requested, largest):
     err = klass.__new__(klass)

@@ -19,12 +19,13 @@ from .test_multihost import TOKEN, AgentProcesses, stop_agent
 
 @pytest.fixture
 def two_nodes(monkeypatch):
-    """The head (1 CPU) and one agent's host (2 CPUs and one 'trainer')."""
+    """The head (1 CPU, one 'headonly') and one agent's host (2 CPUs, one 'trainer', and
+    2 GPUs it claims: only what the scheduler counts; nothing here starts CUDA)."""
     monkeypatch.setenv("MESHRT_TOKEN", TOKEN)
-    info = meshrt.init(address="127.0.0.1:0", num_cpus=1)
+    info = meshrt.init(address="127.0.0.1:0", num_cpus=1, resources={"headonly": 1})
     agent = subprocess.Popen(
         [sys.executable, "-m", "meshrt", "agent", "--address", info["tcp_address"], "--name", "trainhost",
-         "--num-cpus", "2", "--resources", '{"trainer": 1}', "--object-store-memory", str(128 << 20)],
+         "--num-cpus", "2", "--num-gpus", "2", "--resources", '{"trainer": 1}', "--object-store-memory", str(128 << 20)],
         env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     meshrt.hosts(min_hosts=1, timeout=60)
     spawned = AgentProcesses([agent])
@@ -63,7 +64,7 @@ def test_nodes_and_resources_span_every_host(two_nodes):
     assert other["NodeName"] == "trainhost"
     assert other["Resources"]["CPU"] == 2.0 and other["Resources"]["trainer"] == 1.0
     total = meshrt.cluster_resources()
-    assert total["CPU"] == 3.0 and total["trainer"] == 1.0
+    assert total["CPU"] == 3.0 and total["trainer"] == 1.0 and total["GPU"] == 2.0
     assert meshrt.available_resources()["trainer"] == 1.0
 
 
@@ -168,3 +169,42 @@ def test_an_actor_waiting_for_room_on_a_host_that_goes_away_fails(two_nodes):
         meshrt.get(answer, timeout=60)
     assert not next(n for n in meshrt.nodes() if n["NodeID"] == other["NodeID"])["Alive"]
     assert "trainer" not in meshrt.cluster_resources()
+
+
+@meshrt.remote
+class Soft:
+    pass
+
+
+@pytest.mark.timeout(120)
+def test_what_only_a_busy_host_offers_waits_there_and_a_mix_no_host_has_is_named(two_nodes):
+    _, other, remember, _ = two_nodes
+    first = Where.options(resources={"trainer": 1}).remote()
+    meshrt.get(first.where.remote(), timeout=60)
+    remember()
+    # soft affinity to the busy host, for what the head never has: it waits there
+    second = Where.options(resources={"trainer": 1}, **on(other["NodeID"], soft=True)).remote()
+    answer = second.where.remote()
+    meshrt.kill(first)
+    assert meshrt.get(answer, timeout=60)[0] == other["NodeID"]
+    remember()
+    with pytest.raises(meshrt.exceptions.ActorUnschedulableError, match="no single node has all of that"):
+        Where.options(resources={"trainer": 1, "headonly": 1}).remote()
+
+
+class OnHead(meshrt.Actor):
+    @meshrt.endpoint
+    def where(self):
+        return meshrt.get_runtime_context().get_node_id()
+
+
+@pytest.mark.timeout(120)
+def test_gpus_elsewhere_leave_this_hosts_mesh_on_this_host(two_nodes):
+    head, other, remember, _ = two_nodes
+    gpu = Where.options(num_gpus=1).remote()  # (only the agent's host has GPUs)
+    assert meshrt.get(gpu.where.remote(), timeout=60)[0] == other["NodeID"]
+    remember()
+    procs = meshrt.this_host().spawn_procs(per_host={"gpus": 2})  # (this host has none: plain processes)
+    mesh = procs.spawn("onhead", OnHead)
+    assert list(mesh.where.call().get(timeout=60).values()) == [head, head]
+    procs.stop().get(timeout=60)

@@ -92,7 +92,8 @@ class ActorDirectory:
         spec = rec.spec
         host = self.hosts.get(spec.host)
         if host is None or not host.alive:
-            self._actor_dead(rec, f"its host (host {spec.host}) is not connected")
+            named = f"host {host.name!r} (host {spec.host})" if host is not None else f"host {spec.host}"
+            self._actor_dead(rec, f"its host, {named}, is not in the cluster any more")
             return
         alloc = host.node.try_acquire(spec.resources)
         if alloc is None and spec.waits_for_host and host.node.infeasible(spec.resources) is None:

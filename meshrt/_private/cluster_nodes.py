@@ -24,7 +24,8 @@ class ClusterNodes:
     def rpc_nodes(self, caller: int) -> list:
         c = self.config
         listening = self.tcp_address.removeprefix("tcp:").rsplit(":", 1)[0] if self.tcp_address else "127.0.0.1"
-        address = host_ip() if listening in ("", "0.0.0.0", "::") else listening.strip("[]")
+        listening = listening.strip("[]")
+        address = host_ip() if listening in ("", "0.0.0.0", "::") else listening
         nodes = [_node(c["node_id"], True, address, c["hostname"], self.node.as_floats("total"), self.address)]
         for host in self.hosts.values():
             if host.checking:
@@ -44,20 +45,22 @@ class ClusterNodes:
         available["object_store_memory"] = max(0, min(total, usage["capacity"]) - usage["used"])
         return _summed([available] + [h.node.as_floats("available") for h in self._joined_hosts()])
 
-    def rpc_host_of_node(self, caller: int, node_id: str, soft: bool, units: tuple) -> int:
+    def rpc_host_of_node(self, caller: int, node_id: str, soft: bool, units: tuple, what: str) -> int:
         """The host an actor with affinity to ``node_id`` starts on: 0 for the head. Hard
         affinity to a host that is not in the cluster fails here, at the caller's line;
-        soft affinity then takes the head, as it does when that host lacks the free
-        resources now (Ray's soft affinity runs elsewhere rather than wait)."""
+        soft affinity then goes where it would without one, as it does when that host
+        lacks the free resources now (Ray's soft affinity runs elsewhere rather than wait)."""
         if node_id == self.config["node_id"]:
             return 0
         host = next((h for h in self.hosts.values() if h.node_id == node_id), None)
-        if host is not None and host.joined:
-            if not soft or _fits_now(host.node, units):
-                return host.id
-            return 0
+        if host is not None and host.joined and (not soft or _fits_now(host.node, units)):
+            return host.id
         if soft:
-            return 0
+            return self.rpc_host_for(caller, units, what)
+        if host is not None and host.alive:
+            raise ValueError(f"NodeAffinitySchedulingStrategy(node_id={node_id!r}): that node (host "
+                             f"{host.name!r}) is still joining (its UCX check); wait for it with "
+                             "meshrt.hosts(min_hosts=...), or pass soft=True to run elsewhere")
         if host is not None:
             raise ValueError(f"NodeAffinitySchedulingStrategy(node_id={node_id!r}): that node (host "
                              f"{host.name!r}) has left the cluster; pick a live one from meshrt.nodes(), "
@@ -71,11 +74,16 @@ class ClusterNodes:
         missing = self.node.infeasible(units)
         if missing is None:
             return 0
-        hosts = [h for h in self._joined_hosts() if h.node.infeasible(units) is None]
+        joined = self._joined_hosts()
+        hosts = [h for h in joined if h.node.infeasible(units) is None]
         if not hosts:
-            name, requested, _ = missing
-            largest = max([self.node.total.get(name, 0)] + [h.node.total.get(name, 0) for h in self._joined_hosts()])
-            raise exc.ActorUnschedulableError(what, name, from_units(requested), from_units(largest))
+            nodes = [self.node] + [h.node for h in joined]
+            for name, requested in units:  # (first, what no host has enough of)
+                largest = max(node.total.get(name, 0) for node in nodes)
+                if largest < requested:
+                    raise exc.ActorUnschedulableError(what, name, from_units(requested), from_units(largest))
+            raise exc.ActorUnschedulableError.on_no_single_node(
+                what, {name: from_units(amount) for name, amount in units})
         free = [h for h in hosts if _fits_now(h.node, units)]
         return (free or hosts)[0].id
 

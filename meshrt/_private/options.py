@@ -163,6 +163,7 @@ class ActorOptions:
     concurrency_groups: tuple = ()  # ((group, max concurrency), ...): concurrency_groups.py
     affinity: tuple | None = None  # (node id, soft): NodeAffinitySchedulingStrategy
     waits_for_host: bool = False  # placed on ``host`` by placement.py: waits there for free resources
+    host_given: bool = False  # ``_host`` was given (a mesh's process): placement.py leaves it there
 
     @classmethod
     def build(cls, options: dict, class_name: str, is_async: bool) -> ActorOptions:
@@ -190,6 +191,7 @@ class ActorOptions:
             detached=lifetime == "detached",
             get_if_exists=bool(options.get("get_if_exists")),
             host=int(options.get("_host") or 0),
+            host_given=options.get("_host") is not None,
             label=str(options.get("_label") or ""),
             max_pending_calls=_int_option(options, "max_pending_calls", -1, what),
             concurrency_groups=concurrency_groups.check(options.get("concurrency_groups"), what),

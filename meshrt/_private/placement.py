@@ -31,13 +31,13 @@ def check_task(core, affinity: tuple, what: str) -> None:
 
 def actor_options(core, opts, what: str):
     """``opts`` with the host the actor starts on (0: the head)."""
-    if opts.host:  # (a mesh's process: its host is given)
+    if opts.host_given:  # (a mesh's process, the head's included)
         return opts
     if opts.affinity is not None:
         node_id, soft = opts.affinity
         if node_id == head_node_id(core):
             return opts
-        host = core.request_sync("host_of_node", node_id, soft, opts.resources)
+        host = core.request_sync("host_of_node", node_id, soft, opts.resources, what)
     elif _head_lacks(core, opts.resources):
         host = core.request_sync("host_for", opts.resources, what)
     else:

@@ -453,10 +453,8 @@ def _proc_died(core, mesh_state: MeshState, rank: int, death, observed: bool) ->
 def _gpus_per_proc(core, host: int, labels: tuple, per_host: int) -> int:
     if "gpus" not in labels:
         return 0
-    if host == 0 and core.is_driver:
-        from .._private.toplevel import cluster_resources
-
-        resources = cluster_resources()
+    if host == 0 and core.is_driver:  # (this host's own, not the cluster's sum)
+        resources = core.controller.node.as_floats("total")
     else:
         resources = core.request_sync("host_info", host)["resources"]
     have = int(resources.get("GPU", 0))
