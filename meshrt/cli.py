@@ -115,9 +115,9 @@ def _custom_resources(text: str | None) -> dict | None:
             from None
     if not isinstance(table, dict):
         raise ValueError(f"--resources {text!r}: give a JSON object of name -> amount, e.g. '{{\"trainer\": 2}}'")
-    for name in ("CPU", "GPU"):
+    for name, flag in (("CPU", "--num-cpus"), ("GPU", "--num-gpus"), ("object_store_memory", "--object-store-memory")):
         if name in table:
-            raise ValueError(f"--resources {text!r}: use --num-{name.lower()}s for {name}")
+            raise ValueError(f"--resources {text!r}: use {flag} for {name}")
     from .scheduler.resources import validate_request
 
     validate_request(table, "--resources")

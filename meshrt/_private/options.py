@@ -19,10 +19,10 @@ _RESOURCE_KEYS = {"num_cpus", "num_gpus", "resources", "memory", "accelerator_ty
 _IGNORED = {"runtime_env", "placement_group", "placement_group_bundle_index",
             "placement_group_capture_child_tasks", "_metadata", "label_selector", "enable_task_events",
             "_labels", "fallback_strategy"}
-TASK_KEYS = _RESOURCE_KEYS | _IGNORED | {"scheduling_strategy", "num_returns", "max_retries", "retry_exceptions", "name",
-                                         "max_calls"}
-ACTOR_KEYS = _RESOURCE_KEYS | _IGNORED | {"scheduling_strategy", "max_restarts", "max_task_retries", "max_concurrency", "name",
-                                          "namespace", "lifetime", "get_if_exists", "max_pending_calls",
+TASK_KEYS = _RESOURCE_KEYS | _IGNORED | {"num_returns", "max_retries", "retry_exceptions", "name",
+                                         "max_calls", "scheduling_strategy"}
+ACTOR_KEYS = _RESOURCE_KEYS | _IGNORED | {"max_restarts", "max_task_retries", "max_concurrency", "name",
+                                          "scheduling_strategy", "namespace", "lifetime", "get_if_exists", "max_pending_calls",
                                           "concurrency_groups", "allow_out_of_order_execution",
                                           "_host", "_label"}  # (meshes: a process's host, and its name in output)
 DEFAULT_TASK_RETRIES = 3

@@ -2,10 +2,10 @@
 
 ``NodeAffinitySchedulingStrategy(node_id, soft)`` puts an actor on one host of the
 cluster: a node id from ``meshrt.nodes()`` or ``get_runtime_context().get_node_id()``.
-``soft=False`` fails the creation when that host is gone; ``soft=True`` runs it on
-the head host instead, and also when that host has not the resources free now.
-Tasks run on the head host: an affinity to another host is an error there unless
-``soft=True``.
+``soft=False`` fails the creation when that host is not in the cluster, and waits
+while it is busy; ``soft=True`` then places the actor as if it had no affinity (the
+head host, or a host with resources the head never has). Tasks run on the head host:
+an affinity to another host is an error there unless ``soft=True``.
 """
 
 from __future__ import annotations
