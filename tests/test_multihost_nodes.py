@@ -56,6 +56,14 @@ def on(node_id: str, soft: bool = False) -> dict:
     return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=soft)}
 
 
+def fill(node: dict, remember, **needs):
+    """An actor there that takes what the others in the test ask for; up before it returns."""
+    actor = Where.options(**needs, **on(node["NodeID"])).remote()
+    meshrt.get(actor.where.remote(), timeout=60)
+    remember()
+    return actor
+
+
 @pytest.mark.timeout(120)
 def test_nodes_and_resources_span_every_host(two_nodes):
     head, other, *_ = two_nodes
@@ -86,9 +94,7 @@ def test_an_actor_with_node_affinity_runs_on_that_host_and_is_called_from_anywhe
 @pytest.mark.timeout(120)
 def test_on_a_busy_host_a_hard_affinity_waits_and_a_soft_one_runs_on_the_head(two_nodes):
     head, other, remember, _ = two_nodes
-    first = Where.options(num_cpus=2, **on(other["NodeID"])).remote()
-    meshrt.get(first.where.remote(), timeout=60)
-    remember()
+    first = fill(other, remember, num_cpus=2)
     second = Where.options(num_cpus=1, **on(other["NodeID"])).remote()
     answer = second.where.remote()
     soft = Where.options(num_cpus=1, **on(other["NodeID"], soft=True)).remote()
@@ -158,9 +164,7 @@ def _create_from_a_task():
 @pytest.mark.timeout(120)
 def test_an_actor_waiting_for_room_on_a_host_that_goes_away_fails(two_nodes):
     _, other, remember, agent = two_nodes
-    first = Where.options(num_cpus=2, **on(other["NodeID"])).remote()
-    meshrt.get(first.where.remote(), timeout=60)
-    remember()
+    _holder = fill(other, remember, num_cpus=2)  # (its handle keeps the host's CPUs taken)
     waiting = Where.options(num_cpus=2, **on(other["NodeID"])).remote()
     answer = waiting.where.remote()
     meshrt.nodes()  # (a request after its creation, on the same connection: the head has it waiting now)
@@ -171,17 +175,10 @@ def test_an_actor_waiting_for_room_on_a_host_that_goes_away_fails(two_nodes):
     assert "trainer" not in meshrt.cluster_resources()
 
 
-@meshrt.remote
-class Soft:
-    pass
-
-
 @pytest.mark.timeout(120)
 def test_what_only_a_busy_host_offers_waits_there_and_a_mix_no_host_has_is_named(two_nodes):
     _, other, remember, _ = two_nodes
-    first = Where.options(resources={"trainer": 1}).remote()
-    meshrt.get(first.where.remote(), timeout=60)
-    remember()
+    first = fill(other, remember, resources={"trainer": 1})
     # soft affinity to the busy host, for what the head never has: it waits there
     second = Where.options(resources={"trainer": 1}, **on(other["NodeID"], soft=True)).remote()
     answer = second.where.remote()

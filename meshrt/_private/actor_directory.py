@@ -120,18 +120,18 @@ class ActorDirectory:
 
     def place_waiting(self, host) -> None:
         """Resources freed up on ``host``: start the actors waiting for them that fit now."""
-        waiting, host.waiting = host.waiting, []
-        for actor_id in waiting:
-            rec = self.actors.get(actor_id)
-            if rec is not None and rec.state != "dead" and rec.worker is None:
-                self.place_on_host(rec)  # (one that still does not fit waits again)
+        for rec in self._take_waiting(host):
+            self.place_on_host(rec)  # (one that still does not fit waits again)
 
     def fail_waiting(self, host, reason: str) -> None:
+        for rec in self._take_waiting(host):
+            self._actor_dead(rec, reason)
+
+    def _take_waiting(self, host) -> list:
+        """The records still waiting on ``host`` (not killed meanwhile), off its list."""
         waiting, host.waiting = host.waiting, []
-        for actor_id in waiting:
-            rec = self.actors.get(actor_id)
-            if rec is not None and rec.state != "dead" and rec.worker is None:
-                self._actor_dead(rec, reason)
+        recs = (self.actors.get(actor_id) for actor_id in waiting)
+        return [rec for rec in recs if rec is not None and rec.state != "dead" and rec.worker is None]
 
     def _node_of(self, rec: ActorRecord):
         host = self.hosts.get(rec.spec.host) if rec.spec.host else None
