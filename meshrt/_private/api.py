@@ -60,7 +60,7 @@ class RemoteFunction:
         self._checker.check(args, kwargs)
         core = state.core()
         if self._opts.affinity is not None:
-            placement.check_task(core, self._opts.affinity, f"task {self._opts.name}")
+            placement.check_task(core, self._opts.affinity, self._opts.resources, f"task {self._opts.name}")
         if core.is_driver:
             core.check_feasible(self._opts.resources, f"task {self._opts.name}")
         return core.submit_task(self, args, kwargs, self._opts)

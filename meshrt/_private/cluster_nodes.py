@@ -52,40 +52,53 @@ class ClusterNodes:
         lacks the free resources now (Ray's soft affinity runs elsewhere rather than wait)."""
         if node_id == self.config["node_id"]:
             return 0
-        host = next((h for h in self.hosts.values() if h.node_id == node_id), None)
-        if host is not None and host.joined and (not soft or _fits_now(host.node, units)):
+        host = self.host_of_node_id(node_id)
+        if host is not None and host.joined and (not soft or fits_now(host.node, units)):
             return host.id
         if soft:
             return self.rpc_host_for(caller, units, what)
+        raise self.affinity_unmet(node_id, host)
+
+    def host_of_node_id(self, node_id: str):
+        """The agent's host of that node id (alive or not), or None."""
+        return next((h for h in self.hosts.values() if h.node_id == node_id), None)
+
+    @staticmethod
+    def affinity_unmet(node_id: str, host) -> ValueError:
+        """Why a hard affinity to ``node_id`` cannot be met: still joining, left, or unknown."""
         if host is not None and host.alive:
-            raise ValueError(f"NodeAffinitySchedulingStrategy(node_id={node_id!r}): that node (host "
-                             f"{host.name!r}) is still joining (its UCX check); wait for it with "
-                             "meshrt.hosts(min_hosts=...), or pass soft=True to run elsewhere")
+            return ValueError(f"NodeAffinitySchedulingStrategy(node_id={node_id!r}): that node (host "
+                              f"{host.name!r}) is still joining (its UCX check); wait for it with "
+                              "meshrt.hosts(min_hosts=...), or pass soft=True to run elsewhere")
         if host is not None:
-            raise ValueError(f"NodeAffinitySchedulingStrategy(node_id={node_id!r}): that node (host "
-                             f"{host.name!r}) has left the cluster; pick a live one from meshrt.nodes(), "
-                             "or pass soft=True to run elsewhere")
-        raise ValueError(f"NodeAffinitySchedulingStrategy(node_id={node_id!r}): no node of the cluster has "
-                         "that id; meshrt.nodes() lists them ('NodeID'), or pass soft=True to run elsewhere")
+            return ValueError(f"NodeAffinitySchedulingStrategy(node_id={node_id!r}): that node (host "
+                              f"{host.name!r}) has left the cluster; pick a live one from meshrt.nodes(), "
+                              "or pass soft=True to run elsewhere")
+        return ValueError(f"NodeAffinitySchedulingStrategy(node_id={node_id!r}): no node of the cluster has "
+                          "that id; meshrt.nodes() lists them ('NodeID'), or pass soft=True to run elsewhere")
 
     def rpc_host_for(self, caller: int, units: tuple, what: str) -> int:
         """A host for an actor the head host can never run: one that offers ``units``,
         with them free now if any is (else it fails there, naming its host)."""
-        missing = self.node.infeasible(units)
-        if missing is None:
+        if self.node.infeasible(units) is None:
             return 0
+        hosts = self.hosts_able(units, what, exc.ActorUnschedulableError)
+        free = [h for h in hosts if fits_now(h.node, units)]
+        return (free or hosts)[0].id
+
+    def hosts_able(self, units: tuple, what: str, unschedulable=exc.TaskUnschedulableError) -> list:
+        """The joined agents' hosts that can ever give ``units``; when neither they nor the
+        head can, ``unschedulable`` naming what no host has enough of."""
         joined = self._joined_hosts()
         hosts = [h for h in joined if h.node.infeasible(units) is None]
-        if not hosts:
+        if not hosts and self.node.infeasible(units) is not None:
             nodes = [self.node] + [h.node for h in joined]
             for name, requested in units:  # (first, what no host has enough of)
                 largest = max(node.total.get(name, 0) for node in nodes)
                 if largest < requested:
-                    raise exc.ActorUnschedulableError(what, name, from_units(requested), from_units(largest))
-            raise exc.ActorUnschedulableError.on_no_single_node(
-                what, {name: from_units(amount) for name, amount in units})
-        free = [h for h in hosts if _fits_now(h.node, units)]
-        return (free or hosts)[0].id
+                    raise unschedulable(what, name, from_units(requested), from_units(largest))
+            raise unschedulable.on_no_single_node(what, {name: from_units(amount) for name, amount in units})
+        return hosts
 
 
 def _node(node_id: str, alive: bool, address: str, name: str, resources: dict, meshrt_address: str) -> dict:
@@ -104,7 +117,7 @@ def _summed(tables: list) -> dict:
     return total
 
 
-def _fits_now(node, units: tuple) -> bool:
+def fits_now(node, units: tuple) -> bool:
     """Could ``node`` give ``units`` now (without taking them)?"""
     alloc = node.try_acquire(units)
     if alloc is None:

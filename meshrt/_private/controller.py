@@ -32,6 +32,7 @@ from .host_directory import HostDirectory, host_ip
 from .log_options import LogOptions
 from .pool_upkeep import PoolUpkeep
 from .spawn import Zygote, attach_pipes, end_preforked, new_tail, worker_output
+from .task_hosts import TaskHosts
 
 log = logging.getLogger("meshrt")
 
@@ -82,9 +83,10 @@ class TaskRecord:
     alloc: Allocation | None = None
     cancelled: bool = False
     force_killed: bool = False
+    host: int = 0  # whose queue and pool it is in (task_hosts.py)
 
 
-class Controller(ActorDirectory, HostDirectory, ClusterNodes, ControlRequests, LogOptions, PoolUpkeep):
+class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, ControlRequests, LogOptions, PoolUpkeep):
     def __init__(self, core, io, config: dict) -> None:
         self.core = core
         self.io = io
@@ -218,10 +220,10 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, ControlRequests, L
 
     # -- workers -----------------------------------------------------------------------
 
-    def _start_workers(self, pool_key: tuple, count: int) -> None:
+    def _start_workers(self, pool_key: tuple, count: int, host: int = 0) -> None:
         for _ in range(count):
-            self.spawn_worker("task", pool_key, pool_key)
-            self.scheduler.worker_starting(pool_key)
+            if self.spawn_worker("task", pool_key, pool_key, host=host) is not None:
+                self.scheduler_of(host).worker_starting(pool_key)
 
     def spawn_worker(self, kind: str, pool_key: tuple, gpu_ids: tuple, label: str = "worker",
                      host: int = 0) -> WorkerRecord | None:
@@ -295,7 +297,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, ControlRequests, L
         conn.send(m.Welcome(self.welcome_config(w.host)))
         self.core.worker_connected(w.id, conn)
         if w.kind == "task":
-            self.scheduler.worker_started(w.pool_key)
+            self.scheduler_of(w.host).worker_started(w.pool_key)
             self._set_idle(w)
             self.schedule()
         else:
@@ -315,7 +317,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, ControlRequests, L
         w.state = "idle"
         w.tasks.clear()
         w.idle_since = time.monotonic()
-        self.scheduler.worker_idle(w.id, w.pool_key)
+        self.scheduler_of(w.host).worker_idle(w.id, w.pool_key)
 
     def _on_conn_close(self, conn, _exc) -> None:
         if getattr(conn, "agent_host", None) is not None:
@@ -356,10 +358,11 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, ControlRequests, L
                 host.workers.discard(w.id)
         if self.stopping:
             return
-        self.scheduler.worker_busy_or_gone(w.id, w.pool_key)
+        scheduler = self.scheduler_of(w.host)
+        scheduler.worker_busy_or_gone(w.id, w.pool_key)
         if previous == "starting":
             if w.kind == "task":
-                self.scheduler.worker_started(w.pool_key)
+                scheduler.worker_started(w.pool_key)
             self.startup_failures += 1
         cause = w.lost_reason or exc.describe_exit(None if w.exit_code is _UNSET else w.exit_code)
         if w.tasks:
@@ -403,40 +406,31 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, ControlRequests, L
 
     # -- tasks -------------------------------------------------------------------------
 
-    def check_feasible(self, units: tuple, what: str, actor: bool = False) -> None:
-        self.node.check_feasible(units, what, actor)
-
     def on_submit_task(self, conn, msg: m.SubmitTask) -> None:
-        spec = msg.spec
-        try:
-            self.check_feasible(spec.resources, f"task {spec.name}")
-        except exc.TaskUnschedulableError as err:
-            self._fail_task(spec, system_error_payload(err))
-            return
-        self.tasks[spec.task_id] = TaskRecord(spec, spec.resources)
-        self.scheduler.submit_task(spec.task_id, spec.resources, spec.depth)
+        self.enqueue_task(msg.spec, TaskRecord)
         self.schedule()
 
     def schedule(self) -> None:
         if self.stopping:
             return
-        for action in self.scheduler.schedule():
-            if type(action) is Dispatch:
-                self._dispatch(action)
-            elif type(action) is PlaceActor:
-                self.place_actor(action.actor_id, action.alloc)
-            elif type(action) is StartWorkers:
-                self._start_workers(action.pool_key, action.count)
+        for host, scheduler in self.task_schedulers():
+            for action in scheduler.schedule():
+                if type(action) is Dispatch:
+                    self._dispatch(action, host)
+                elif type(action) is PlaceActor:
+                    self.place_actor(action.actor_id, action.alloc)
+                elif type(action) is StartWorkers:
+                    self._start_workers(action.pool_key, action.count, host)
 
-    def _dispatch(self, action: Dispatch) -> None:
+    def _dispatch(self, action: Dispatch, host: int) -> None:
         rec = self.tasks.get(action.task_id)
         w = self.workers.get(action.worker_id)
         if rec is None or w is None or w.conn is None:
-            self.node.release(action.alloc)
+            self.node_of_host(host).release(action.alloc)
             if w is not None and w.conn is not None:
                 self._set_idle(w)
             if rec is not None:
-                self.scheduler.submit_task(rec.spec.task_id, rec.units, rec.spec.depth)
+                self.scheduler_of(host).submit_task(rec.spec.task_id, rec.units, rec.spec.depth)
             return
         w.alloc = action.alloc
         w.units = rec.units
@@ -456,17 +450,22 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, ControlRequests, L
         """Queue more tasks of the same shape behind a busy worker's current one."""
         if w.blocked or w.state != "busy" or w.alloc is None:
             return
-        workers = sum(1 for o in self.workers.values() if o.kind == "task" and o.pool_key == w.pool_key)
-        extra = self.scheduler.pipeline_share(w.units, PIPELINE_DEPTH, len(w.tasks), workers)
-        for task_id in self.scheduler.take(w.units, extra):
+        workers = sum(1 for o in self.workers.values()
+                      if o.kind == "task" and o.pool_key == w.pool_key and o.host == w.host)
+        scheduler = self.scheduler_of(w.host)
+        extra = scheduler.pipeline_share(w.units, PIPELINE_DEPTH, len(w.tasks), workers)
+        for task_id in scheduler.take(w.units, extra):
             self._assign(w, self.tasks[task_id])
 
     def _release_worker_alloc(self, w: WorkerRecord) -> None:
         if w.alloc is not None:
+            node = self.node_of_host(w.host)
             if w.blocked:
-                self.node.reclaim_cpu(w.alloc)  # its CPUs were lent out: take them back first
-            self.node.release(w.alloc)
+                node.reclaim_cpu(w.alloc)  # its CPUs were lent out: take them back first
+            node.release(w.alloc)
             w.alloc = None
+            if w.host:  # (actors waiting for room there)
+                self.place_waiting(self.hosts[w.host])
         w.blocked = False
 
     def on_task_done(self, conn, msg: m.TaskDone) -> None:
@@ -490,11 +489,11 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, ControlRequests, L
     def _retire(self, w: WorkerRecord) -> None:
         back = [r for r in w.tasks if r.spec.task_id in self.tasks]
         w.tasks.clear()
-        self._hand_back(back, w.units)
+        self._hand_back(back, w)
         self._release_worker_alloc(w)
         w.state = "retiring"  # (never idle again: its exit is no failure)
 
-    def _hand_back(self, back: list, units) -> None:
+    def _hand_back(self, back: list, w: WorkerRecord) -> None:
         """Tasks a worker gives back unstarted go first in line again; one cancelled
         meanwhile (its CancelTask went to that worker) fails now instead."""
         again = []
@@ -505,12 +504,11 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, ControlRequests, L
                 self._fail_task(rec.spec, system_error_payload(exc.TaskCancelledError(ids.to_hex(rec.spec.task_id))))
             else:
                 again.append(rec)
-        self.scheduler.requeue_front([r.spec.task_id for r in again], units, [r.spec.depth for r in again])
+        self.scheduler_of(w.host).requeue_front([r.spec.task_id for r in again], w.units,
+                                                [r.spec.depth for r in again])
 
     def _requeue(self, rec: TaskRecord) -> None:
-        spec = rec.spec._replace(attempt=rec.spec.attempt + 1)
-        self.tasks[spec.task_id] = TaskRecord(spec, rec.units)
-        self.scheduler.submit_task(spec.task_id, rec.units, spec.depth)
+        self.enqueue_task(rec.spec._replace(attempt=rec.spec.attempt + 1), TaskRecord)
 
     def on_worker_blocked(self, conn, msg: m.WorkerBlocked) -> None:
         w = self.workers.get(conn.peer_id)
@@ -521,14 +519,14 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, ControlRequests, L
             for rec in back:
                 if rec in w.tasks:
                     w.tasks.remove(rec)
-            self._hand_back(back, w.units)
+            self._hand_back(back, w)
         if msg.blocked and not w.blocked:
             w.blocked = True
-            self.node.lend_cpu(w.alloc)
+            self.node_of_host(w.host).lend_cpu(w.alloc)
             self.schedule()
         elif not msg.blocked and w.blocked:
             w.blocked = False
-            self.node.reclaim_cpu(w.alloc)
+            self.node_of_host(w.host).reclaim_cpu(w.alloc)
 
     def on_cancel_task(self, conn, msg: m.CancelTask) -> None:
         rec = self.tasks.get(msg.task_id)
@@ -537,7 +535,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, ControlRequests, L
             return
         error = system_error_payload(exc.TaskCancelledError(ids.to_hex(msg.task_id)))
         if rec.worker is None:
-            if self.scheduler.remove_task(msg.task_id):
+            if self.scheduler_of(rec.host).remove_task(msg.task_id):
                 del self.tasks[msg.task_id]
                 self._fail_task(rec.spec, error)
             return
@@ -571,8 +569,8 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, ControlRequests, L
         tail = "\n".join("    " + line for line in w.stderr_tail)
         error = system_error_payload(exc.WorkerCrashedError(
             f"workers fail to start ({cause}); last lines of stderr:\n{tail}"))
-        for task_id in [t for t, rec in self.tasks.items() if rec.worker is None]:
-            if self.scheduler.remove_task(task_id):
+        for task_id in [t for t, rec in self.tasks.items() if rec.worker is None and rec.host == w.host]:
+            if self.scheduler_of(w.host).remove_task(task_id):
                 self._fail_task(self.tasks.pop(task_id).spec, error)
 
     def _fail_task(self, spec: m.TaskSpec, error) -> None:
@@ -585,7 +583,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, ControlRequests, L
     def _owner_died(self, worker_id: int) -> None:
         """Tasks still queued for a dead owner have nobody to return to: drop them."""
         for task_id in [t for t, rec in self.tasks.items() if rec.spec.owner == worker_id and rec.worker is None]:
-            if self.scheduler.remove_task(task_id):
+            if self.scheduler_of(self.tasks[task_id].host).remove_task(task_id):
                 del self.tasks[task_id]
         self.owner_died_actors(worker_id)
 

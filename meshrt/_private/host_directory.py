@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..scheduler.policy import Scheduler
 from ..scheduler.resources import NodeResources
 from . import heartbeat, ucx_routes
 from . import messages as m
@@ -43,6 +44,10 @@ class HostRecord:
     lent_probe: tuple | None = None  # (handle, bytes) its agent lent for UCX checks, once the head read it
     node_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # (as Ray's: meshrt.nodes())
     waiting: list = field(default_factory=list)  # ids of actors waiting for its resources to free up
+    scheduler: Any = None  # its tasks' queues and pool (task_hosts.py)
+
+    def __post_init__(self) -> None:
+        self.scheduler = Scheduler(self.node)
 
     @property
     def joined(self) -> bool:
@@ -63,6 +68,7 @@ class HostDirectory:
         # values between those hosts go inline (ucx_routes.py).
         self.ucx_unreached: set[frozenset] = set()
         self.ucx_checks: dict[int, tuple] = {}  # check id -> (host id, future of its agent's answer)
+        self.spreads_tasks = False  # another host has joined: the driver packs tasks for any host
 
     def host_handlers(self) -> dict:
         return {
@@ -198,6 +204,7 @@ class HostDirectory:
             answer.set_result(msg)
 
     def _notify_hosts(self) -> None:
+        self.spreads_tasks = any(h.joined for h in self.hosts.values())  # (read by the driver's callers)
         if self._hosts_changed is not None:
             self._hosts_changed.set()
             self._hosts_changed = None
@@ -322,6 +329,7 @@ class HostDirectory:
                     w.conn.abort()
                 self._finalize(w)
         self.fail_waiting(host, f"its host {host.name!r} (host {host.id}) {went} before it had room for it")
+        self.requeue_from_host(host)
         self._notify_hosts()
 
 

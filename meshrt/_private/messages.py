@@ -71,6 +71,8 @@ class TaskSpec(NamedTuple):
     owner_host: int = 0  # where results go: another host's owner cannot map this one's store
     depth: int = 0  # nesting: 0 from the driver, the submitting task's depth + 1 from a task
     max_calls: int = 0  # the worker exits after running this many tasks of this function
+    affinity: tuple | None = None  # (node id, soft): NodeAffinitySchedulingStrategy
+    portable: bool = False  # packed for any host (its large arguments lent): it may run off the head
 
 
 class SubmitTask(NamedTuple):

@@ -1,10 +1,14 @@
 """Which host a task or an actor runs on, decided at the caller's line (so what cannot
 be met is named there, not at the first ``get``).
 
-Tasks run on the head host. An actor runs on the head host too, unless its options
-say otherwise: ``NodeAffinitySchedulingStrategy`` names a host, or it asks for
-resources the head host can never give (a custom resource or GPUs only some agents
-offer), and then it goes to a host that has them, one with them free now first.
+An actor runs on the head host unless its options say otherwise:
+``NodeAffinitySchedulingStrategy`` names a host, or it asks for resources the head
+host can never give (a custom resource or GPUs only some agents offer), and then it
+goes to a host that has them, one with them free now first.
+
+A task's host is chosen by the controller when it arrives (task_hosts.py); here the
+caller only decides whether to pack it for any host (``task_portable``) and checks
+that a hard affinity names a node of the cluster.
 """
 
 from __future__ import annotations
@@ -18,15 +22,24 @@ def head_node_id(core) -> str | None:
     return config.get("head_node_id") or config.get("node_id")
 
 
-def check_task(core, affinity: tuple, what: str) -> None:
-    """Tasks run on the head host: a hard affinity to another node cannot be met."""
+def check_task(core, affinity: tuple, units: tuple, what: str) -> None:
+    """A hard affinity to a node that is not in the cluster fails at the call."""
     node_id, soft = affinity
-    head = head_node_id(core)
-    if soft or node_id == head:
-        return
-    raise ValueError(f"{what}: NodeAffinitySchedulingStrategy(node_id={node_id!r}, soft=False): tasks run on "
-                     f"the head host only (node {head!r}); pass soft=True, or call an actor placed on that "
-                     "node with the same strategy")
+    if not soft and node_id != head_node_id(core):
+        core.request_sync("host_of_node", node_id, False, units, what)
+
+
+def task_portable(core, opts) -> bool:
+    """Pack this task for any host (its large arguments lent, not put in this host's
+    store)? From another host always; from the head when it may leave the head: an
+    affinity to another node, resources the head never has, or (from the driver,
+    which knows) another host in the cluster to spread work to."""
+    if core.host_id != 0 or _head_lacks(core, opts.resources):
+        return True
+    if opts.affinity is not None and opts.affinity[0] != head_node_id(core):
+        return True
+    controller = getattr(core, "controller", None)
+    return controller is not None and controller.spreads_tasks
 
 
 def actor_options(core, opts, what: str):

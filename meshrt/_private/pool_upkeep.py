@@ -18,15 +18,16 @@ PRESTART_DELAY_S = 0.25
 
 
 class PoolUpkeep:
-    """Needs from its host: loop, config, workers, scheduler, stopping, _start_workers."""
+    """Needs from its host: loop, config, workers, scheduler_of, stopping, _start_workers."""
 
     def start_pool_upkeep(self) -> None:
         self._prestart_timer = self.loop.call_later(PRESTART_DELAY_S, self._prestart)
         self._trim_timer = self.loop.call_later(IDLE_TRIM_S, self._trim_idle)
 
     def default_pool_size(self) -> int:
-        """Processes of the default task pool, started or starting, not leaving."""
-        return sum(1 for w in self.workers.values() if w.kind == "task" and w.pool_key == () and w.state != "exiting")
+        """Processes of the head's default task pool, started or starting, not leaving."""
+        return sum(1 for w in self.workers.values()
+                   if w.kind == "task" and w.pool_key == () and w.state != "exiting" and not w.host)
 
     def _prestart(self) -> None:
         """The default pool up to ``prestart`` processes (tasks may have started some)."""
@@ -41,7 +42,7 @@ class PoolUpkeep:
         idle = [w for w in self.workers.values() if w.kind == "task" and w.state == "idle"]
         for w in idle[keep:]:
             if now - w.idle_since > IDLE_TRIM_S:
-                self.scheduler.worker_busy_or_gone(w.id, w.pool_key)
+                self.scheduler_of(w.host).worker_busy_or_gone(w.id, w.pool_key)
                 w.state = "exiting"
                 w.conn.send(m.Exit("idle"))
         self._trim_timer = self.loop.call_later(IDLE_TRIM_S, self._trim_idle)

@@ -1,0 +1,108 @@
+"""Which host's queue a task joins, and keeping the queues right as hosts come and go.
+
+Mixed into the Controller. Every host has its own Scheduler over its own resources
+(the head's is ``self.scheduler``; an agent's is ``HostRecord.scheduler``). A task
+joins one host's queue when it is submitted, as Ray's scheduler picks a node:
+
+- ``NodeAffinitySchedulingStrategy``: that node (a soft one only while it has room
+  now; else as if no node were named). A hard one whose host left fails, naming it.
+- Otherwise the head while it has CPUs for its share of the work; once its CPUs are
+  taken (running and queued work counted), the host with the least work per CPU, the
+  head first on a tie, so a burst of tasks spreads over the cluster.
+- Only a host that can ever give the task's resources: one the head can never run
+  (GPUs only agents have, a custom resource) goes to a host that can.
+
+A task leaves the head only when its caller packed it for any host
+(``TaskSpec.portable``: large arguments lent, not left in the head's store); the
+driver does so once another host has joined (placement.task_portable).
+"""
+
+from __future__ import annotations
+
+from .. import exceptions as exc
+from ..objstore.serialization import system_error_payload
+from ..scheduler.resources import UNIT, from_units
+from .cluster_nodes import fits_now
+
+
+class TaskHosts:
+    """Needs from the Controller: node, scheduler, hosts, tasks, config, _fail_task."""
+
+    def scheduler_of(self, host_id: int):
+        return self.hosts[host_id].scheduler if host_id else self.scheduler
+
+    def node_of_host(self, host_id: int):
+        return self.hosts[host_id].node if host_id else self.node
+
+    def task_schedulers(self) -> list:
+        """(host id, scheduler) of every host that may run tasks now, the head first."""
+        return [(0, self.scheduler)] + [(h.id, h.scheduler) for h in self.hosts.values() if h.joined]
+
+    def check_feasible(self, units: tuple, what: str, actor: bool = False) -> None:
+        """At the driver's call: an actor, on the head host; a task, on some host."""
+        if actor or self.node.infeasible(units) is None:
+            self.node.check_feasible(units, what, actor)
+        else:
+            self.hosts_able(units, what)
+
+    def enqueue_task(self, spec, record) -> None:
+        """Put a submitted (or retried) task in the queue of the host chosen for it; a
+        task no host can run fails now, naming why."""
+        try:
+            host_id = self.choose_task_host(spec)
+        except ValueError as err:  # (TaskUnschedulableError is one)
+            self._fail_task(spec, system_error_payload(err))
+            return
+        rec = record(spec, spec.resources, host=host_id)
+        self.tasks[spec.task_id] = rec
+        self.scheduler_of(host_id).submit_task(spec.task_id, spec.resources, spec.depth)
+
+    def choose_task_host(self, spec) -> int:
+        units, what = spec.resources, f"task {spec.name}"
+        if spec.affinity is not None:
+            node_id, soft = spec.affinity
+            host = self.host_of_node_id(node_id)
+            if node_id == self.config["node_id"]:
+                self.node.check_feasible(units, what)
+                return 0
+            usable = host is not None and host.joined and spec.portable
+            if usable and not soft:
+                missing = host.node.infeasible(units)
+                if missing is not None:
+                    name, requested, have = missing
+                    raise exc.TaskUnschedulableError(f"{what} (NodeAffinitySchedulingStrategy to host {host.name!r})",
+                                                     name, from_units(requested), from_units(have))
+                return host.id
+            if usable and fits_now(host.node, units):
+                return host.id
+            if not soft:
+                raise self.affinity_unmet(node_id, host)
+        head_can = self.node.infeasible(units) is None
+        if not spec.portable or not self.hosts:
+            self.node.check_feasible(units, what)
+            return 0
+        able = self.hosts_able(units, what)
+        if head_can and (not able or self.task_load(0) < 1.0):
+            return 0
+        candidates = ([0] if head_can else []) + [h.id for h in able]
+        return min(candidates, key=self.task_load)  # (min keeps the first of equals: the head)
+
+    def task_load(self, host_id: int) -> float:
+        """Work per CPU on a host: CPUs in use (tasks and actors) and those its queued
+        tasks ask for, over its CPUs."""
+        node = self.node_of_host(host_id)
+        queued = sum(len(queue) * dict(units).get("CPU", 0) for units, queue in self.scheduler_of(host_id).tasks.items())
+        cpus = node.total.get("CPU", 0)
+        used = cpus - node.available.get("CPU", 0)
+        return (used + queued) / max(cpus, UNIT)
+
+    def requeue_from_host(self, host) -> None:
+        """A host went away: the tasks still queued there (not started) go to another
+        host, or fail when none can run them (a hard affinity to it, say)."""
+        queued = list(host.scheduler.task_units)
+        for task_id in queued:
+            host.scheduler.remove_task(task_id)
+        for task_id in queued:
+            rec = self.tasks.pop(task_id, None)
+            if rec is not None:
+                self.enqueue_task(rec.spec, type(rec))
