@@ -44,7 +44,17 @@ class Gate:
 
     def __init__(self) -> None:
         self.count = 0
+        self.is_open = False
         self.changed = asyncio.Condition()
+
+    async def open(self) -> None:
+        async with self.changed:
+            self.is_open = True
+            self.changed.notify_all()
+
+    async def opened(self) -> None:
+        async with self.changed:
+            await self.changed.wait_for(lambda: self.is_open)
 
     async def arrive(self) -> int:
         async with self.changed:
@@ -67,6 +77,12 @@ def meet(gate, n: int):
     """Returns once ``n`` tasks have arrived: only if they run at the same time."""
     meshrt.get(gate.arrive.remote(), timeout=60)
     meshrt.get(gate.arrivals.remote(n), timeout=60)
+    return meshrt.get_runtime_context().get_node_id()
+
+
+@meshrt.remote(max_retries=1)
+def after_the_gate_opens(gate):
+    meshrt.get(gate.opened.remote(), timeout=60)
     return meshrt.get_runtime_context().get_node_id()
 
 
@@ -111,6 +127,8 @@ def test_a_task_runs_on_the_node_its_affinity_names(two_nodes):
     with pytest.raises(ValueError, match="no node of the cluster has that id"):
         node_of_task.options(**on("feedbeef")).remote()
     assert meshrt.get(node_of_task.options(**on("feedbeef", soft=True)).remote(), timeout=60) in (head, other["NodeID"])
+    # soft, to the head, for what only the agent's host has: run there
+    assert meshrt.get(node_of_task.options(num_gpus=1, **on(head, soft=True)).remote(), timeout=60) == other["NodeID"]
     with pytest.raises(meshrt.exceptions.TaskUnschedulableError, match="to host 'trainhost'"):
         meshrt.get(node_of_task.options(resources={"headonly": 1}, **on(other["NodeID"])).remote(), timeout=60)
 
@@ -156,3 +174,18 @@ def test_a_task_on_another_host_is_cancelled_there(two_nodes):
         meshrt.get(held, timeout=60)
     after = held_on_first_attempt.options(**on(other["NodeID"])).remote(gate)  # (arrives second: returns)
     assert meshrt.get(after, timeout=60) == other["NodeID"]
+
+
+@pytest.mark.timeout(120)
+def test_a_burst_on_a_host_that_goes_away_all_runs_on_the_host_that_is_left(two_nodes):
+    head, other, remember, agent = two_nodes
+    gate = Gate.options(**on(head)).remote()
+    # Spread over both hosts: some run on the agent's host, some wait in its queue, and
+    # some of its workers are still starting when it goes; none of them is lost.
+    tasks = [after_the_gate_opens.remote(gate) for _ in range(8)]
+    meshrt.nodes()  # (a request after the submissions: the head has placed them all)
+    remember()
+    agent.kill()
+    meshrt.get(gate.open.remote(), timeout=60)
+    nodes = meshrt.get(tasks, timeout=90)
+    assert head in nodes and set(nodes) <= {head, other["NodeID"]}

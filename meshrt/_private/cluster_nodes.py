@@ -90,7 +90,7 @@ class ClusterNodes:
         """The joined agents' hosts that can ever give ``units``; when neither they nor the
         head can, ``unschedulable`` naming what no host has enough of."""
         joined = self._joined_hosts()
-        hosts = [h for h in joined if h.node.infeasible(units) is None]
+        hosts = [h for h in joined if h.node.infeasible(units) is None and not h.leaving]
         if not hosts and self.node.infeasible(units) is not None:
             nodes = [self.node] + [h.node for h in joined]
             for name, requested in units:  # (first, what no host has enough of)

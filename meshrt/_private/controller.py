@@ -107,7 +107,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, Control
         self.accepted: weakref.WeakSet = weakref.WeakSet()  # every connection the servers took
         self.zygote: Zygote | None = None
         self.store: SharedStore | None = None
-        self.startup_failures = 0
+        self.startup_failures: dict[int, int] = {}  # host id -> workers in a row that failed to start
         self.stopping = False
         self._background: set = set()  # tasks we started and must keep referenced
         self._all_exited: asyncio.Event | None = None
@@ -293,7 +293,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, Control
         if w.pid is None:
             w.pid = msg.pid
             self.by_pid[msg.pid] = w
-        self.startup_failures = 0
+        self.startup_failures.pop(w.host, None)
         conn.send(m.Welcome(self.welcome_config(w.host)))
         self.core.worker_connected(w.id, conn)
         if w.kind == "task":
@@ -360,10 +360,11 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, Control
             return
         scheduler = self.scheduler_of(w.host)
         scheduler.worker_busy_or_gone(w.id, w.pool_key)
-        if previous == "starting":
-            if w.kind == "task":
-                scheduler.worker_started(w.pool_key)
-            self.startup_failures += 1
+        if previous == "starting" and w.kind == "task":
+            scheduler.worker_started(w.pool_key)
+        failed_start = previous == "starting" and w.lost_reason is None  # (not its host lost)
+        if failed_start:
+            self.startup_failures[w.host] = self.startup_failures.get(w.host, 0) + 1
         cause = w.lost_reason or exc.describe_exit(None if w.exit_code is _UNSET else w.exit_code)
         if w.tasks:
             self._release_worker_alloc(w)
@@ -372,7 +373,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, Control
             w.tasks.clear()
         if w.actor_id is not None:
             self.actor_worker_died(w, cause)
-        elif previous == "starting" and self.startup_failures >= MAX_STARTUP_FAILURES:
+        elif failed_start and self.startup_failures.get(w.host, 0) >= MAX_STARTUP_FAILURES:
             self._fail_queued_startup(w, cause)
         self._owner_died(w.id)
         self.head_owner_gone(w.id)  # copies the head host keeps of what it owned
@@ -464,7 +465,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, Control
                 node.reclaim_cpu(w.alloc)  # its CPUs were lent out: take them back first
             node.release(w.alloc)
             w.alloc = None
-            if w.host:  # (actors waiting for room there)
+            if w.host and self.hosts[w.host].alive:  # (actors waiting for room there)
                 self.place_waiting(self.hosts[w.host])
         w.blocked = False
 
@@ -504,8 +505,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, Control
                 self._fail_task(rec.spec, system_error_payload(exc.TaskCancelledError(ids.to_hex(rec.spec.task_id))))
             else:
                 again.append(rec)
-        self.scheduler_of(w.host).requeue_front([r.spec.task_id for r in again], w.units,
-                                                [r.spec.depth for r in again])
+        self.requeue_front(w, again)
 
     def _requeue(self, rec: TaskRecord) -> None:
         self.enqueue_task(rec.spec._replace(attempt=rec.spec.attempt + 1), TaskRecord)

@@ -319,6 +319,7 @@ class HostDirectory:
         went = host.went or ("was shut down (HostMesh.shutdown())" if host.leaving else "went away")
         if not self.stopping and not host.leaving:
             log.warning("meshrt: host %r (host %d) %s; its actors fail", host.name, host.id, went)
+        self.requeue_from_host(host)  # (first: its queued tasks are not its workers' to fail)
         for worker_id in list(host.workers):
             w = self.workers.get(worker_id)
             if w is not None:
@@ -329,7 +330,6 @@ class HostDirectory:
                     w.conn.abort()
                 self._finalize(w)
         self.fail_waiting(host, f"its host {host.name!r} (host {host.id}) {went} before it had room for it")
-        self.requeue_from_host(host)
         self._notify_hosts()
 
 

@@ -33,10 +33,17 @@ def task_portable(core, opts) -> bool:
     """Pack this task for any host (its large arguments lent, not put in this host's
     store)? From another host always; from the head when it may leave the head: an
     affinity to another node, resources the head never has, or (from the driver,
-    which knows) another host in the cluster to spread work to."""
-    if core.host_id != 0 or _head_lacks(core, opts.resources):
+    which knows) another host in the cluster to spread work to. A hard affinity to
+    the head keeps it here."""
+    if core.host_id != 0:
         return True
-    if opts.affinity is not None and opts.affinity[0] != head_node_id(core):
+    if opts.affinity is not None:
+        node_id, soft = opts.affinity
+        if node_id != head_node_id(core):
+            return True
+        if not soft:
+            return False  # (it runs here, or fails)
+    if _head_lacks(core, opts.resources):
         return True
     controller = getattr(core, "controller", None)
     return controller is not None and controller.spreads_tasks

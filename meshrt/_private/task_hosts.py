@@ -6,9 +6,10 @@ joins one host's queue when it is submitted, as Ray's scheduler picks a node:
 
 - ``NodeAffinitySchedulingStrategy``: that node (a soft one only while it has room
   now; else as if no node were named). A hard one whose host left fails, naming it.
-- Otherwise the head while it has CPUs for its share of the work; once its CPUs are
-  taken (running and queued work counted), the host with the least work per CPU, the
-  head first on a tie, so a burst of tasks spreads over the cluster.
+- Otherwise the head while it has room for it; once what the task asks for is taken
+  there (running and queued work counted: CPUs, GPUs, custom resources), the host
+  where it is least taken, the head first on a tie, so a burst of tasks spreads over
+  the cluster.
 - Only a host that can ever give the task's resources: one the head can never run
   (GPUs only agents have, a custom resource) goes to a host that can.
 
@@ -36,7 +37,7 @@ class TaskHosts:
 
     def task_schedulers(self) -> list:
         """(host id, scheduler) of every host that may run tasks now, the head first."""
-        return [(0, self.scheduler)] + [(h.id, h.scheduler) for h in self.hosts.values() if h.joined]
+        return [(0, self.scheduler)] + [(h.id, h.scheduler) for h in self.hosts.values() if h.joined and not h.leaving]
 
     def check_feasible(self, units: tuple, what: str, actor: bool = False) -> None:
         """At the driver's call: an actor, on the head host; a task, on some host."""
@@ -61,11 +62,14 @@ class TaskHosts:
         units, what = spec.resources, f"task {spec.name}"
         if spec.affinity is not None:
             node_id, soft = spec.affinity
-            host = self.host_of_node_id(node_id)
             if node_id == self.config["node_id"]:
-                self.node.check_feasible(units, what)
-                return 0
-            usable = host is not None and host.joined and spec.portable
+                if not soft:
+                    self.node.check_feasible(units, what)
+                    return 0
+                if fits_now(self.node, units):
+                    return 0
+            host = self.host_of_node_id(node_id)
+            usable = host is not None and host.joined and not host.leaving and spec.portable
             if usable and not soft:
                 missing = host.node.infeasible(units)
                 if missing is not None:
@@ -75,26 +79,46 @@ class TaskHosts:
                 return host.id
             if usable and fits_now(host.node, units):
                 return host.id
-            if not soft:
+            if not soft and node_id != self.config["node_id"]:
                 raise self.affinity_unmet(node_id, host)
         head_can = self.node.infeasible(units) is None
         if not spec.portable or not self.hosts:
             self.node.check_feasible(units, what)
             return 0
         able = self.hosts_able(units, what)
-        if head_can and (not able or self.task_load(0) < 1.0):
+        if head_can and (not able or self.task_load(0, units) < 1.0):
             return 0
         candidates = ([0] if head_can else []) + [h.id for h in able]
-        return min(candidates, key=self.task_load)  # (min keeps the first of equals: the head)
+        return min(candidates, key=lambda host_id: self.task_load(host_id, units))  # (ties: the first, the head)
 
-    def task_load(self, host_id: int) -> float:
-        """Work per CPU on a host: CPUs in use (tasks and actors) and those its queued
-        tasks ask for, over its CPUs."""
+    def task_load(self, host_id: int, units: tuple) -> float:
+        """How full a host is for a task asking ``units``: of each resource it asks for
+        (CPU when none), what is in use (tasks and actors) and what its queued tasks ask
+        for, over the host's total; the fullest counts. (A task asking for no CPU counts
+        as one CPU in the queue when the request is for CPU-less tasks.)"""
         node = self.node_of_host(host_id)
-        queued = sum(len(queue) * dict(units).get("CPU", 0) for units, queue in self.scheduler_of(host_id).tasks.items())
-        cpus = node.total.get("CPU", 0)
-        used = cpus - node.available.get("CPU", 0)
-        return (used + queued) / max(cpus, UNIT)
+        queues = self.scheduler_of(host_id).tasks
+        fullest = 0.0
+        for name in [name for name, _ in units] or ["CPU"]:
+            total = node.total.get(name, 0)
+            if total <= 0:
+                continue
+            used = total - node.available.get(name, 0)
+            queued = sum(len(queue) * (dict(shape).get(name, 0) or (0 if units else UNIT))
+                         for shape, queue in queues.items())
+            fullest = max(fullest, (used + queued) / total)
+        return fullest
+
+    def requeue_front(self, w, recs: list) -> None:
+        """Tasks worker ``w`` gave back unstarted: first in line again on its host, or
+        placed afresh when that host is gone."""
+        if w.host and not self.hosts[w.host].alive:
+            for rec in recs:
+                del self.tasks[rec.spec.task_id]
+                self.enqueue_task(rec.spec, type(rec))
+            return
+        self.scheduler_of(w.host).requeue_front([r.spec.task_id for r in recs], w.units,
+                                                [r.spec.depth for r in recs])
 
     def requeue_from_host(self, host) -> None:
         """A host went away: the tasks still queued there (not started) go to another
