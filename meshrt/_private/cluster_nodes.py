@@ -65,7 +65,12 @@ class ClusterNodes:
 
     @staticmethod
     def affinity_unmet(node_id: str, host) -> ValueError:
-        """Why a hard affinity to ``node_id`` cannot be met: still joining, left, or unknown."""
+        """Why a hard affinity to ``node_id`` cannot be met: still joining, being shut
+        down, left, or unknown."""
+        if host is not None and host.alive and host.leaving:
+            return ValueError(f"NodeAffinitySchedulingStrategy(node_id={node_id!r}): that node (host "
+                              f"{host.name!r}) is being shut down (HostMesh.shutdown()); pick a live one "
+                              "from meshrt.nodes(), or pass soft=True to run elsewhere")
         if host is not None and host.alive:
             return ValueError(f"NodeAffinitySchedulingStrategy(node_id={node_id!r}): that node (host "
                               f"{host.name!r}) is still joining (its UCX check); wait for it with "

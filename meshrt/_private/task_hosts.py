@@ -79,7 +79,7 @@ class TaskHosts:
                 return host.id
             if usable and fits_now(host.node, units):
                 return host.id
-            if not soft and node_id != self.config["node_id"]:
+            if not soft:
                 raise self.affinity_unmet(node_id, host)
         head_can = self.node.infeasible(units) is None
         if not spec.portable or not self.hosts:
