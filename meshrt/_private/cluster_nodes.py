@@ -19,7 +19,8 @@ class ClusterNodes:
         return host.node_id if host is not None else self.config["node_id"]
 
     def _joined_hosts(self) -> list:
-        return [h for h in self.hosts.values() if h.joined]
+        # (list() first: the driver's callers check a task's resources from their own thread)
+        return [h for h in list(self.hosts.values()) if h.joined]
 
     def rpc_nodes(self, caller: int) -> list:
         c = self.config

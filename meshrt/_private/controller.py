@@ -32,7 +32,7 @@ from .host_directory import HostDirectory, host_ip
 from .log_options import LogOptions
 from .pool_upkeep import PoolUpkeep
 from .spawn import Zygote, attach_pipes, end_preforked, new_tail, worker_output
-from .task_hosts import TaskHosts
+from .task_hosts import TaskHosts, TaskRecord
 
 log = logging.getLogger("meshrt")
 
@@ -73,17 +73,6 @@ class WorkerRecord:
     lost_reason: str | None = None  # set when its host agent went away
     log_stream: bool = True  # its output printed by the driver (ProcMesh.logging_option)
     log_aggregator: Any = None  # or gathered there first (log_options.py)
-
-
-@dataclass
-class TaskRecord:
-    spec: m.TaskSpec
-    units: tuple
-    worker: int | None = None
-    alloc: Allocation | None = None
-    cancelled: bool = False
-    force_killed: bool = False
-    host: int = 0  # whose queue and pool it is in (task_hosts.py)
 
 
 class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, ControlRequests, LogOptions, PoolUpkeep):
@@ -408,7 +397,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, Control
     # -- tasks -------------------------------------------------------------------------
 
     def on_submit_task(self, conn, msg: m.SubmitTask) -> None:
-        self.enqueue_task(msg.spec, TaskRecord)
+        self.enqueue_task(msg.spec)
         self.schedule()
 
     def schedule(self) -> None:
@@ -508,7 +497,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, Control
         self.requeue_front(w, again)
 
     def _requeue(self, rec: TaskRecord) -> None:
-        self.enqueue_task(rec.spec._replace(attempt=rec.spec.attempt + 1), TaskRecord)
+        self.enqueue_task(rec.spec._replace(attempt=rec.spec.attempt + 1))
 
     def on_worker_blocked(self, conn, msg: m.WorkerBlocked) -> None:
         w = self.workers.get(conn.peer_id)

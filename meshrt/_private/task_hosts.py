@@ -20,10 +20,24 @@ driver does so once another host has joined (placement.task_portable).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .. import exceptions as exc
 from ..objstore.serialization import system_error_payload
-from ..scheduler.resources import UNIT, from_units
+from ..scheduler.resources import UNIT, Allocation, from_units
+from . import messages as m
 from .cluster_nodes import fits_now
+
+
+@dataclass
+class TaskRecord:
+    spec: m.TaskSpec
+    units: tuple
+    worker: int | None = None
+    alloc: Allocation | None = None
+    cancelled: bool = False
+    force_killed: bool = False
+    host: int = 0  # whose queue and pool it is in
 
 
 class TaskHosts:
@@ -46,7 +60,7 @@ class TaskHosts:
         else:
             self.hosts_able(units, what)
 
-    def enqueue_task(self, spec, record) -> None:
+    def enqueue_task(self, spec: m.TaskSpec) -> None:
         """Put a submitted (or retried) task in the queue of the host chosen for it; a
         task no host can run fails now, naming why."""
         try:
@@ -54,8 +68,7 @@ class TaskHosts:
         except ValueError as err:  # (TaskUnschedulableError is one)
             self._fail_task(spec, system_error_payload(err))
             return
-        rec = record(spec, spec.resources, host=host_id)
-        self.tasks[spec.task_id] = rec
+        self.tasks[spec.task_id] = TaskRecord(spec, spec.resources, host=host_id)
         self.scheduler_of(host_id).submit_task(spec.task_id, spec.resources, spec.depth)
 
     def choose_task_host(self, spec) -> int:
@@ -115,7 +128,7 @@ class TaskHosts:
         if w.host and not self.hosts[w.host].alive:
             for rec in recs:
                 del self.tasks[rec.spec.task_id]
-                self.enqueue_task(rec.spec, type(rec))
+                self.enqueue_task(rec.spec)
             return
         self.scheduler_of(w.host).requeue_front([r.spec.task_id for r in recs], w.units,
                                                 [r.spec.depth for r in recs])
@@ -129,4 +142,4 @@ class TaskHosts:
         for task_id in queued:
             rec = self.tasks.pop(task_id, None)
             if rec is not None:
-                self.enqueue_task(rec.spec, type(rec))
+                self.enqueue_task(rec.spec)
