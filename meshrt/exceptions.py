@@ -255,13 +255,14 @@ class TaskCancelledError(MeshrtError):
 
     def __init__(self, task_id: str = "", detail: str = "") -> None:
         self.task_id = task_id
+        self.detail = detail
         message = f"task {task_id} was cancelled" if task_id else "the task was cancelled"
         if detail:
             message += f": {detail}"
         super().__init__(message)
 
-    def __reduce__(self):
-        return (type(self), (self.task_id,))
+    def __reduce__(self):  # (the detail travels too: it says who cancelled it and why)
+        return (type(self), (self.task_id, self.detail))
 
 
 class WorkerCrashedError(MeshrtError):
@@ -290,6 +291,11 @@ class TaskUnschedulableError(MeshrtError, ValueError):
         asked = ", ".join(f"{name}={_num(amount)}" for name, amount in request.items())
         return _rebuild_unschedulable(cls, f"{what} asks for {asked}, and no single node has all of that; "
                                            "meshrt.nodes() shows what each offers", None, 0.0, 0.0)
+
+    @classmethod
+    def because(cls, what: str, reason: str):
+        """Placement failed for a reason other than amounts (its placement group is gone, say)."""
+        return _rebuild_unschedulable(cls, f"{what} cannot be scheduled: {reason}", None, 0.0, 0.0)
 
 
 def _rebuild_unschedulable(klass, message, resource, requested, largest):

@@ -141,3 +141,32 @@ def test_nested_tasks_go_before_queued_top_level_ones():
     s.requeue_front([10, 11], one, [1, 1])
     s.submit_task(5, one)
     assert s.remove_task(11) and [s.take(one, 5)] == [[10, 5]]
+
+
+def test_a_placement_group_bundle_limits_its_tasks_and_gives_them_its_own_gpus():
+    from meshrt.scheduler import bundles
+
+    n = node(CPU=4, GPU=2)
+    reserved = n.try_acquire(normalize({"CPU": 1, "GPU": 1}))  # (as the controller reserves bundle 0)
+    n.add_group(bundles.bundle_resources(reserved.units, "pg", 0), bundles.gpu_pool("pg", 0), reserved.gpus)
+    s = Scheduler(n)
+    in_bundle = bundles.request_in_bundle(normalize({"CPU": 1, "GPU": 0.5}), "pg", 0)
+    for key in [(), reserved.gpu_ids]:
+        s.worker_idle(1 if key else 2, key)
+    s.submit_task(10, in_bundle)
+    s.submit_task(11, in_bundle)
+    first = s.schedule()
+    assert [(type(a), a.task_id) for a in first] == [(Dispatch, 10)]  # (one CPU in the bundle)
+    assert first[0].alloc.gpu_ids == reserved.gpu_ids  # (the bundle's GPU, not the node's other one)
+    assert n.available["CPU"] == 3 * 10_000  # (the node outside the bundle is untouched)
+    n.lend_cpu(first[0].alloc)  # (blocked in get: its bundle CPU is lent, as a node CPU would be)
+    assert n.available[in_bundle[0][0]] == 10_000
+    n.reclaim_cpu(first[0].alloc)
+    n.release(first[0].alloc)
+    s.worker_idle(1, reserved.gpu_ids)
+    assert [a.task_id for a in s.schedule()] == [11]
+    assert bundles.base_request(in_bundle) == normalize({"CPU": 1, "GPU": 0.5})
+    assert bundles.bundle_of(bundles.request_in_bundle((), "pg", -1)) == ("pg", -1)
+    n.remove_group(list(bundles.bundle_resources(reserved.units, "pg", 0)) + [bundles.gpu_pool("pg", 0)])
+    n.release(reserved)
+    assert n.available == n.total and n.gpu_free == [10_000, 10_000]

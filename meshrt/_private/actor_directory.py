@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from .. import exceptions as exc
 from ..objstore.serialization import Payload, error_from_payload, system_error_payload
+from ..scheduler import bundles
 from ..scheduler.resources import Allocation
 from . import ids
 from . import messages as m
@@ -62,6 +63,10 @@ class ActorDirectory:
         if spec.deps and any(p.is_error for _, p in spec.deps):
             bad = next(p for _, p in spec.deps if p.is_error)
             self._actor_dead(rec, f"an argument of its constructor failed: {error_from_payload(bad)}")
+            return
+        if bundles.bundle_of(spec.resources) is not None:
+            self.place_group_actor(rec)  # (placement_groups.py)
+            self.schedule()
             return
         if spec.host:
             self.place_on_host(rec)

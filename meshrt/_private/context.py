@@ -38,10 +38,14 @@ def set_actor(spec, core, incarnation: int = 0) -> None:
     process["actor_meta"] = spec.meta
     process["incarnation"] = incarnation
     process["resources"] = resources_of(spec)
+    process["units"] = spec.resources
 
 
 def resources_of(spec) -> dict:
-    return dict(_units_to_floats(spec.resources))
+    """By the node's names: a request in a placement group bundle shows as ``{"CPU": 1}``."""
+    from ..scheduler.bundles import base_request
+
+    return dict(_units_to_floats(base_request(spec.resources)))
 
 
 def current_call():

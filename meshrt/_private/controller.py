@@ -30,6 +30,7 @@ from .cluster_nodes import ClusterNodes
 from .control_requests import ControlRequests
 from .host_directory import HostDirectory, host_ip
 from .log_options import LogOptions
+from .placement_groups import PlacementGroups
 from .pool_upkeep import PoolUpkeep
 from .spawn import Zygote, attach_pipes, end_preforked, new_tail, worker_output
 from .task_hosts import TaskHosts, TaskRecord
@@ -75,7 +76,8 @@ class WorkerRecord:
     log_aggregator: Any = None  # or gathered there first (log_options.py)
 
 
-class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, ControlRequests, LogOptions, PoolUpkeep):
+class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, PlacementGroups, ControlRequests, LogOptions,
+                 PoolUpkeep):
     def __init__(self, core, io, config: dict) -> None:
         self.core = core
         self.io = io
@@ -105,6 +107,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, Control
         ActorDirectory.__init__(self)
         HostDirectory.__init__(self)
         LogOptions.__init__(self)
+        PlacementGroups.__init__(self)
         self.handlers = {
             m.Hello: self.on_hello,
             m.SubmitTask: self.on_submit_task,
@@ -403,6 +406,8 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, Control
     def schedule(self) -> None:
         if self.stopping:
             return
+        if self.pending_groups:
+            self.reserve_pending_groups()
         for host, scheduler in self.task_schedulers():
             for action in scheduler.schedule():
                 if type(action) is Dispatch:
@@ -544,7 +549,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, Control
         spec = rec.spec
         if rec.cancelled:
             self._fail_task(spec, system_error_payload(exc.TaskCancelledError(
-                ids.to_hex(spec.task_id), "its worker was killed (cancel(force=True))")))
+                ids.to_hex(spec.task_id), rec.kill_reason or "its worker was killed (cancel(force=True))")))
         elif spec.max_retries < 0 or spec.attempt < spec.max_retries:
             self._requeue(rec)
         else:

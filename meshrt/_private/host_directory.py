@@ -319,6 +319,7 @@ class HostDirectory:
         went = host.went or ("was shut down (HostMesh.shutdown())" if host.leaving else "went away")
         if not self.stopping and not host.leaving:
             log.warning("meshrt: host %r (host %d) %s; its actors fail", host.name, host.id, went)
+        self.groups_lost_host(host.id)  # (first: its bundles' queued tasks wait for them elsewhere)
         self.requeue_from_host(host)  # (first: its queued tasks are not its workers' to fail)
         for worker_id in list(host.workers):
             w = self.workers.get(worker_id)

@@ -18,7 +18,8 @@ from typing import Any
 
 from .. import exceptions as exc
 from ..objstore.serialization import error_payload, serialize, system_error_payload
-from ..scheduler.resources import NodeResources
+from ..scheduler.bundles import base_request
+from ..scheduler.resources import NodeResources, from_units, normalize
 from . import args as argpack
 from . import context, ids
 from .core import Core
@@ -72,7 +73,7 @@ class LocalCore(Core):
             super().drain()
 
     def check_feasible(self, units: tuple, what: str, actor: bool = False) -> None:
-        self.node.check_feasible(units, what, actor)
+        self.node.check_feasible(base_request(units), what, actor)
 
     async def request(self, method: str, *args):
         if method in ("cluster_resources", "available_resources"):
@@ -86,7 +87,33 @@ class LocalCore(Core):
                 return 0
             raise ValueError(f"NodeAffinitySchedulingStrategy(node_id={node_id!r}): no node of the cluster has "
                              "that id (local mode has one node: meshrt.nodes()), or pass soft=True")
+        if "placement_group" in method:
+            return self._placement_groups(method, *args)
         raise ValueError(f"{method} is not available in local mode")
+
+    def _placement_groups(self, method: str, *args):
+        """Local mode runs everything in this process, one call at a time: a group is
+        reserved as soon as each bundle fits the node, and reserves nothing."""
+        groups = self.__dict__.setdefault("_groups", {})
+        if method == "create_placement_group":
+            pg_id, bundles, strategy, name, namespace = args
+            for i, bundle in enumerate(bundles):
+                self.node.check_feasible(bundle, f"placement_group bundle {i}")
+            groups[pg_id] = {"placement_group_id": pg_id, "name": name, "strategy": strategy, "state": "CREATED",
+                             "bundles": {i: {k: from_units(v) for k, v in b} for i, b in enumerate(bundles)},
+                             "bundles_to_node_id": {i: self.config["node_id"] for i in range(len(bundles))},
+                             "namespace": namespace}
+            return None
+        if method == "remove_placement_group":
+            groups[args[0]]["state"] = "REMOVED"
+            return None
+        if method == "placement_group_table":
+            return groups.get(args[0], {}) if args[0] is not None else dict(groups)
+        name, namespace = args
+        for pg_id, g in groups.items():
+            if g["name"] == name and g["namespace"] == namespace and g["state"] != "REMOVED":
+                return pg_id, [normalize(b) for b in g["bundles"].values()]
+        raise ValueError(f"get_placement_group({name!r}): no placement group of that name")
 
     # -- running things now ------------------------------------------------------------------
 

@@ -12,16 +12,17 @@ from typing import Any
 
 import cloudpickle
 
+from ..scheduler import bundles
 from ..scheduler.resources import normalize, validate_request
 from . import concurrency_groups
 
 _RESOURCE_KEYS = {"num_cpus", "num_gpus", "resources", "memory", "accelerator_type"}
-_IGNORED = {"runtime_env", "placement_group", "placement_group_bundle_index",
-            "placement_group_capture_child_tasks", "_metadata", "label_selector", "enable_task_events",
+_IGNORED = {"runtime_env", "placement_group_capture_child_tasks", "_metadata", "label_selector", "enable_task_events",
             "_labels", "fallback_strategy"}
-TASK_KEYS = _RESOURCE_KEYS | _IGNORED | {"num_returns", "max_retries", "retry_exceptions", "name",
+_GROUP_KEYS = {"placement_group", "placement_group_bundle_index"}
+TASK_KEYS = _RESOURCE_KEYS | _IGNORED | _GROUP_KEYS | {"num_returns", "max_retries", "retry_exceptions", "name",
                                          "max_calls", "scheduling_strategy"}
-ACTOR_KEYS = _RESOURCE_KEYS | _IGNORED | {"max_restarts", "max_task_retries", "max_concurrency", "name",
+ACTOR_KEYS = _RESOURCE_KEYS | _IGNORED | _GROUP_KEYS | {"max_restarts", "max_task_retries", "max_concurrency", "name",
                                           "scheduling_strategy", "namespace", "lifetime", "get_if_exists", "max_pending_calls",
                                           "concurrency_groups", "allow_out_of_order_execution",
                                           "_host", "_label"}  # (meshes: a process's host, and its name in output)
@@ -72,6 +73,30 @@ def resource_units(options: dict, what: str, default_cpus: float) -> tuple:
     return normalize(request)
 
 
+def placement(options: dict, units: tuple, what: str) -> tuple[tuple, tuple | None]:
+    """(resources, node affinity) from ``scheduling_strategy`` and the older
+    ``placement_group=``/``placement_group_bundle_index=`` options: in a placement
+    group, the request is renamed to its bundle's resources (scheduler/bundles.py)."""
+    strategy = options.get("scheduling_strategy")
+    group, index = options.get("placement_group"), options.get("placement_group_bundle_index")
+    if type(strategy).__name__ == "PlacementGroupSchedulingStrategy":
+        group, index = strategy.placement_group, strategy.placement_group_bundle_index
+    elif group == "default":  # (Ray's value for "none")
+        group = None
+    if group is None:
+        if index not in (None, -1):
+            raise ValueError(f"{what}: placement_group_bundle_index={index!r} needs placement_group= as well")
+        return units, node_affinity(strategy, what)
+    from ..util.placement_group import PlacementGroup  # (meshrt.util imports this module)
+
+    if not isinstance(group, PlacementGroup):
+        raise ValueError(f"{what}: placement_group={group!r} is not a placement group; create one with "
+                         "meshrt.util.placement_group([...])")
+    index = -1 if index is None else index
+    group.check_request(units, index, what)
+    return bundles.request_in_bundle(units, group.id.hex(), index), None
+
+
 def node_affinity(value: Any, what: str) -> tuple | None:
     """The ``scheduling_strategy`` option as (node_id, soft), or None where it leaves
     placement to meshrt ("DEFAULT", "SPREAD", None); a bad value is named."""
@@ -82,10 +107,9 @@ def node_affinity(value: Any, what: str) -> tuple | None:
         return None
     if isinstance(value, NodeAffinitySchedulingStrategy):
         return (value.node_id, value.soft)
-    if type(value).__name__ == "PlacementGroupSchedulingStrategy":
-        return None  # (accepted and not applied, as placement_group= is)
     raise ValueError(f"{what}: scheduling_strategy={value!r} is not one meshrt knows; use None, 'DEFAULT', "
-                     "'SPREAD' or meshrt.util.scheduling_strategies.NodeAffinitySchedulingStrategy(...)")
+                     "'SPREAD', meshrt.util.scheduling_strategies.NodeAffinitySchedulingStrategy(...) or "
+                     "PlacementGroupSchedulingStrategy(...)")
 
 
 def num_returns_value(value: Any, what: str, is_generator: bool) -> int:
@@ -136,14 +160,15 @@ class TaskOptions:
     def build(cls, options: dict, default_name: str, is_generator: bool) -> TaskOptions:
         what = f"task {options.get('name') or default_name}"
         check_keys(options, TASK_KEYS, what)
+        resources, affinity = placement(options, resource_units(options, what, 1), what)
         return cls(
             name=options.get("name") or default_name,
             num_returns=num_returns_value(options.get("num_returns"), what, is_generator),
-            resources=resource_units(options, what, 1),
+            resources=resources,
             max_retries=_int_option(options, "max_retries", DEFAULT_TASK_RETRIES, what),
             retry_exceptions=retry_exceptions_value(options.get("retry_exceptions"), what),
             max_calls=_int_option(options, "max_calls", 0, what, minimum=0),
-            affinity=node_affinity(options.get("scheduling_strategy"), what),
+            affinity=affinity,
         )
 
 
@@ -181,8 +206,9 @@ class ActorOptions:
         if options.get("get_if_exists") and name is None:
             raise ValueError(f"{what}: get_if_exists=True needs name= as well")
         default_concurrency = DEFAULT_ASYNC_CONCURRENCY if is_async else 1
+        resources, affinity = placement(options, resource_units(options, what, 0), what)
         return cls(
-            resources=resource_units(options, what, 0),
+            resources=resources,
             max_restarts=_int_option(options, "max_restarts", 0, what),
             max_task_retries=_int_option(options, "max_task_retries", 0, what),
             max_concurrency=_int_option(options, "max_concurrency", default_concurrency, what, 1),
@@ -195,5 +221,5 @@ class ActorOptions:
             label=str(options.get("_label") or ""),
             max_pending_calls=_int_option(options, "max_pending_calls", -1, what),
             concurrency_groups=concurrency_groups.check(options.get("concurrency_groups"), what),
-            affinity=node_affinity(options.get("scheduling_strategy"), what),
+            affinity=affinity,
         )

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..scheduler import bundles
+
 
 def head_node_id(core) -> str | None:
     """The head host's node id, as a process anywhere in the cluster knows it."""
@@ -51,8 +53,8 @@ def task_portable(core, opts) -> bool:
 
 def actor_options(core, opts, what: str):
     """``opts`` with the host the actor starts on (0: the head)."""
-    if opts.host_given:  # (a mesh's process, the head's included)
-        return opts
+    if opts.host_given or bundles.bundle_of(opts.resources) is not None:
+        return opts  # (a mesh's process; or in a placement group: the controller places it)
     if opts.affinity is not None:
         node_id, soft = opts.affinity
         if node_id == head_node_id(core):

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from .. import exceptions as exc
 from ..objstore.serialization import system_error_payload
+from ..scheduler import bundles
 from ..scheduler.resources import UNIT, Allocation, from_units
 from . import messages as m
 from .cluster_nodes import fits_now
@@ -38,6 +39,7 @@ class TaskRecord:
     cancelled: bool = False
     force_killed: bool = False
     host: int = 0  # whose queue and pool it is in
+    kill_reason: str | None = None  # why it was killed, when not by cancel(force=True)
 
 
 class TaskHosts:
@@ -55,6 +57,8 @@ class TaskHosts:
 
     def check_feasible(self, units: tuple, what: str, actor: bool = False) -> None:
         """At the driver's call: an actor, on the head host; a task, on some host."""
+        if bundles.bundle_of(units) is not None:
+            return  # (checked against its bundle by the caller; the group may not be reserved yet)
         if actor or self.node.infeasible(units) is None:
             self.node.check_feasible(units, what, actor)
         else:
@@ -63,6 +67,10 @@ class TaskHosts:
     def enqueue_task(self, spec: m.TaskSpec) -> None:
         """Put a submitted (or retried) task in the queue of the host chosen for it; a
         task no host can run fails now, naming why."""
+        if bundles.bundle_of(spec.resources) is not None:
+            spec = self.task_in_group(spec)  # (placement_groups.py)
+            if spec is None:  # (waits for its group, or failed)
+                return
         try:
             host_id = self.choose_task_host(spec)
         except ValueError as err:  # (TaskUnschedulableError is one)

@@ -7,6 +7,7 @@ import asyncio
 import warnings
 from typing import Any
 
+from ..scheduler import bundles
 from . import context, state
 from .api import ActorHandle
 from .refs import ObjectRef, ObjectRefGenerator
@@ -169,6 +170,13 @@ class RuntimeContext:
         if getattr(call, "is_task", False):
             return context.resources_of(call.spec)
         return dict(context.process.get("resources") or {})
+
+    def get_placement_group_id(self) -> str | None:
+        """The id (hex) of the placement group the running task or actor is in, or None."""
+        call = context.current_call()
+        spec = call.spec if getattr(call, "is_task", False) else None
+        found = bundles.bundle_of(spec.resources if spec is not None else context.process.get("units", ()))
+        return found[0] if found is not None else None
 
     def get_accelerator_ids(self) -> dict:
         return {"GPU": [str(g) for g in get_gpu_ids()]}

@@ -50,13 +50,15 @@ class Allocation:
 
     units: tuple[tuple[str, int], ...]
     gpus: tuple[tuple[int, int], ...] = ()  # ((gpu index, units of that gpu), ...)
+    gpu_pool: str = "GPU"  # whose GPU slots: the node's, or a placement group bundle's (GPU_group_...)
 
     @property
     def gpu_ids(self) -> tuple[int, ...]:
         return tuple(i for i, _ in self.gpus)
 
-    def cpu_units(self) -> int:
-        return dict(self.units).get("CPU", 0)
+    def cpu_parts(self) -> list:
+        """(name, units) of the CPUs it holds: the node's, or a placement group bundle's."""
+        return [(name, amount) for name, amount in self.units if name == "CPU" or name.startswith("CPU_group_")]
 
 
 @dataclass
@@ -64,6 +66,9 @@ class NodeResources:
     total: dict[str, int]
     available: dict[str, int] = field(default_factory=dict)
     gpu_free: list[int] = field(default_factory=list)
+    # A reserved placement group bundle's GPUs, by its resource name (GPU_group_<i>_<pg>):
+    # {gpu index: units free}. Its tasks take GPU ids from there (placement_groups.py).
+    group_gpus: dict = field(default_factory=dict)
 
     @classmethod
     def create(cls, amounts: dict[str, float]) -> NodeResources:
@@ -95,47 +100,73 @@ class NodeResources:
             if avail.get(name, 0) < amount:
                 return None
         gpus: tuple = ()
-        gpu_units = dict(units).get("GPU", 0)
+        pool, gpu_units = next(((name, amount) for name, amount in units
+                                if name == "GPU" or name.startswith("GPU_group_")), ("GPU", 0))
+        slots = dict(enumerate(self.gpu_free)) if pool == "GPU" else self.group_gpus.get(pool, {})
         if gpu_units:
-            gpus = self._pick_gpus(gpu_units)
+            gpus = _pick_gpus(slots, gpu_units)
             if gpus is None:
                 return None
             for index, amount in gpus:
-                self.gpu_free[index] -= amount
+                if pool == "GPU":
+                    self.gpu_free[index] -= amount
+                else:
+                    slots[index] -= amount
         for name, amount in units:
             avail[name] = avail.get(name, 0) - amount
-        return Allocation(units, gpus)
-
-    def _pick_gpus(self, gpu_units: int):
-        if gpu_units >= UNIT:
-            whole = [i for i, free in enumerate(self.gpu_free) if free == UNIT]
-            count = gpu_units // UNIT
-            return tuple((i, UNIT) for i in whole[:count]) if len(whole) >= count else None
-        fits = [(free, i) for i, free in enumerate(self.gpu_free) if free >= gpu_units]
-        if not fits:
-            return None
-        _, best = min(fits)
-        return ((best, gpu_units),)
+        return Allocation(units, gpus, pool)
 
     def release(self, alloc: Allocation) -> None:
         for name, amount in alloc.units:
-            self.available[name] = self.available.get(name, 0) + amount
+            if name in self.total:  # (not a removed placement group's: it is gone)
+                self.available[name] = self.available.get(name, 0) + amount
         for index, amount in alloc.gpus:
-            self.gpu_free[index] += amount
+            if alloc.gpu_pool == "GPU":
+                self.gpu_free[index] += amount
+            elif alloc.gpu_pool in self.group_gpus:
+                self.group_gpus[alloc.gpu_pool][index] += amount
+
+    def add_group(self, amounts: dict, gpu_pool: str = "", gpus: tuple = ()) -> None:
+        """A placement group bundle reserved here: its resources under their own names
+        (what it took from the node is held by the reservation's Allocation)."""
+        for name, amount in amounts.items():
+            self.total[name] = amount
+            self.available[name] = amount
+        if gpu_pool:
+            self.group_gpus[gpu_pool] = dict(gpus)
+
+    def remove_group(self, names) -> None:
+        for name in names:
+            self.total.pop(name, None)
+            self.available.pop(name, None)
+            self.group_gpus.pop(name, None)
 
     def lend_cpu(self, alloc: Allocation) -> None:
         """A task blocked in ``get`` gives its CPUs back while it waits."""
-        cpu = alloc.cpu_units()
-        if cpu:
-            self.available["CPU"] = self.available.get("CPU", 0) + cpu
+        for name, amount in alloc.cpu_parts():
+            if name in self.total:
+                self.available[name] = self.available.get(name, 0) + amount
 
     def reclaim_cpu(self, alloc: Allocation) -> None:
         """The blocked task resumes; it takes its CPUs back even if that oversubscribes."""
-        cpu = alloc.cpu_units()
-        if cpu:
-            self.available["CPU"] = self.available.get("CPU", 0) - cpu
+        for name, amount in alloc.cpu_parts():
+            if name in self.total:
+                self.available[name] = self.available.get(name, 0) - amount
 
     def as_floats(self, which: str = "available") -> dict[str, float]:
         table = self.available if which == "available" else self.total
         # (floats, as Ray reports them: ``{"CPU": 2.0, ...}``)
         return {k: float(from_units(max(v, 0))) for k, v in table.items() if which == "total" or v > 0}
+
+
+def _pick_gpus(slots: dict, gpu_units: int):
+    """Whole GPUs for a whole-GPU request; else the fullest GPU that still fits (best fit)."""
+    if gpu_units >= UNIT:
+        whole = [i for i, free in slots.items() if free == UNIT]
+        count = gpu_units // UNIT
+        return tuple((i, UNIT) for i in whole[:count]) if len(whole) >= count else None
+    fits = [(free, i) for i, free in slots.items() if free >= gpu_units]
+    if not fits:
+        return None
+    _, best = min(fits)
+    return ((best, gpu_units),)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from .actor_pool import ActorPool
 
-__all__ = ["ActorPool", "get_node_ip_address", "list_named_actors", "queue", "scheduling_strategies"]
+__all__ = ["ActorPool", "get_current_placement_group", "get_node_ip_address", "get_placement_group",
+           "list_named_actors", "placement_group", "placement_group_table", "queue", "remove_placement_group",
+           "scheduling_strategies"]
 
 
 def get_node_ip_address() -> str:
@@ -32,3 +34,10 @@ def list_named_actors(all_namespaces: bool = False) -> list:
     return core.request_sync("list_named_actors", None if all_namespaces else core.namespace())
 
 from . import queue, scheduling_strategies  # noqa: E402
+from .placement_group import (  # noqa: E402
+    get_current_placement_group,
+    get_placement_group,
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)

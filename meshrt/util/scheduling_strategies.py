@@ -3,9 +3,9 @@
 ``NodeAffinitySchedulingStrategy(node_id, soft)`` puts an actor on one host of the
 cluster: a node id from ``meshrt.nodes()`` or ``get_runtime_context().get_node_id()``.
 ``soft=False`` fails the creation when that host is not in the cluster, and waits
-while it is busy; ``soft=True`` then places the actor as if it had no affinity (the
-head host, or a host with resources the head never has). Tasks run on the head host:
-an affinity to another host is an error there unless ``soft=True``.
+while it is busy; ``soft=True`` then places it as if it had no affinity. The same
+goes for tasks. ``PlacementGroupSchedulingStrategy(pg, i)`` runs it in bundle ``i``
+of a placement group (meshrt.util.placement_group).
 """
 
 from __future__ import annotations
@@ -30,3 +30,24 @@ class NodeAffinitySchedulingStrategy:
     def __repr__(self) -> str:
         return f"NodeAffinitySchedulingStrategy(node_id={self.node_id!r}, soft={self.soft})"
 
+
+
+class PlacementGroupSchedulingStrategy:
+    """Run in bundle ``placement_group_bundle_index`` (-1: any) of ``placement_group``,
+    taking its resources from that bundle (meshrt.util.placement_group)."""
+
+    def __init__(self, placement_group, placement_group_bundle_index: int = -1,
+                 placement_group_capture_child_tasks: bool | None = None) -> None:
+        from .placement_group import PlacementGroup
+
+        if not isinstance(placement_group, PlacementGroup):
+            raise ValueError(f"PlacementGroupSchedulingStrategy(placement_group={placement_group!r}): give a "
+                             "group from meshrt.util.placement_group([...])")
+        self.placement_group = placement_group
+        self.placement_group_bundle_index = placement_group_bundle_index
+        # (accepted: child tasks are not placed in the group unless they ask for it themselves)
+        self.placement_group_capture_child_tasks = placement_group_capture_child_tasks
+
+    def __repr__(self) -> str:
+        return (f"PlacementGroupSchedulingStrategy({self.placement_group!r}, "
+                f"placement_group_bundle_index={self.placement_group_bundle_index})")

@@ -1,0 +1,174 @@
+"""Placement groups, as Ray's: bundles reserved on the cluster's hosts all at once, tasks
+and actors run inside them, removal gives everything back (one host here; two hosts,
+the head and an agent's, at the end)."""
+
+from __future__ import annotations
+
+import pytest
+
+import meshrt
+from meshrt.util.placement_group import (
+    get_current_placement_group,
+    get_placement_group,
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)
+from meshrt.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from . import test_multihost_nodes
+from .helpers import wait_until
+from .test_multihost_tasks import Gate, meet
+
+two_nodes = test_multihost_nodes.two_nodes  # (the fixture: the head, 1 CPU, and an agent's host, 2 CPUs + 2 GPUs)
+
+
+def inside(pg, index: int = -1) -> dict:
+    return {"scheduling_strategy": PlacementGroupSchedulingStrategy(pg, index)}
+
+
+@meshrt.remote
+def what_it_got():
+    context = meshrt.get_runtime_context()
+    return context.get_assigned_resources(), get_current_placement_group(), context.get_node_id()
+
+
+@meshrt.remote(num_gpus=0.5, num_cpus=0)
+def gpus_seen():
+    return meshrt.get_runtime_context().get_node_id(), tuple(meshrt.get_gpu_ids())
+
+
+@meshrt.remote
+class Holder:
+    def ping(self):
+        return meshrt.get_runtime_context().get_placement_group_id()
+
+
+@pytest.mark.timeout(60)
+def test_a_group_reserves_its_bundles_and_what_runs_in_it_takes_from_them(rt4):
+    pg = placement_group([{"CPU": 1}, {"CPU": 2}], name="pair")
+    assert pg.wait(30)
+    table = placement_group_table(pg)
+    assert table["state"] == "CREATED" and table["bundles"] == {0: {"CPU": 1}, 1: {"CPU": 2}}
+    group = pg.id.hex()
+    free = meshrt.available_resources()
+    assert free["CPU"] == 1.0 and free[f"CPU_group_1_{group}"] == 2.0  # (PACK: both on this host)
+    assert meshrt.get(pg.ready(), timeout=30) == pg and get_placement_group("pair") == pg
+    resources, current, _ = meshrt.get(what_it_got.options(**inside(pg, 1)).remote(), timeout=30)
+    assert resources == {"CPU": 1} and current == pg  # (by the node's names, inside the group)
+    assert meshrt.get(what_it_got.remote(), timeout=30)[1] is None
+    gate = Gate.remote()
+    assert meshrt.get([meet.options(**inside(pg, 1)).remote(gate, 2) for _ in range(2)], timeout=30)  # (2 CPUs)
+    holder = Holder.options(num_cpus=1, **inside(pg, 0)).remote()
+    assert meshrt.get(holder.ping.remote(), timeout=30) == group
+    assert f"CPU_group_0_{group}" not in meshrt.available_resources()  # (the bundle's CPU is taken)
+    assert meshrt.available_resources()["CPU"] == 1.0  # (the rest of the host is not)
+    any_bundle = [meshrt.get(what_it_got.options(num_cpus=2, **inside(pg)).remote(), timeout=30)[0]]
+    assert any_bundle == [{"CPU": 2}]  # (index -1: the bundle large enough)
+
+    remove_placement_group(pg)
+    with pytest.raises(meshrt.exceptions.ActorDiedError, match="placement group pair was removed"):
+        meshrt.get(holder.ping.remote(), timeout=30)
+    assert wait_until(lambda: meshrt.available_resources().get("CPU") == 4.0)
+    assert not [name for name in meshrt.available_resources() if group in name]
+    assert placement_group_table(pg)["state"] == "REMOVED"
+    with pytest.raises(meshrt.exceptions.TaskUnschedulableError, match="was removed"):
+        meshrt.get(what_it_got.options(**inside(pg, 0)).remote(), timeout=30)
+    placement_group([{"CPU": 1}], name="pair")  # (the name is free again)
+
+
+@pytest.mark.timeout(60)
+def test_a_group_that_does_not_fit_now_waits_and_so_does_what_is_placed_in_it(rt4):
+    big = Holder.options(num_cpus=3).remote()
+    meshrt.get(big.ping.remote(), timeout=30)
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_PACK")
+    assert placement_group_table(pg)["state"] == "PENDING"
+    waiting = what_it_got.options(**inside(pg, 1)).remote()
+    waiting_actor = Holder.options(**inside(pg)).remote()
+    meshrt.kill(big)
+    assert meshrt.get(pg.ready(), timeout=30) == pg
+    assert meshrt.get(waiting, timeout=30)[1] == pg
+    assert meshrt.get(waiting_actor.ping.remote(), timeout=30) == pg.id.hex()
+    assert placement_group_table()[pg.id.hex()]["state"] == "CREATED"
+
+
+@pytest.mark.timeout(60)
+def test_removing_a_group_ends_what_runs_in_it_and_fails_what_waits_for_it(rt4):
+    outside = Holder.options(num_cpus=1).remote()  # (holds a CPU throughout)
+    meshrt.get(outside.ping.remote(), timeout=30)
+    pg = placement_group([{"CPU": 1}])
+    gate = Gate.remote()
+    running = meet.options(**inside(pg, 0)).remote(gate, 99)  # (until it is killed)
+    assert meshrt.get(gate.arrivals.remote(1), timeout=30) == 1
+    later = placement_group([{"CPU": 4}])  # (waits, as long as ``outside`` holds its CPU)
+    queued = what_it_got.options(**inside(later, 0)).remote()
+    remove_placement_group(pg)
+    with pytest.raises(meshrt.exceptions.TaskCancelledError, match="its placement group .* was removed"):
+        meshrt.get(running, timeout=30)
+    remove_placement_group(later)
+    with pytest.raises(meshrt.exceptions.TaskUnschedulableError, match="was removed"):
+        meshrt.get(queued, timeout=30)
+    assert wait_until(lambda: meshrt.available_resources().get("CPU") == 3.0)
+
+
+@pytest.mark.timeout(60)
+def test_bad_groups_and_requests_fail_at_the_call(rt4):
+    with pytest.raises(ValueError, match="can never be placed"):
+        placement_group([{"CPU": 8}])
+    with pytest.raises(ValueError, match="a host per bundle"):
+        placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+    with pytest.raises(ValueError, match="strategy='TIGHT'"):
+        placement_group([{"CPU": 1}], strategy="TIGHT")
+    with pytest.raises(ValueError, match="non-empty list"):
+        placement_group([])
+    with pytest.raises(ValueError, match="bundle 0 must be a dict"):
+        placement_group([{"CPU": 0}])
+    pg = placement_group([{"CPU": 1}], name="one")
+    with pytest.raises(ValueError, match="already exists"):
+        placement_group([{"CPU": 1}], name="one")
+    with pytest.raises(ValueError, match="bundle_index=3: the placement group has 1 bundle"):
+        what_it_got.options(**inside(pg, 3))
+    with pytest.raises(ValueError, match="more than bundle 0 of its placement group holds"):
+        what_it_got.options(num_cpus=2, **inside(pg, 0))
+    with pytest.raises(ValueError, match="more than any bundle"):
+        Holder.options(num_gpus=1, **inside(pg))
+    with pytest.raises(ValueError, match="is not a placement group"):
+        what_it_got.options(placement_group="one")
+    with pytest.raises(ValueError, match="needs placement_group= as well"):
+        what_it_got.options(placement_group_bundle_index=0)
+    with pytest.raises(ValueError, match="no placement group of that name"):
+        get_placement_group("none")
+    # (Ray's older spelling of the same thing)
+    assert meshrt.get(what_it_got.options(placement_group=pg, placement_group_bundle_index=0).remote(),
+                      timeout=30)[1] == pg
+
+
+@pytest.mark.timeout(120)
+def test_bundles_spread_over_hosts_and_are_reserved_again_when_theirs_goes(two_nodes):
+    head, other, remember, agent = two_nodes
+    spread = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+    assert spread.wait(60)
+    where = placement_group_table(spread)["bundles_to_node_id"]
+    assert sorted(where.values()) == sorted([head, other["NodeID"]])
+    for index in range(2):
+        assert meshrt.get(what_it_got.options(**inside(spread, index)).remote(), timeout=60)[2] == where[index]
+    remember()
+    packed = placement_group([{"GPU": 1}, {"GPU": 1}], strategy="STRICT_PACK")  # (only the agent has GPUs)
+    assert packed.wait(60)
+    assert set(placement_group_table(packed)["bundles_to_node_id"].values()) == {other["NodeID"]}
+    seen = meshrt.get([gpus_seen.options(**inside(packed, i)).remote() for i in range(2)], timeout=60)
+    remember()
+    assert [node for node, _ in seen] == [other["NodeID"]] * 2
+    assert sorted(gpus for _, gpus in seen) == [(0,), (1,)]  # (each bundle holds its own GPU)
+    movable = placement_group([{"CPU": 1}], strategy="SPREAD")  # (the agent's last CPU: the head has none)
+    assert movable.wait(60) and placement_group_table(movable)["bundles_to_node_id"] == {0: other["NodeID"]}
+
+    agent.kill()
+    assert wait_until(lambda: placement_group_table(movable)["state"] == "PENDING", timeout=30)
+    waiting = what_it_got.options(**inside(spread, 1)).remote()  # (waits for its bundle's new host)
+    moved = what_it_got.options(**inside(movable, 0)).remote()
+    remove_placement_group(spread)  # (the head's CPU is free again: ``movable`` moves there)
+    with pytest.raises(meshrt.exceptions.TaskUnschedulableError, match="was removed"):
+        meshrt.get(waiting, timeout=30)
+    assert meshrt.get(moved, timeout=60)[2] == head
+    assert placement_group_table(movable)["bundles_to_node_id"] == {0: head}
