@@ -4,6 +4,7 @@ the head and an agent's, at the end)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import meshrt
@@ -40,6 +41,12 @@ def gpus_seen():
 
 @meshrt.remote
 class Holder:
+    def __init__(self, data=None) -> None:
+        self.size = 0 if data is None else int(data.nbytes)
+
+    def sized(self):
+        return self.size
+
     def ping(self):
         return meshrt.get_runtime_context().get_placement_group_id()
 
@@ -93,6 +100,26 @@ def test_a_group_that_does_not_fit_now_waits_and_so_does_what_is_placed_in_it(rt
 
 
 @pytest.mark.timeout(60)
+def test_any_bundle_takes_the_first_to_free_up_and_waiting_can_be_cancelled(rt4):
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}])
+    holders = [Holder.options(num_cpus=1, **inside(pg, i)).remote() for i in range(2)]
+    assert meshrt.get([h.ping.remote() for h in holders], timeout=30) == [pg.id.hex()] * 2
+    first = what_it_got.options(**inside(pg)).remote()  # (no bundle has room: waits for one)
+    cancelled = what_it_got.options(**inside(pg)).remote()
+    meshrt.cancel(cancelled)
+    with pytest.raises(meshrt.exceptions.TaskCancelledError):
+        meshrt.get(cancelled, timeout=30)
+    meshrt.kill(holders[1])  # (bundle 1 frees first: the waiting task runs there)
+    assert meshrt.get(first, timeout=30)[1] == pg
+    later = placement_group([{"CPU": 4}])  # (waits for the CPUs pg holds)
+    assert not later.wait(0.2)
+    remove_placement_group(pg)
+    assert later.wait(30)
+    remove_placement_group(later)
+    assert not later.wait(30)  # (removed: never reserved again)
+
+
+@pytest.mark.timeout(60)
 def test_removing_a_group_ends_what_runs_in_it_and_fails_what_waits_for_it(rt4):
     outside = Holder.options(num_cpus=1).remote()  # (holds a CPU throughout)
     meshrt.get(outside.ping.remote(), timeout=30)
@@ -117,6 +144,10 @@ def test_bad_groups_and_requests_fail_at_the_call(rt4):
         placement_group([{"CPU": 8}])
     with pytest.raises(ValueError, match="a host per bundle"):
         placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+    with pytest.raises(ValueError, match="no one host has room for all of them"):
+        placement_group([{"CPU": 3}, {"CPU": 3}], strategy="STRICT_PACK")
+    with pytest.raises(ValueError, match="the hosts together have less"):
+        placement_group([{"CPU": 3}, {"CPU": 3}], strategy="PACK")
     with pytest.raises(ValueError, match="strategy='TIGHT'"):
         placement_group([{"CPU": 1}], strategy="TIGHT")
     with pytest.raises(ValueError, match="non-empty list"):
@@ -160,11 +191,14 @@ def test_bundles_spread_over_hosts_and_are_reserved_again_when_theirs_goes(two_n
     remember()
     assert [node for node, _ in seen] == [other["NodeID"]] * 2
     assert sorted(gpus for _, gpus in seen) == [(0,), (1,)]  # (each bundle holds its own GPU)
+    big = Holder.options(**inside(packed, 0)).remote(np.ones(4 << 20, dtype=np.uint8))  # (its argument lent)
+    assert meshrt.get(big.sized.remote(), timeout=60) == 4 << 20
+    remember()
     movable = placement_group([{"CPU": 1}], strategy="SPREAD")  # (the agent's last CPU: the head has none)
     assert movable.wait(60) and placement_group_table(movable)["bundles_to_node_id"] == {0: other["NodeID"]}
 
     agent.kill()
-    assert wait_until(lambda: placement_group_table(movable)["state"] == "PENDING", timeout=30)
+    assert wait_until(lambda: placement_group_table(movable)["state"] == "RESCHEDULING", timeout=30)
     waiting = what_it_got.options(**inside(spread, 1)).remote()  # (waits for its bundle's new host)
     moved = what_it_got.options(**inside(movable, 0)).remote()
     remove_placement_group(spread)  # (the head's CPU is free again: ``movable`` moves there)
@@ -172,3 +206,19 @@ def test_bundles_spread_over_hosts_and_are_reserved_again_when_theirs_goes(two_n
         meshrt.get(waiting, timeout=30)
     assert meshrt.get(moved, timeout=60)[2] == head
     assert placement_group_table(movable)["bundles_to_node_id"] == {0: head}
+
+
+@pytest.mark.timeout(60)
+def test_local_mode_runs_what_is_placed_in_a_group_in_the_driver():
+    meshrt.init(local_mode=True, num_cpus=2)
+    with pytest.raises(ValueError, match="a host per bundle"):
+        placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+    with pytest.raises(ValueError, match="CPU"):
+        placement_group([{"CPU": 2}, {"CPU": 1}])
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], name="local")
+    assert pg.wait(1) and meshrt.get(pg.ready()) == pg and get_placement_group("local") == pg
+    assert meshrt.get(what_it_got.options(**inside(pg, 1)).remote())[2] == meshrt.get_runtime_context().get_node_id()
+    remove_placement_group(pg)
+    assert placement_group_table(pg)["state"] == "REMOVED" and not pg.wait(1)
+    with pytest.raises(meshrt.exceptions.TaskUnschedulableError, match="was removed"):
+        what_it_got.options(**inside(pg, 0)).remote()

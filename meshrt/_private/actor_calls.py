@@ -6,6 +6,7 @@ import functools
 import pickle
 from typing import Any
 
+from ..scheduler import bundles
 from . import ids, lanes
 from . import messages as m
 from .pending import PendingTask
@@ -86,7 +87,8 @@ class ActorCalls:
         from .api import ActorHandle
 
         self.define_code(actor_cls.code_id, actor_cls.code_blob)
-        remote = opts.host != self.host_id  # (the actor runs on another host)
+        # (the actor runs on another host, or may: a placement group's bundle may be anywhere)
+        remote = opts.host != self.host_id or bundles.bundle_of(opts.resources) is not None
         payload, deps, pins = self.pack_args(args, kwargs, f"{actor_cls._name}.remote()", remote)
         actor_id = ids.new_task_id()
         namespace = opts.namespace or self.namespace()

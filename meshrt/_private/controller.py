@@ -406,8 +406,9 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, Placeme
     def schedule(self) -> None:
         if self.stopping:
             return
-        if self.pending_groups:
+        if self.groups:  # (placement_groups.py)
             self.reserve_pending_groups()
+            self.place_for_room()
         for host, scheduler in self.task_schedulers():
             for action in scheduler.schedule():
                 if type(action) is Dispatch:
@@ -524,8 +525,12 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, Placeme
 
     def on_cancel_task(self, conn, msg: m.CancelTask) -> None:
         rec = self.tasks.get(msg.task_id)
-        if rec is None:  # no task: maybe a call to an actor in the driver's own process
-            self.core.driver_actors.cancel(msg.task_id, msg.recursive)
+        if rec is None:  # no task: one waiting for its placement group, or a call to an actor in the driver
+            spec = self.take_waiting_task(msg.task_id)
+            if spec is not None:
+                self._fail_task(spec, system_error_payload(exc.TaskCancelledError(ids.to_hex(msg.task_id))))
+            else:
+                self.core.driver_actors.cancel(msg.task_id, msg.recursive)
             return
         error = system_error_payload(exc.TaskCancelledError(ids.to_hex(msg.task_id)))
         if rec.worker is None:
@@ -579,6 +584,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, Placeme
         for task_id in [t for t, rec in self.tasks.items() if rec.spec.owner == worker_id and rec.worker is None]:
             if self.scheduler_of(self.tasks[task_id].host).remove_task(task_id):
                 del self.tasks[task_id]
+        self.drop_waiting_tasks_of(worker_id)
         self.owner_died_actors(worker_id)
 
 

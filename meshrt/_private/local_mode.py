@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import exceptions as exc
 from ..objstore.serialization import error_payload, serialize, system_error_payload
-from ..scheduler.bundles import base_request
+from ..scheduler.bundles import base_request, bundle_of
 from ..scheduler.resources import NodeResources, from_units, normalize
 from . import args as argpack
 from . import context, ids
@@ -73,6 +73,10 @@ class LocalCore(Core):
             super().drain()
 
     def check_feasible(self, units: tuple, what: str, actor: bool = False) -> None:
+        found = bundle_of(units)
+        group = self.__dict__.get("_groups", {}).get(found[0]) if found else None
+        if found and (group is None or group["state"] == "REMOVED"):
+            raise exc.TaskUnschedulableError.because(what, f"its placement group {found[0]} was removed")
         self.node.check_feasible(base_request(units), what, actor)
 
     async def request(self, method: str, *args):
@@ -95,23 +99,34 @@ class LocalCore(Core):
         """Local mode runs everything in this process, one call at a time: a group is
         reserved as soon as each bundle fits the node, and reserves nothing."""
         groups = self.__dict__.setdefault("_groups", {})
+        namespaces = self.__dict__.setdefault("_group_namespaces", {})
         if method == "create_placement_group":
             pg_id, bundles, strategy, name, namespace = args
-            for i, bundle in enumerate(bundles):
-                self.node.check_feasible(bundle, f"placement_group bundle {i}")
+            summed: dict = {}
+            for bundle in bundles:
+                for key, amount in bundle:
+                    summed[key] = summed.get(key, 0) + amount
+            if strategy == "STRICT_SPREAD" and len(bundles) > 1:
+                raise ValueError(f"placement_group(strategy='STRICT_SPREAD') can never be placed: it needs a host per "
+                                 f"bundle ({len(bundles)} bundles), and local mode has one")
+            self.node.check_feasible(tuple(summed.items()), "placement_group (all its bundles, on local mode's one node)")
             groups[pg_id] = {"placement_group_id": pg_id, "name": name, "strategy": strategy, "state": "CREATED",
                              "bundles": {i: {k: from_units(v) for k, v in b} for i, b in enumerate(bundles)},
-                             "bundles_to_node_id": {i: self.config["node_id"] for i in range(len(bundles))},
-                             "namespace": namespace}
+                             "bundles_to_node_id": {i: self.config["node_id"] for i in range(len(bundles))}}
+            namespaces[pg_id] = namespace
             return None
+        if method in ("remove_placement_group", "wait_placement_group") and args[0] not in groups:
+            raise ValueError(f"placement group {args[0]} is not one of this cluster's")
         if method == "remove_placement_group":
             groups[args[0]]["state"] = "REMOVED"
             return None
+        if method == "wait_placement_group":
+            return groups[args[0]]["state"] == "CREATED"
         if method == "placement_group_table":
             return groups.get(args[0], {}) if args[0] is not None else dict(groups)
         name, namespace = args
         for pg_id, g in groups.items():
-            if g["name"] == name and g["namespace"] == namespace and g["state"] != "REMOVED":
+            if g["name"] == name and namespaces[pg_id] == namespace and g["state"] != "REMOVED":
                 return pg_id, [normalize(b) for b in g["bundles"].values()]
         raise ValueError(f"get_placement_group({name!r}): no placement group of that name")
 

@@ -7,6 +7,7 @@ accepted so Ray programs run unchanged.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +84,10 @@ def placement(options: dict, units: tuple, what: str) -> tuple[tuple, tuple | No
         group, index = strategy.placement_group, strategy.placement_group_bundle_index
     elif group == "default":  # (Ray's value for "none")
         group = None
+    if options.get("placement_group_capture_child_tasks"):
+        warnings.warn(f"{what}: placement_group_capture_child_tasks=True is not supported by meshrt yet: tasks "
+                      "submitted from inside the group run outside it unless they name the group themselves",
+                      RuntimeWarning, stacklevel=4)
     if group is None:
         if index not in (None, -1):
             raise ValueError(f"{what}: placement_group_bundle_index={index!r} needs placement_group= as well")

@@ -10,23 +10,26 @@ now is retried whenever the controller schedules (something freed up, a host joi
 Strategies, as Ray's: ``STRICT_PACK`` all bundles on one host; ``PACK`` one host if
 they fit there, else as few as they fit on; ``STRICT_SPREAD`` every bundle on a
 different host; ``SPREAD`` different hosts where they fit, shared ones otherwise.
-A group no arrangement of the cluster's hosts could ever hold fails at creation.
+A group that could plainly never be placed (a bundle larger than any host, STRICT_PACK
+beyond every host, STRICT_SPREAD with more bundles than hosts) fails at creation.
 
-When a host is lost, its bundles are reserved again elsewhere (the group is pending
-meanwhile) and what was queued for them waits; ``remove_placement_group`` kills what
-runs in the group, fails what waits for it, and gives its resources back.
+What asks for any bundle (index -1) takes the first with room when it comes; while
+none has, it waits for one to free up (whichever frees first, as in Ray). When a host
+is lost, its bundles are reserved again elsewhere and what was queued for them waits
+(the other bundles keep serving); ``remove_placement_group`` kills what runs in it,
+fails what waits for it, and gives its resources back.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from .. import exceptions as exc
 from ..objstore.serialization import system_error_payload
 from ..scheduler import bundles
-from ..scheduler.resources import UNIT, NodeResources, from_units
+from ..scheduler.resources import from_units
 from . import messages as m
-from .cluster_nodes import fits_now
 
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
@@ -38,10 +41,12 @@ class GroupRecord:
     strategy: str
     name: str
     namespace: str
-    state: str = "PENDING"  # PENDING | CREATED | REMOVED (Ray's names)
+    state: str = "PENDING"  # PENDING | CREATED | RESCHEDULING (a host lost) | REMOVED (Ray's names)
     hosts: list = field(default_factory=list)  # host id per bundle; None while not reserved
     reserved: list = field(default_factory=list)  # the Allocation each bundle holds on its host
-    waiting: list = field(default_factory=list)  # ("task", TaskSpec) | ("actor", actor id)
+    waiting: list = field(default_factory=list)  # ("task", TaskSpec) | ("actor", actor id): for a bundle's host
+    for_room: list = field(default_factory=list)  # the same, for any bundle (index -1) with room
+    watchers: list = field(default_factory=list)  # futures of wait() calls, True once reserved
 
     def __post_init__(self) -> None:
         self.hosts = [None] * len(self.bundles)
@@ -90,9 +95,10 @@ class PlacementGroups:
         if rec in self.pending_groups:
             self.pending_groups.remove(rec)
         reason = f"its placement group {rec.name or pg_id} was removed (remove_placement_group)"
-        waiting, rec.waiting = rec.waiting, []
+        waiting, rec.waiting, rec.for_room = rec.waiting + rec.for_room, [], []
         for kind, item in waiting:
             self._group_refuses(kind, item, reason)
+        _tell(rec.watchers, False)
         self._end_group_work(pg_id, reason)
         for index in range(len(rec.bundles)):
             self._unreserve(rec, index)
@@ -103,6 +109,24 @@ class PlacementGroups:
             rec = self.groups.get(pg_id)
             return rec.table(self.node_id_of_host) if rec is not None else {}
         return {g.pg_id: g.table(self.node_id_of_host) for g in self.groups.values()}
+
+    async def rpc_wait_placement_group(self, caller: int, pg_id: str, timeout: float | None) -> bool:
+        """True once every bundle is reserved; False when the group is removed or
+        ``timeout`` passes first (nothing is left waiting then)."""
+        rec = self.groups.get(pg_id)
+        if rec is None:
+            raise ValueError(f"placement group {pg_id} is not one of this cluster's")
+        if rec.state in ("CREATED", "REMOVED"):
+            return rec.state == "CREATED"
+        told = self.loop.create_future()
+        rec.watchers.append(told)
+        try:
+            return await asyncio.wait_for(told, timeout)
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            if told in rec.watchers:
+                rec.watchers.remove(told)
 
     def rpc_get_placement_group(self, caller: int, name: str, namespace: str):
         """(id, bundles) of the live group of that name."""
@@ -143,26 +167,72 @@ class PlacementGroups:
             self._group_refuses(*waiter, f"placement_group_bundle_index={index}: its placement group has "
                                          f"{len(rec.bundles)} bundles")
             return None
-        if None in rec.hosts:
-            rec.waiting.append(waiter)
+        if (rec.hosts[index] is None) if index >= 0 else all(h is None for h in rec.hosts):
+            rec.waiting.append(waiter)  # (its bundle, or every bundle, is not reserved yet)
             return None
-        if index < 0:
-            index = self._pick_bundle(rec, units)
-            units = bundles.in_bundle(units, index)
-        return units
+        if index >= 0:
+            return units
+        resolved = self._bundle_with_room(rec, units)
+        if resolved is None:
+            rec.for_room.append(waiter)  # (place_for_room: when a bundle frees up)
+        return resolved
 
-    def _pick_bundle(self, rec: GroupRecord, units: tuple) -> int:
-        """For an any-bundle request: a bundle with room now, else the least loaded one
-        that is large enough (the caller checked that one is)."""
-        able = []
+    def _bundle_with_room(self, rec: GroupRecord, units: tuple, held: list | None = None):
+        """An any-bundle request for the first reserved bundle with room for it now, or
+        None; what it would take is kept in ``held`` (to release) when given."""
         for index, host_id in enumerate(rec.hosts):
+            if host_id is None:
+                continue
             resolved = bundles.in_bundle(units, index)
             node = self.node_of_host(host_id)
-            if node.infeasible(resolved) is None:
-                if fits_now(node, resolved):
-                    return index
-                able.append((self.task_load(host_id, resolved), index))
-        return min(able)[1] if able else 0
+            alloc = node.try_acquire(resolved)
+            if alloc is not None:
+                if held is None:
+                    node.release(alloc)
+                else:
+                    held.append((node, alloc))
+                return resolved
+        return None
+
+    def place_for_room(self) -> None:
+        """From ``schedule``: any-bundle requests into the bundles with room now, in order."""
+        for rec in self.groups.values():
+            if not rec.for_room:
+                continue
+            held: list = []
+            waiting, rec.for_room = rec.for_room, []
+            for n, (kind, item) in enumerate(waiting):
+                actor = self.actors.get(item) if kind == "actor" else None
+                if kind == "actor" and (actor is None or actor.state == "dead"):
+                    continue
+                resolved = self._bundle_with_room(rec, item.resources if kind == "task" else actor.spec.resources,
+                                                  held if kind == "task" else None)  # (an actor takes it now)
+                if resolved is None:
+                    rec.for_room = waiting[n:] + rec.for_room
+                    break
+                if kind == "task":
+                    self.enqueue_task(item._replace(resources=resolved))
+                else:
+                    actor.spec = actor.spec._replace(resources=resolved)
+                    self.place_group_actor(actor)
+            for node, alloc in held:  # (the tasks take it for real as the hosts schedule next)
+                node.release(alloc)
+
+    def take_waiting_task(self, task_id: int):
+        """A task still waiting for its group (to cancel it): its spec, off the lists; or None."""
+        for rec in self.groups.values():
+            for queue in (rec.waiting, rec.for_room):
+                for entry in queue:
+                    if entry[0] == "task" and entry[1].task_id == task_id:
+                        queue.remove(entry)
+                        return entry[1]
+        return None
+
+    def drop_waiting_tasks_of(self, owner: int) -> None:
+        """Its owner died: nobody is left to return to."""
+        for rec in self.groups.values():
+            rec.waiting = [e for e in rec.waiting if e[0] != "task" or e[1].owner != owner]
+            rec.for_room = [e for e in rec.for_room if e[0] != "task" or e[1].owner != owner]
 
     def _group_refuses(self, kind: str, item, reason: str) -> None:
         if kind == "task":
@@ -211,6 +281,7 @@ class PlacementGroups:
                                bundles.gpu_pool(rec.pg_id, index) if alloc.gpus else "", alloc.gpus)
             rec.state = "CREATED"
             self.pending_groups.remove(rec)
+            _tell(rec.watchers, True)
             waiting, rec.waiting = rec.waiting, []
             for kind, item in waiting:
                 if kind == "task":
@@ -226,7 +297,7 @@ class PlacementGroups:
             for index, bundle_host in enumerate(rec.hosts):
                 if bundle_host == host_id:
                     rec.hosts[index] = rec.reserved[index] = None
-            rec.state = "PENDING"
+            rec.state = "RESCHEDULING"
             if rec not in self.pending_groups:
                 self.pending_groups.append(rec)
 
@@ -245,17 +316,31 @@ class PlacementGroups:
         return [(host_id, self.node_of_host(host_id)) for host_id, _ in self.task_schedulers()]
 
     def _never_fits(self, rec: GroupRecord) -> str | None:
-        """Why no arrangement of the cluster's hosts, all free, could hold the group."""
-        empty = [(host_id, NodeResources(dict(node.total), dict(node.total), [UNIT] * len(node.gpu_free)))
-                 for host_id, node in self._live_nodes()]
-        if self._plan(rec, empty) is not None:
+        """Why the group could never be placed, where that is plain from the hosts'
+        totals (a bundle larger than any host, ...); a group that might fit waits."""
+        totals = [dict(node.total) for _, node in self._live_nodes()]
+        summed: dict = {}
+        for bundle in rec.bundles:
+            for name, amount in bundle:
+                summed[name] = summed.get(name, 0) + amount
+        why = None
+        for index, bundle in enumerate(rec.bundles):
+            if not any(_holds(total, bundle) for total in totals):
+                why = f"bundle {index} is larger than any host"
+                break
+        else:
+            if rec.strategy == "STRICT_PACK" and not any(_holds(total, tuple(summed.items())) for total in totals):
+                why = "no one host has room for all of them (STRICT_PACK)"
+            elif rec.strategy == "STRICT_SPREAD" and len(rec.bundles) > len(totals):
+                why = f"STRICT_SPREAD needs a host per bundle ({len(rec.bundles)} bundles, {len(totals)} hosts)"
+            elif not _holds({n: sum(t.get(n, 0) for t in totals) for n in summed}, tuple(summed.items())):
+                why = "the hosts together have less than the bundles ask for"
+        if why is None:
             return None
         shown = [{k: from_units(v) for k, v in b} for b in rec.bundles]
-        nodes = [{k: from_units(v) for k, v in node.total.items() if "_group_" not in k} for _, node in empty]
-        return (f"placement_group({shown}, strategy={rec.strategy!r}) can never be placed: the cluster's "
-                f"{len(nodes)} host(s) have {nodes}" +
-                (" (STRICT_SPREAD needs a host per bundle)" if rec.strategy == "STRICT_SPREAD" else "") +
-                "; ask for less, pick another strategy, or add hosts (meshrt agent) first")
+        hosts = [{k: from_units(v) for k, v in t.items() if k in summed} for t in totals]
+        return (f"placement_group({shown}, strategy={rec.strategy!r}) can never be placed: {why} (the cluster's "
+                f"hosts have {hosts}); ask for less, pick another strategy, or add hosts (meshrt agent) first")
 
     def _plan(self, rec: GroupRecord, nodes: list) -> dict | None:
         """{bundle index: (host id, Allocation taken)} for the bundles not reserved yet,
@@ -299,6 +384,17 @@ class PlacementGroups:
         for index, alloc in zip(indices, taken, strict=True):
             plan[index] = (host_id, alloc)
         return True
+
+
+def _holds(total: dict, units: tuple) -> bool:
+    return all(amount <= total.get(name, 0) for name, amount in units)
+
+
+def _tell(watchers: list, created: bool) -> None:
+    for told in watchers:
+        if not told.done():
+            told.set_result(created)
+    watchers.clear()
 
 
 def _give_back(plan: dict, nodes: list) -> None:

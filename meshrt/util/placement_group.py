@@ -60,12 +60,12 @@ class PlacementGroup:
         """An ObjectRef that resolves (to this group) once every bundle is reserved."""
         return _ready_task().options(scheduling_strategy=_strategy(self, 0)).remote(self)
 
-    def wait(self, timeout_seconds: float = 30) -> bool:
-        """Whether the group was reserved within ``timeout_seconds``."""
-        from .._private.toplevel import wait
-
-        done, _ = wait([self.ready()], timeout=timeout_seconds)
-        return bool(done)
+    def wait(self, timeout_seconds: float | None = 30) -> bool:
+        """Whether the group was reserved within ``timeout_seconds`` (False once removed)."""
+        if timeout_seconds is not None and (isinstance(timeout_seconds, bool) or timeout_seconds < 0):
+            raise ValueError(f"PlacementGroup.wait(timeout_seconds={timeout_seconds!r}): give seconds >= 0 or None")
+        return state.core().request_sync("wait_placement_group", self.id.hex(), timeout_seconds,
+                                         timeout=None if timeout_seconds is None else timeout_seconds + 30)
 
     def check_request(self, units: tuple, index: int, what: str) -> None:
         """A task or actor asking for ``units`` in bundle ``index`` (-1: any) could ever

@@ -45,7 +45,12 @@ class PlacementGroupSchedulingStrategy:
                              "group from meshrt.util.placement_group([...])")
         self.placement_group = placement_group
         self.placement_group_bundle_index = placement_group_bundle_index
-        # (accepted: child tasks are not placed in the group unless they ask for it themselves)
+        if placement_group_capture_child_tasks:
+            import warnings
+
+            warnings.warn("PlacementGroupSchedulingStrategy(placement_group_capture_child_tasks=True) is not "
+                          "supported by meshrt yet: tasks submitted from inside the group run outside it unless "
+                          "they name the group themselves", RuntimeWarning, stacklevel=2)
         self.placement_group_capture_child_tasks = placement_group_capture_child_tasks
 
     def __repr__(self) -> str:
