@@ -31,8 +31,6 @@ from ..scheduler import bundles
 from ..scheduler.resources import from_units
 from . import messages as m
 
-STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
-
 
 @dataclass
 class GroupRecord:
@@ -62,8 +60,9 @@ class GroupRecord:
 
 
 class PlacementGroups:
-    """Needs from the Controller: hosts, task_schedulers, node_of_host, scheduler_of,
-    tasks, actors, enqueue_task, place_on_host, schedule, kill_worker, _fail_task."""
+    """Needs from the Controller: loop, hosts, scheduler, task_schedulers, node_of_host,
+    node_id_of_host, scheduler_of, tasks, workers, actors, enqueue_task, place_on_host,
+    on_kill_actor, _actor_dead, schedule, kill_worker, _fail_task."""
 
     def __init__(self) -> None:
         self.groups: dict[str, GroupRecord] = {}
@@ -149,7 +148,8 @@ class PlacementGroups:
         units = self._bundle_units(("actor", rec.spec.actor_id), rec.spec.resources)
         if units is None:
             return
-        host = self.groups[bundles.bundle_of(units)[0]].hosts[bundles.bundle_of(units)[1]]
+        pg_id, index = bundles.bundle_of(units)
+        host = self.groups[pg_id].hosts[index]
         rec.spec = rec.spec._replace(resources=units, host=host, waits_for_host=bool(host))
         if host:
             self.place_on_host(rec)
