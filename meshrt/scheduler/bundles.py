@@ -7,7 +7,8 @@ its own (the names Ray gives them, so ``available_resources()`` reads the same):
 still lands on that node). A task or actor scheduled into the bundle asks for those
 names instead of ``CPU``, ``GPU`` ...: the scheduler then needs no notion of groups
 at all. One that may use any bundle (index -1) asks for ``CPU_group_G`` ..., which
-no node has: the controller picks its bundle when it arrives (``in_bundle``).
+no node has: the controller gives it a bundle with room (``in_bundle``), waiting for
+one to free up if none has.
 """
 
 from __future__ import annotations
