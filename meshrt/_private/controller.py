@@ -406,8 +406,9 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, Placeme
     def schedule(self) -> None:
         if self.stopping:
             return
-        if self.groups:  # (placement_groups.py)
+        if self.pending_groups:  # (placement_groups.py)
             self.reserve_pending_groups()
+        if self.groups_for_room:
             self.place_for_room()
         for host, scheduler in self.task_schedulers():
             for action in scheduler.schedule():

@@ -19,6 +19,7 @@ from typing import Any
 from .. import exceptions as exc
 from ..objstore.serialization import error_payload, serialize, system_error_payload
 from ..scheduler.bundles import base_request, bundle_of
+from ..scheduler.bundles import summed as bundle_sum
 from ..scheduler.resources import NodeResources, from_units, normalize
 from . import args as argpack
 from . import context, ids
@@ -102,14 +103,10 @@ class LocalCore(Core):
         namespaces = self.__dict__.setdefault("_group_namespaces", {})
         if method == "create_placement_group":
             pg_id, bundles, strategy, name, namespace = args
-            summed: dict = {}
-            for bundle in bundles:
-                for key, amount in bundle:
-                    summed[key] = summed.get(key, 0) + amount
             if strategy == "STRICT_SPREAD" and len(bundles) > 1:
                 raise ValueError(f"placement_group(strategy='STRICT_SPREAD') can never be placed: it needs a host per "
                                  f"bundle ({len(bundles)} bundles), and local mode has one")
-            self.node.check_feasible(tuple(summed.items()), "placement_group (all its bundles, on local mode's one node)")
+            self.node.check_feasible(bundle_sum(bundles), "placement_group (all its bundles, on local mode's one node)")
             groups[pg_id] = {"placement_group_id": pg_id, "name": name, "strategy": strategy, "state": "CREATED",
                              "bundles": {i: {k: from_units(v) for k, v in b} for i, b in enumerate(bundles)},
                              "bundles_to_node_id": {i: self.config["node_id"] for i in range(len(bundles))}}

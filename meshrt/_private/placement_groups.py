@@ -67,6 +67,7 @@ class PlacementGroups:
     def __init__(self) -> None:
         self.groups: dict[str, GroupRecord] = {}
         self.pending_groups: list[GroupRecord] = []
+        self.groups_for_room: dict[str, GroupRecord] = {}  # (those with any-bundle waiters: place_for_room)
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -95,6 +96,7 @@ class PlacementGroups:
             self.pending_groups.remove(rec)
         reason = f"its placement group {rec.name or pg_id} was removed (remove_placement_group)"
         waiting, rec.waiting, rec.for_room = rec.waiting + rec.for_room, [], []
+        self.groups_for_room.pop(pg_id, None)
         for kind, item in waiting:
             self._group_refuses(kind, item, reason)
         _tell(rec.watchers, False)
@@ -175,6 +177,7 @@ class PlacementGroups:
         resolved = self._bundle_with_room(rec, units)
         if resolved is None:
             rec.for_room.append(waiter)  # (place_for_room: when a bundle frees up)
+            self.groups_for_room[rec.pg_id] = rec
         return resolved
 
     def _bundle_with_room(self, rec: GroupRecord, units: tuple, held: list | None = None):
@@ -196,9 +199,7 @@ class PlacementGroups:
 
     def place_for_room(self) -> None:
         """From ``schedule``: any-bundle requests into the bundles with room now, in order."""
-        for rec in self.groups.values():
-            if not rec.for_room:
-                continue
+        for rec in list(self.groups_for_room.values()):
             held: list = []
             waiting, rec.for_room = rec.for_room, []
             for n, (kind, item) in enumerate(waiting):
@@ -217,6 +218,8 @@ class PlacementGroups:
                     self.place_group_actor(actor)
             for node, alloc in held:  # (the tasks take it for real as the hosts schedule next)
                 node.release(alloc)
+            if not rec.for_room:
+                self.groups_for_room.pop(rec.pg_id, None)
 
     def take_waiting_task(self, task_id: int):
         """A task still waiting for its group (to cancel it): its spec, off the lists; or None."""
@@ -319,26 +322,23 @@ class PlacementGroups:
         """Why the group could never be placed, where that is plain from the hosts'
         totals (a bundle larger than any host, ...); a group that might fit waits."""
         totals = [dict(node.total) for _, node in self._live_nodes()]
-        summed: dict = {}
-        for bundle in rec.bundles:
-            for name, amount in bundle:
-                summed[name] = summed.get(name, 0) + amount
+        summed = bundles.summed(rec.bundles)
         why = None
         for index, bundle in enumerate(rec.bundles):
-            if not any(_holds(total, bundle) for total in totals):
+            if not any(bundles.within(bundle, total) for total in totals):
                 why = f"bundle {index} is larger than any host"
                 break
         else:
-            if rec.strategy == "STRICT_PACK" and not any(_holds(total, tuple(summed.items())) for total in totals):
+            if rec.strategy == "STRICT_PACK" and not any(bundles.within(summed, total) for total in totals):
                 why = "no one host has room for all of them (STRICT_PACK)"
             elif rec.strategy == "STRICT_SPREAD" and len(rec.bundles) > len(totals):
                 why = f"STRICT_SPREAD needs a host per bundle ({len(rec.bundles)} bundles, {len(totals)} hosts)"
-            elif not _holds({n: sum(t.get(n, 0) for t in totals) for n in summed}, tuple(summed.items())):
+            elif not bundles.within(summed, {n: sum(t.get(n, 0) for t in totals) for n, _ in summed}):
                 why = "the hosts together have less than the bundles ask for"
         if why is None:
             return None
         shown = [{k: from_units(v) for k, v in b} for b in rec.bundles]
-        hosts = [{k: from_units(v) for k, v in t.items() if k in summed} for t in totals]
+        hosts = [{k: from_units(v) for k, v in t.items() if k in dict(summed)} for t in totals]
         return (f"placement_group({shown}, strategy={rec.strategy!r}) can never be placed: {why} (the cluster's "
                 f"hosts have {hosts}); ask for less, pick another strategy, or add hosts (meshrt agent) first")
 
@@ -384,10 +384,6 @@ class PlacementGroups:
         for index, alloc in zip(indices, taken, strict=True):
             plan[index] = (host_id, alloc)
         return True
-
-
-def _holds(total: dict, units: tuple) -> bool:
-    return all(amount <= total.get(name, 0) for name, amount in units)
 
 
 def _tell(watchers: list, created: bool) -> None:

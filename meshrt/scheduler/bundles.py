@@ -67,6 +67,20 @@ def bundle_resources(bundle: tuple, pg_id: str, index: int) -> dict:
     return names
 
 
+def summed(bundle_list: list) -> tuple:
+    """What all the bundles ask for together (normalized units)."""
+    total: dict = {}
+    for bundle in bundle_list:
+        for name, amount in bundle:
+            total[name] = total.get(name, 0) + amount
+    return tuple(sorted(total.items()))
+
+
+def within(units: tuple, held: dict) -> bool:
+    """``units`` fit in ``held`` ({name: units}: a host's totals, a bundle)."""
+    return all(amount <= held.get(name, 0) for name, amount in units)
+
+
 def gpu_pool(pg_id: str, index: int) -> str:
     """The name a bundle's GPUs are tracked under on its node."""
     return "GPU" + _suffix(pg_id, index)

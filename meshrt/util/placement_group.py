@@ -10,8 +10,10 @@ their resources from it, not from the host. The controller does the reserving
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from .._private import state
+from ..scheduler import bundles as bundle_names  # (``bundles`` is Ray's argument name here)
 from ..scheduler.resources import from_units, normalize, validate_request
 
 __all__ = ["PlacementGroup", "get_current_placement_group", "get_placement_group", "placement_group",
@@ -20,25 +22,14 @@ __all__ = ["PlacementGroup", "get_current_placement_group", "get_placement_group
 _STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
 
+@dataclass(frozen=True)
 class PlacementGroupID:
     """A placement group's id (``.hex()``, as Ray's)."""
 
-    __slots__ = ("_hex",)
-
-    def __init__(self, hex_id: str) -> None:
-        self._hex = hex_id
+    hex_id: str
 
     def hex(self) -> str:
-        return self._hex
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, PlacementGroupID) and other._hex == self._hex
-
-    def __hash__(self) -> int:
-        return hash(self._hex)
-
-    def __repr__(self) -> str:
-        return f"PlacementGroupID({self._hex})"
+        return self.hex_id
 
 
 class PlacementGroup:
@@ -75,7 +66,7 @@ class PlacementGroup:
             raise ValueError(f"{what}: placement_group_bundle_index={index!r}: the placement group has "
                              f"{len(specs)} bundle(s); give 0..{len(specs) - 1}, or -1 for any")
         candidates = range(len(specs)) if index < 0 else [index]
-        if any(_fits(units, specs[i]) for i in candidates):
+        if any(bundle_names.within(units, dict(specs[i])) for i in candidates):
             return
         which = "any bundle" if index < 0 else f"bundle {index}"
         asked = {name: from_units(amount) for name, amount in units} or {"CPU": 0}
@@ -158,11 +149,6 @@ def get_current_placement_group() -> PlacementGroup | None:
 
     pg_id = get_runtime_context().get_placement_group_id()
     return PlacementGroup(PlacementGroupID(pg_id)) if pg_id else None
-
-
-def _fits(units: tuple, bundle: tuple) -> bool:
-    held = dict(bundle)
-    return all(amount <= held.get(name, 0) for name, amount in units)
 
 
 def _namespace() -> str:
