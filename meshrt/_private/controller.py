@@ -358,6 +358,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, Placeme
         if failed_start:
             self.startup_failures[w.host] = self.startup_failures.get(w.host, 0) + 1
         cause = w.lost_reason or exc.describe_exit(None if w.exit_code is _UNSET else w.exit_code)
+        self.core.direct_lanes.drop(w.id)  # (before its calls fail: no caller sees a dead lane)
         if w.tasks:
             self._release_worker_alloc(w)
             for rec in list(w.tasks):
