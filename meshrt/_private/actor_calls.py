@@ -88,7 +88,8 @@ class ActorCalls:
 
         self.define_code(actor_cls.code_id, actor_cls.code_blob)
         # (the actor runs on another host, or may: a placement group's bundle may be anywhere)
-        remote = opts.host != self.host_id or bundles.bundle_of(opts.resources) is not None
+        remote = (opts.host != self.host_id or bool(opts.host_policy)
+                  or bundles.bundle_of(opts.resources) is not None)
         payload, deps, pins = self.pack_args(args, kwargs, f"{actor_cls._name}.remote()", remote)
         actor_id = ids.new_task_id()
         namespace = opts.namespace or self.namespace()
@@ -114,7 +115,7 @@ class ActorCalls:
                 actor_id, actor_cls.code_id, actor_cls._name, pt.args, self._dep_payloads(pt),
                 self.worker_id, handle_oid, opts.resources, opts.max_restarts, opts.max_concurrency,
                 actor_cls._is_async, opts.name, namespace, opts.detached, actor_cls._meta_blob, opts.host,
-                opts.label, opts.concurrency_groups, opts.waits_for_host,
+                opts.label, opts.concurrency_groups, opts.waits_for_host, opts.host_policy,
             )
             self.send_controller(m.CreateActor(spec))
 

@@ -68,6 +68,10 @@ class ActorDirectory:
             self.place_group_actor(rec)  # (placement_groups.py)
             self.schedule()
             return
+        if spec.host_policy:
+            self.place_by_policy(rec)
+            self.schedule()
+            return
         if spec.host:
             self.place_on_host(rec)
             return
@@ -78,6 +82,22 @@ class ActorDirectory:
             return
         self.scheduler.submit_actor(spec.actor_id, spec.resources)
         self.schedule()
+
+    def place_by_policy(self, rec: ActorRecord) -> None:
+        """An actor whose caller left its host to us: on the host picked now among those
+        in the cluster (host_choice.py); again at each restart, as Ray restarts an actor
+        on any node, so one whose host went away starts on another."""
+        spec = rec.spec
+        try:
+            host_id = self.choose_actor_host(spec.resources, f"actor {spec.class_name}", spec.host_policy == "spread")
+        except exc.ActorUnschedulableError as err:
+            self._actor_dead(rec, str(err))
+            return
+        rec.spec = spec._replace(host=host_id, waits_for_host=bool(host_id))
+        if host_id:
+            self.place_on_host(rec)
+        else:
+            self.scheduler.submit_actor(spec.actor_id, spec.resources)
 
     def host_in_driver(self, spec: m.ActorSpec) -> None:
         """An actor living in the driver's own process (driver_actors.py): alive at once,
@@ -130,7 +150,10 @@ class ActorDirectory:
 
     def fail_waiting(self, host, reason: str) -> None:
         for rec in self._take_waiting(host):
-            self._actor_dead(rec, reason)
+            if rec.spec.host_policy:
+                self.place_by_policy(rec)  # (on a host still in the cluster)
+            else:
+                self._actor_dead(rec, reason)
 
     def _take_waiting(self, host) -> list:
         """The records still waiting on ``host`` (not killed meanwhile), off its list."""
@@ -265,7 +288,9 @@ class ActorDirectory:
         rec.death = system_error_payload(exc.ActorDiedError(
             ids.to_hex(rec.spec.actor_id), rec.spec.class_name, f"{reason}; it is being restarted", tail))
         self._publish(rec)
-        if rec.spec.host:
+        if rec.spec.host_policy:
+            self.place_by_policy(rec)
+        elif rec.spec.host:
             self.place_on_host(rec)
         else:
             self.scheduler.submit_actor(rec.spec.actor_id, rec.spec.resources)

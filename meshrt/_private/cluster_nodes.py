@@ -83,15 +83,6 @@ class ClusterNodes:
         return ValueError(f"NodeAffinitySchedulingStrategy(node_id={node_id!r}): no node of the cluster has "
                           "that id; meshrt.nodes() lists them ('NodeID'), or pass soft=True to run elsewhere")
 
-    def rpc_host_for(self, caller: int, units: tuple, what: str) -> int:
-        """A host for an actor the head host can never run: one that offers ``units``,
-        with them free now if any is (else it fails there, naming its host)."""
-        if self.node.infeasible(units) is None:
-            return 0
-        hosts = self.hosts_able(units, what, exc.ActorUnschedulableError)
-        free = [h for h in hosts if fits_now(h.node, units)]
-        return (free or hosts)[0].id
-
     def hosts_able(self, units: tuple, what: str, unschedulable=exc.TaskUnschedulableError) -> list:
         """The joined agents' hosts that can ever give ``units``; when neither they nor the
         head can, ``unschedulable`` naming what no host has enough of."""

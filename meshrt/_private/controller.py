@@ -28,6 +28,7 @@ from . import messages as m
 from .actor_directory import ActorDirectory
 from .cluster_nodes import ClusterNodes
 from .control_requests import ControlRequests
+from .host_choice import HostChoice
 from .host_directory import HostDirectory, host_ip
 from .log_options import LogOptions
 from .placement_groups import PlacementGroups
@@ -74,10 +75,11 @@ class WorkerRecord:
     lost_reason: str | None = None  # set when its host agent went away
     log_stream: bool = True  # its output printed by the driver (ProcMesh.logging_option)
     log_aggregator: Any = None  # or gathered there first (log_options.py)
+    giving_back: bool = False  # asked to hand back its queued tasks (task_hosts.py)
 
 
-class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, PlacementGroups, ControlRequests, LogOptions,
-                 PoolUpkeep):
+class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHosts, PlacementGroups, ControlRequests,
+                 LogOptions, PoolUpkeep):
     def __init__(self, core, io, config: dict) -> None:
         self.core = core
         self.io = io
@@ -91,6 +93,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, Placeme
         self._ids = itertools.count(1)
         self.code: dict[int, bytes] = {}
         self.tasks: dict[int, TaskRecord] = {}
+        self.pipelined: set[int] = set()
         self.address = addresses.new_unix_address("ctl")
         self.tcp_address: str | None = config.get("tcp_address")  # where it listens
         self.public_address: str | None = None
@@ -302,7 +305,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, Placeme
             "job_id": c["job_id"], "node_id": self.node_id_of_host(host_id), "head_node_id": c["node_id"],
             "head_resources": dict(self.node.total), "namespace": c["namespace"],
             "sys_path": c["sys_path"], "cwd": c["cwd"], "session": c["session"],
-            "ucx_unreached": [sorted(cut) for cut in self.ucx_unreached],
+            "ucx_unreached": [sorted(cut) for cut in self.ucx_unreached], "several_hosts": self.spreads_tasks,
         }
 
     def _set_idle(self, w: WorkerRecord) -> None:
@@ -411,14 +414,19 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, Placeme
             self.reserve_pending_groups()
         if self.groups_for_room:
             self.place_for_room()
-        for host, scheduler in self.task_schedulers():
-            for action in scheduler.schedule():
-                if type(action) is Dispatch:
-                    self._dispatch(action, host)
-                elif type(action) is PlaceActor:
-                    self.place_actor(action.actor_id, action.alloc)
-                elif type(action) is StartWorkers:
-                    self._start_workers(action.pool_key, action.count, host)
+        for _ in range(2):  # (again when queued tasks moved to hosts with room: task_hosts.py)
+            for host, scheduler in self.task_schedulers():
+                for action in scheduler.schedule():
+                    if type(action) is Dispatch:
+                        self._dispatch(action, host)
+                    elif type(action) is PlaceActor:
+                        self.place_actor(action.actor_id, action.alloc)
+                    elif type(action) is StartWorkers:
+                        self._start_workers(action.pool_key, action.count, host)
+            if not self.spill_queued_tasks():
+                break
+        if self.pipelined and self.spreads_tasks:
+            self.ask_back_pipelined()
 
     def _dispatch(self, action: Dispatch, host: int) -> None:
         rec = self.tasks.get(action.task_id)
@@ -441,12 +449,15 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, Placeme
         w.tasks.append(rec)
         if len(w.tasks) == 1:
             w.label = rec.spec.name
+        else:
+            self.pipelined.add(w.id)  # (may be asked to hand them back: task_hosts.py)
         self.send_code(w, rec.spec.code_id)
         w.conn.send(m.ExecuteTask(rec.spec, w.alloc.gpu_ids))
 
     def _top_up(self, w: WorkerRecord) -> None:
-        """Queue more tasks of the same shape behind a busy worker's current one."""
-        if w.blocked or w.state != "busy" or w.alloc is None:
+        """Queue more tasks of the same shape behind a busy worker's current one (not
+        while another host has room for them: they go there instead)."""
+        if w.blocked or w.state != "busy" or w.alloc is None or self.room_elsewhere(w.host, w.units):
             return
         workers = sum(1 for o in self.workers.values()
                       if o.kind == "task" and o.pool_key == w.pool_key and o.host == w.host)
@@ -509,19 +520,23 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, Placeme
 
     def on_worker_blocked(self, conn, msg: m.WorkerBlocked) -> None:
         w = self.workers.get(conn.peer_id)
+        if w is not None and msg.blocked is None:
+            w.giving_back = False
         if w is None or w.alloc is None:
             return
-        if msg.returned:  # queued behind the blocked task: give them to someone else
+        if msg.returned:  # queued behind the blocked task (or asked for): give them to someone else
             back = [self.tasks[t] for t in msg.returned if t in self.tasks]
             for rec in back:
                 if rec in w.tasks:
                     w.tasks.remove(rec)
             self._hand_back(back, w)
+            if msg.blocked is None:
+                self.schedule()
         if msg.blocked and not w.blocked:
             w.blocked = True
             self.node_of_host(w.host).lend_cpu(w.alloc)
             self.schedule()
-        elif not msg.blocked and w.blocked:
+        elif msg.blocked is False and w.blocked:
             w.blocked = False
             self.node_of_host(w.host).reclaim_cpu(w.alloc)
 
@@ -565,21 +580,6 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, TaskHosts, Placeme
             self._fail_task(spec, system_error_payload(exc.WorkerCrashedError(
                 f"the worker running {spec.name} (pid {w.pid}) died: {cause}; "
                 f"no retries left (max_retries={spec.max_retries}){detail}")))
-
-    def _fail_queued_startup(self, w: WorkerRecord, cause: str) -> None:
-        tail = "\n".join("    " + line for line in w.stderr_tail)
-        error = system_error_payload(exc.WorkerCrashedError(
-            f"workers fail to start ({cause}); last lines of stderr:\n{tail}"))
-        for task_id in [t for t, rec in self.tasks.items() if rec.worker is None and rec.host == w.host]:
-            if self.scheduler_of(w.host).remove_task(task_id):
-                self._fail_task(self.tasks.pop(task_id).spec, error)
-
-    def _fail_task(self, spec: m.TaskSpec, error) -> None:
-        if spec.num_returns == -1:
-            self.send_worker(spec.owner, m.StreamEnd(spec.task_id, -1, error))
-            self.send_worker(spec.owner, m.TaskReturn(spec.task_id, ()))
-        else:
-            self.send_worker(spec.owner, m.TaskReturn(spec.task_id, (error,) * spec.num_returns))
 
     def _owner_died(self, worker_id: int) -> None:
         """Tasks still queued for a dead owner have nobody to return to: drop them."""

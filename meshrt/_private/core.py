@@ -167,7 +167,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls, InlineReads):
                 task_id, fn.code_id, opts.name, pt.args, self._dep_payloads(pt), pt.num_returns,
                 self.worker_id, self.address(), opts.resources, opts.max_retries,
                 opts.retry_exceptions, owner_host=self.host_id, depth=depth, max_calls=opts.max_calls,
-                affinity=opts.affinity, portable=remote,
+                affinity=opts.affinity, portable=remote, spread=opts.spread,
             )
             pt.sent = True
             self.send_controller(m.SubmitTask(spec))
@@ -329,6 +329,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls, InlineReads):
 
     host_id = 0  # the host this process runs on (0 = the head)
     ucx_unreached: frozenset | set = frozenset()  # where UCX does not reach: frozensets of hosts (ucx_routes.py)
+    several_hosts = False  # a head host's worker: other hosts are in the cluster (m.ClusterSpans)
 
     def remote_peer(self, peer: int) -> bool:
         """True when ``peer`` runs on another host (no shared store between us)."""

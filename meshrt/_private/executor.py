@@ -243,7 +243,7 @@ class Executor:
         return self.pool is None and me == self.main_ident  # one call at a time
 
     def take_unstarted(self) -> list[Call]:
-        """Main thread: remove the pool tasks still queued here (to hand them back)."""
+        """Remove the pool tasks still queued here (to hand them back; any thread)."""
         items = []
         while True:
             try:

@@ -204,7 +204,12 @@ class HostDirectory:
             answer.set_result(msg)
 
     def _notify_hosts(self) -> None:
-        self.spreads_tasks = any(h.joined for h in self.hosts.values())  # (read by the driver's callers)
+        spreads = any(h.joined for h in self.hosts.values())
+        if spreads != self.spreads_tasks:
+            self.spreads_tasks = spreads  # (read by the driver's callers)
+            for w in list(self.workers.values()):  # (those starting get it in their Welcome)
+                if not w.host and w.conn is not None and not w.conn.closed:
+                    w.conn.send(m.ClusterSpans(spreads))
         if self._hosts_changed is not None:
             self._hosts_changed.set()
             self._hosts_changed = None

@@ -73,6 +73,7 @@ class TaskSpec(NamedTuple):
     max_calls: int = 0  # the worker exits after running this many tasks of this function
     affinity: tuple | None = None  # (node id, soft): NodeAffinitySchedulingStrategy
     portable: bool = False  # packed for any host (its large arguments lent): it may run off the head
+    spread: bool = False  # scheduling_strategy="SPREAD" (host_choice.py)
 
 
 class SubmitTask(NamedTuple):
@@ -136,10 +137,16 @@ class StreamEnd(NamedTuple):
 
 class WorkerBlocked(NamedTuple):
     """Worker -> controller: my task waits in ``get``; lend its CPU to someone else.
-    ``returned``: tasks queued behind it that it hands back unstarted."""
+    ``returned``: tasks queued behind it that it hands back unstarted. ``blocked``
+    None: only those (asked for with ``GiveBack``)."""
 
-    blocked: bool
+    blocked: bool | None
     returned: tuple = ()
+
+
+class GiveBack(NamedTuple):
+    """Controller -> task worker: hand back the tasks queued behind your current one
+    (another host has room for them: task_hosts.py)."""
 
 
 class CancelTask(NamedTuple):
@@ -174,6 +181,7 @@ class ActorSpec(NamedTuple):
     label: str = ""  # its name before its output in the driver's (default: class_name)
     concurrency_groups: tuple = ()  # ((group, max concurrency), ...)
     waits_for_host: bool = False  # on a busy host it waits for resources (a Ray actor), else fails (a mesh's)
+    host_policy: str = ""  # "": start it on ``host``; "default" or "spread": the controller picks (host_choice.py)
 
 
 class CreateActor(NamedTuple):
@@ -379,6 +387,13 @@ class UcxUnreached(NamedTuple):
     between those hosts' processes travel inside the messages."""
 
     cuts: frozenset  # of frozensets: {host} reaches no other host, {a, b} do not reach each other
+
+
+class ClusterSpans(NamedTuple):
+    """Controller -> the head host's workers: whether other hosts are in the cluster
+    (their tasks and actors are then packed for any host: placement.py)."""
+
+    several_hosts: bool
 
 
 class SpawnWorker(NamedTuple):

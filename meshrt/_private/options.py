@@ -160,6 +160,7 @@ class TaskOptions:
     retry_exceptions: Any
     max_calls: int = 0  # a worker runs at most this many of these tasks, then exits (0: no limit)
     affinity: tuple | None = None  # (node id, soft): NodeAffinitySchedulingStrategy
+    spread: bool = False  # scheduling_strategy="SPREAD": over the hosts, not the head first (host_choice.py)
 
     @classmethod
     def build(cls, options: dict, default_name: str, is_generator: bool) -> TaskOptions:
@@ -174,6 +175,7 @@ class TaskOptions:
             retry_exceptions=retry_exceptions_value(options.get("retry_exceptions"), what),
             max_calls=_int_option(options, "max_calls", 0, what, minimum=0),
             affinity=affinity,
+            spread=options.get("scheduling_strategy") == "SPREAD",
         )
 
 
@@ -194,6 +196,8 @@ class ActorOptions:
     affinity: tuple | None = None  # (node id, soft): NodeAffinitySchedulingStrategy
     waits_for_host: bool = False  # placed on ``host`` by placement.py: waits there for free resources
     host_given: bool = False  # ``_host`` was given (a mesh's process): placement.py leaves it there
+    spread: bool = False  # scheduling_strategy="SPREAD"
+    host_policy: str = ""  # set by placement.py: "" starts it on ``host``; else the controller picks (host_choice.py)
 
     @classmethod
     def build(cls, options: dict, class_name: str, is_async: bool) -> ActorOptions:
@@ -227,4 +231,5 @@ class ActorOptions:
             max_pending_calls=_int_option(options, "max_pending_calls", -1, what),
             concurrency_groups=concurrency_groups.check(options.get("concurrency_groups"), what),
             affinity=affinity,
+            spread=options.get("scheduling_strategy") == "SPREAD",
         )

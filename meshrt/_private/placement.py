@@ -1,14 +1,15 @@
 """Which host a task or an actor runs on, decided at the caller's line (so what cannot
 be met is named there, not at the first ``get``).
 
-An actor runs on the head host unless its options say otherwise:
-``NodeAffinitySchedulingStrategy`` names a host, or it asks for resources the head
-host can never give (a custom resource or GPUs only some agents offer), and then it
-goes to a host that has them, one with them free now first.
+An actor's host is named here when its options decide it: a
+``NodeAffinitySchedulingStrategy``, or resources the head host can never give (a
+custom resource or GPUs only some agents offer: a host that has them, one with them
+free now first). Otherwise, once the cluster has other hosts, the controller picks
+one when the actor arrives, as it does for tasks (host_choice.py); on a cluster of
+one host it runs there.
 
-A task's host is chosen by the controller when it arrives (task_hosts.py); here the
-caller only decides whether to pack it for any host (``task_portable``) and checks
-that a hard affinity names a node of the cluster.
+For a task the caller only decides whether to pack it for any host
+(``task_portable``) and checks that a hard affinity names a node of the cluster.
 """
 
 from __future__ import annotations
@@ -45,14 +46,17 @@ def task_portable(core, opts) -> bool:
             return True
         if not soft:
             return False  # (it runs here, or fails)
-    if _head_lacks(core, opts.resources):
-        return True
+    return _head_lacks(core, opts.resources) or several_hosts(core)
+
+
+def several_hosts(core) -> bool:
+    """Other hosts are in the cluster (the driver knows; the head host's workers are told)."""
     controller = getattr(core, "controller", None)
-    return controller is not None and controller.spreads_tasks
+    return controller.spreads_tasks if controller is not None else core.several_hosts
 
 
 def actor_options(core, opts, what: str):
-    """``opts`` with the host the actor starts on (0: the head)."""
+    """``opts`` with the host the actor starts on (0: the head), or the controller's to pick."""
     if opts.host_given or bundles.bundle_of(opts.resources) is not None:
         return opts  # (a mesh's process; or in a placement group: the controller places it)
     if opts.affinity is not None:
@@ -61,7 +65,9 @@ def actor_options(core, opts, what: str):
             return opts
         host = core.request_sync("host_of_node", node_id, soft, opts.resources, what)
     elif _head_lacks(core, opts.resources):
-        host = core.request_sync("host_for", opts.resources, what)
+        host = core.request_sync("host_for", opts.resources, what, opts.spread)
+    elif getattr(core, "host_id", 0) != 0 or several_hosts(core):
+        return dataclasses.replace(opts, host_policy="spread" if opts.spread else "default")
     else:
         return opts
     return dataclasses.replace(opts, host=host, waits_for_host=bool(host))

@@ -2,30 +2,20 @@
 
 Mixed into the Controller. Every host has its own Scheduler over its own resources
 (the head's is ``self.scheduler``; an agent's is ``HostRecord.scheduler``). A task
-joins one host's queue when it is submitted, as Ray's scheduler picks a node:
-
-- ``NodeAffinitySchedulingStrategy``: that node (a soft one only while it has room
-  now; else as if no node were named). A hard one whose host left fails, naming it.
-- Otherwise the head while it has room for it; once what the task asks for is taken
-  there (running and queued work counted: CPUs, GPUs, custom resources), the host
-  where it is least taken, the head first on a tie, so a burst of tasks spreads over
-  the cluster.
-- Only a host that can ever give the task's resources: one the head can never run
-  (GPUs only agents have, a custom resource) goes to a host that can.
-
-A task leaves the head only when its caller packed it for any host
-(``TaskSpec.portable``: large arguments lent, not left in the head's store); the
-driver does so once another host has joined (placement.task_portable).
+joins one host's queue when it is submitted (host_choice.py picks it, as Ray's
+scheduler picks a node), moves to another host when its own has no room for it and
+the other has (Ray's spillback), and to another host, or fails, when its host goes.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from .. import exceptions as exc
 from ..objstore.serialization import system_error_payload
 from ..scheduler import bundles
-from ..scheduler.resources import UNIT, Allocation, from_units
+from ..scheduler.resources import Allocation
 from . import messages as m
 from .cluster_nodes import fits_now
 
@@ -43,7 +33,9 @@ class TaskRecord:
 
 
 class TaskHosts:
-    """Needs from the Controller: node, scheduler, hosts, tasks, config, _fail_task."""
+    """Needs from the Controller: node, scheduler, hosts, tasks, config, spreads_tasks."""
+
+    pipelined: set  # (set by the Controller) workers that were given tasks to queue behind their current one
 
     def scheduler_of(self, host_id: int):
         return self.hosts[host_id].scheduler if host_id else self.scheduler
@@ -79,57 +71,6 @@ class TaskHosts:
         self.tasks[spec.task_id] = TaskRecord(spec, spec.resources, host=host_id)
         self.scheduler_of(host_id).submit_task(spec.task_id, spec.resources, spec.depth)
 
-    def choose_task_host(self, spec) -> int:
-        units, what = spec.resources, f"task {spec.name}"
-        if spec.affinity is not None:
-            node_id, soft = spec.affinity
-            if node_id == self.config["node_id"]:
-                if not soft:
-                    self.node.check_feasible(units, what)
-                    return 0
-                if fits_now(self.node, units):
-                    return 0
-            host = self.host_of_node_id(node_id)
-            usable = host is not None and host.joined and not host.leaving and spec.portable
-            if usable and not soft:
-                missing = host.node.infeasible(units)
-                if missing is not None:
-                    name, requested, have = missing
-                    raise exc.TaskUnschedulableError(f"{what} (NodeAffinitySchedulingStrategy to host {host.name!r})",
-                                                     name, from_units(requested), from_units(have))
-                return host.id
-            if usable and fits_now(host.node, units):
-                return host.id
-            if not soft:
-                raise self.affinity_unmet(node_id, host)
-        head_can = self.node.infeasible(units) is None
-        if not spec.portable or not self.hosts:
-            self.node.check_feasible(units, what)
-            return 0
-        able = self.hosts_able(units, what)
-        if head_can and (not able or self.task_load(0, units) < 1.0):
-            return 0
-        candidates = ([0] if head_can else []) + [h.id for h in able]
-        return min(candidates, key=lambda host_id: self.task_load(host_id, units))  # (ties: the first, the head)
-
-    def task_load(self, host_id: int, units: tuple) -> float:
-        """How full a host is for a task asking ``units``: of each resource it asks for
-        (CPU when none), what is in use (tasks and actors) and what its queued tasks ask
-        for, over the host's total; the fullest counts. (A task asking for no CPU counts
-        as one CPU in the queue when the request is for CPU-less tasks.)"""
-        node = self.node_of_host(host_id)
-        queues = self.scheduler_of(host_id).tasks
-        fullest = 0.0
-        for name in [name for name, _ in units] or ["CPU"]:
-            total = node.total.get(name, 0)
-            if total <= 0:
-                continue
-            used = total - node.available.get(name, 0)
-            queued = sum(len(queue) * (dict(shape).get(name, 0) or (0 if units else UNIT))
-                         for shape, queue in queues.items())
-            fullest = max(fullest, (used + queued) / total)
-        return fullest
-
     def requeue_front(self, w, recs: list) -> None:
         """Tasks worker ``w`` gave back unstarted: first in line again on its host, or
         placed afresh when that host is gone."""
@@ -151,3 +92,95 @@ class TaskHosts:
             rec = self.tasks.pop(task_id, None)
             if rec is not None:
                 self.enqueue_task(rec.spec)
+
+    def _fail_queued_startup(self, w, cause: str) -> None:
+        tail = "\n".join("    " + line for line in w.stderr_tail)
+        error = system_error_payload(exc.WorkerCrashedError(
+            f"workers fail to start ({cause}); last lines of stderr:\n{tail}"))
+        for task_id in [t for t, rec in self.tasks.items() if rec.worker is None and rec.host == w.host]:
+            if self.scheduler_of(w.host).remove_task(task_id):
+                self._fail_task(self.tasks.pop(task_id).spec, error)
+
+    def _fail_task(self, spec: m.TaskSpec, error) -> None:
+        if spec.num_returns == -1:
+            self.send_worker(spec.owner, m.StreamEnd(spec.task_id, -1, error))
+            self.send_worker(spec.owner, m.TaskReturn(spec.task_id, ()))
+        else:
+            self.send_worker(spec.owner, m.TaskReturn(spec.task_id, (error,) * spec.num_returns))
+
+    def spill_queued_tasks(self) -> bool:
+        """Ray's spillback: tasks queued on a host without room for them now move to a
+        host that has room (after what it queued itself): the first of those that would
+        wait go first. Only tasks packed for any host, with no affinity and not in a
+        placement group. True when some moved (the caller schedules again)."""
+        if not self.spreads_tasks:
+            return False
+        schedulers = self.task_schedulers()
+        waiting = [(host_id, s) for host_id, s in schedulers if s.tasks]
+        if not waiting:
+            return False
+        moved = False
+        for dst_id, dst in schedulers:
+            node = self.node_of_host(dst_id)
+            held = [alloc for units, queue in dst.tasks.items() for alloc in _room(node, units, len(queue))]
+            for src_id, src in waiting:
+                if src_id != dst_id:
+                    moved = self._spill(src_id, src, dst_id, dst, held) or moved
+            for alloc in held:
+                node.release(alloc)
+        return moved
+
+    def _spill(self, src_id: int, src, dst_id: int, dst, held: list) -> bool:
+        """Move what ``dst`` has room for (taken into ``held``) of the tasks ``src``
+        cannot start now."""
+        src_node, node = self.node_of_host(src_id), self.node_of_host(dst_id)
+        moved = False
+        for units, queue in list(src.tasks.items()):
+            if bundles.bundle_of(units) is not None:
+                continue
+            starts = _room(src_node, units, len(queue))  # (those its own host starts now stay)
+            for alloc in starts:
+                src_node.release(alloc)
+            room = _room(node, units, len(queue) - len(starts))
+            for task_id in list(itertools.islice(queue, len(starts), len(starts) + len(room))):
+                rec = self.tasks.get(task_id)
+                if rec is None or not rec.spec.portable or rec.spec.affinity is not None:
+                    continue
+                depth = src.task_units[task_id][1]
+                src.remove_task(task_id)
+                rec.host = dst_id
+                dst.submit_task(task_id, units, depth)
+                held.append(room.pop())
+                moved = True
+            for alloc in room:
+                node.release(alloc)
+        return moved
+
+    def room_elsewhere(self, host_id: int, units: tuple) -> bool:
+        """Another host that queues nothing has room for ``units`` now."""
+        return self.spreads_tasks and any(
+            other != host_id and not s.tasks and fits_now(self.node_of_host(other), units)
+            for other, s in self.task_schedulers())
+
+    def ask_back_pipelined(self) -> None:
+        """Tasks queued behind a busy worker's current one (controller._top_up) cannot
+        spill over: when another host has room for them, their worker is asked to hand
+        them back (they go first in line again, and spill over from there)."""
+        for worker_id in list(self.pipelined):
+            w = self.workers.get(worker_id)
+            if w is None or len(w.tasks) < 2 or w.conn is None:
+                self.pipelined.discard(worker_id)
+            elif not w.giving_back and self.room_elsewhere(w.host, w.units):
+                w.giving_back = True
+                w.conn.send(m.GiveBack())
+
+
+def _room(node, units: tuple, most: int) -> list:
+    """Up to ``most`` allocations of ``units`` taken from ``node`` (the caller releases them)."""
+    taken = []
+    while len(taken) < most:
+        alloc = node.try_acquire(units)
+        if alloc is None:
+            break
+        taken.append(alloc)
+    return taken

@@ -55,6 +55,8 @@ class WorkerCore(Core):
             m.PullDone: lambda conn, msg: on_pulled(self, msg),
             m.Welcome: self.on_welcome,
             m.UcxUnreached: self.on_ucx_unreached,
+            m.ClusterSpans: self.on_cluster_spans,
+            m.GiveBack: self.on_give_back,
             m.Hello: self.on_hello,
             m.DefineCode: self.on_define_code,
             m.ExecuteTask: self.on_execute_task,
@@ -116,6 +118,7 @@ class WorkerCore(Core):
     def on_welcome(self, conn, msg: m.Welcome) -> None:
         config = self.config = msg.config
         self.ucx_unreached = frozenset(frozenset(cut) for cut in config.get("ucx_unreached", ()))
+        self.several_hosts = bool(config.get("several_hosts"))
         for path in reversed(config.get("sys_path", [])):
             if path not in sys.path and (path == "" or os.path.isdir(path)):
                 sys.path.insert(0, path)
@@ -249,6 +252,9 @@ class WorkerCore(Core):
     def on_ucx_unreached(self, conn, msg: m.UcxUnreached) -> None:
         self.ucx_unreached = msg.cuts
 
+    def on_cluster_spans(self, conn, msg: m.ClusterSpans) -> None:
+        self.several_hosts = msg.several_hosts
+
     def on_response(self, conn, msg: m.Response) -> None:
         fut = self._requests.pop(msg.req_id, None)
         if fut is None or fut.done():
@@ -272,13 +278,19 @@ class WorkerCore(Core):
 
     def on_block(self, blocked: bool) -> None:
         if self.kind == "task" and threading.get_ident() == self.main_ident:
-            returned: tuple = ()
-            if blocked:  # what waits behind us might be what we wait for: hand it back
-                calls = self.executor.take_unstarted()
-                for call in calls:
-                    call.held = None
-                returned = tuple(c.task_id for c in calls)
+            # (what waits behind us might be what we wait for: hand it back)
+            returned = self._unstarted() if blocked else ()
             self.io.post(self.send_controller, m.WorkerBlocked(blocked, returned))
+
+    def on_give_back(self, conn, msg: m.GiveBack) -> None:
+        self.send_controller(m.WorkerBlocked(None, self._unstarted()))
+
+    def _unstarted(self) -> tuple:
+        """The ids of the tasks queued behind the running one, taken off our queue."""
+        calls = self.executor.take_unstarted()
+        for call in calls:
+            call.held = None
+        return tuple(c.task_id for c in calls)
 
     # -- work in -----------------------------------------------------------------------------
 

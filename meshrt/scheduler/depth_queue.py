@@ -52,6 +52,11 @@ class DepthQueue:
             del self._levels[depth]
         self._count -= 1
 
+    def __iter__(self):
+        """The queued tasks in the order ``popleft`` takes them."""
+        for depth in sorted(self._levels, reverse=True):
+            yield from self._levels[depth]
+
     def __len__(self) -> int:
         return self._count
 

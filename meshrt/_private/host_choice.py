@@ -1,0 +1,110 @@
+"""Which host a task or an actor goes to, as Ray's scheduling strategies pick a node.
+
+Mixed into the Controller. Only hosts that can ever give what is asked for count
+(GPUs only agents have, a custom resource); the head is host 0.
+
+- ``NodeAffinitySchedulingStrategy``: that node (a soft one only while it has room
+  now; else as if no node were named). A hard one whose host left fails, naming it.
+- Default, with resources: the head while it has room; once what it asks for is
+  taken there (running and queued work counted: CPUs, GPUs, custom resources), the
+  host where it is least taken, the head first on a tie, so a burst spreads over the
+  cluster. An actor goes to a host with room now when one has it.
+- Default, asking for nothing (Ray's default actor: 0 CPUs to run): the hosts in
+  turn. Ray picks a random node for these; a rotation spreads them as evenly.
+- ``"SPREAD"``: the hosts in turn, skipping those without room now while some have it.
+
+A task or actor leaves the head only when its caller packed it for any host (its
+large arguments lent, not left in the head's store: placement.py), which callers do
+once another host has joined.
+"""
+
+from __future__ import annotations
+
+from .. import exceptions as exc
+from ..scheduler.resources import UNIT, from_units
+from .cluster_nodes import fits_now
+
+
+class HostChoice:
+    """Needs from the Controller: node, config, hosts and what ClusterNodes and TaskHosts give."""
+
+    _turn = 0  # where the next rotation (SPREAD, actors asking for nothing) starts
+
+    def choose_task_host(self, spec) -> int:
+        units, what = spec.resources, f"task {spec.name}"
+        if spec.affinity is not None:
+            node_id, soft = spec.affinity
+            if node_id == self.config["node_id"]:
+                if not soft:
+                    self.node.check_feasible(units, what)
+                    return 0
+                if fits_now(self.node, units):
+                    return 0
+            host = self.host_of_node_id(node_id)
+            usable = host is not None and host.joined and not host.leaving and spec.portable
+            if usable and not soft:
+                missing = host.node.infeasible(units)
+                if missing is not None:
+                    name, requested, have = missing
+                    raise exc.TaskUnschedulableError(f"{what} (NodeAffinitySchedulingStrategy to host {host.name!r})",
+                                                     name, from_units(requested), from_units(have))
+                return host.id
+            if usable and fits_now(host.node, units):
+                return host.id
+            if not soft:
+                raise self.affinity_unmet(node_id, host)
+        if not spec.portable or not self.hosts:
+            self.node.check_feasible(units, what)
+            return 0
+        candidates = self._able(units, what, exc.TaskUnschedulableError)
+        if spec.spread:
+            return self._in_turn(candidates, lambda host_id: self.task_load(host_id, units) < 1.0)
+        if candidates[0] == 0 and (len(candidates) == 1 or self.task_load(0, units) < 1.0):
+            return 0
+        return min(candidates, key=lambda host_id: self.task_load(host_id, units))  # (ties: the first, the head)
+
+    def choose_actor_host(self, units: tuple, what: str, spread: bool) -> int:
+        """The host an actor the controller places (ActorSpec.host_policy) starts on."""
+        candidates = self._able(units, what, exc.ActorUnschedulableError)
+        free = [host_id for host_id in candidates if fits_now(self.node_of_host(host_id), units)]
+        if spread or not any(amount for _, amount in units):
+            return self._in_turn(candidates, free.__contains__)
+        if free:
+            return min(free, key=lambda host_id: self.task_load(host_id, units))  # (ties: the head)
+        return min(candidates, key=lambda host_id: self.task_load(host_id, units))
+
+    def rpc_host_for(self, caller: int, units: tuple, what: str, spread: bool = False) -> int:
+        """At the caller's line: the host of an actor the head host can never run (or
+        with a soft affinity that cannot be met), so that what no host has fails there."""
+        return self.choose_actor_host(units, what, spread)
+
+    def _able(self, units: tuple, what: str, unschedulable) -> list:
+        """Ids of the hosts that can ever give ``units``, the head first."""
+        head = [0] if self.node.infeasible(units) is None else []
+        return head + [h.id for h in self.hosts_able(units, what, unschedulable)]
+
+    def _in_turn(self, candidates: list, has_room) -> int:
+        """The next of ``candidates`` in rotation that has room, or just the next."""
+        start = self._turn % len(candidates)
+        order = candidates[start:] + candidates[:start]
+        chosen = next((host_id for host_id in order if has_room(host_id)), order[0])
+        self._turn = candidates.index(chosen) + 1
+        return chosen
+
+    def task_load(self, host_id: int, units: tuple) -> float:
+        """How full a host is for a task asking ``units``: of each resource it asks for
+        (CPU when none), what is in use (tasks and actors) and what its queued tasks ask
+        for, over the host's total; the fullest counts. (A task asking for no CPU counts
+        as one CPU in the queue when the request is for CPU-less tasks.)"""
+        node = self.node_of_host(host_id)
+        queues = self.scheduler_of(host_id).tasks
+        fullest = 0.0
+        for name in [name for name, _ in units] or ["CPU"]:
+            total = node.total.get(name, 0)
+            if total <= 0:
+                continue
+            used = total - node.available.get(name, 0)
+            queued = sum(len(queue) * (dict(shape).get(name, 0) or (0 if units else UNIT))
+                         for shape, queue in queues.items())
+            fullest = max(fullest, (used + queued) / total)
+        return fullest
