@@ -414,19 +414,21 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
             self.reserve_pending_groups()
         if self.groups_for_room:
             self.place_for_room()
-        for _ in range(2):  # (again when queued tasks moved to hosts with room: task_hosts.py)
-            for host, scheduler in self.task_schedulers():
-                for action in scheduler.schedule():
-                    if type(action) is Dispatch:
-                        self._dispatch(action, host)
-                    elif type(action) is PlaceActor:
-                        self.place_actor(action.actor_id, action.alloc)
-                    elif type(action) is StartWorkers:
-                        self._start_workers(action.pool_key, action.count, host)
-            if not self.spill_queued_tasks():
-                break
+        self._schedule_hosts()
+        if self.spill_queued_tasks():  # (queued tasks moved to hosts with room: task_hosts.py)
+            self._schedule_hosts()
         if self.pipelined and self.spreads_tasks:
             self.ask_back_pipelined()
+
+    def _schedule_hosts(self) -> None:
+        for host, scheduler in self.task_schedulers():
+            for action in scheduler.schedule():
+                if type(action) is Dispatch:
+                    self._dispatch(action, host)
+                elif type(action) is PlaceActor:
+                    self.place_actor(action.actor_id, action.alloc)
+                elif type(action) is StartWorkers:
+                    self._start_workers(action.pool_key, action.count, host)
 
     def _dispatch(self, action: Dispatch, host: int) -> None:
         rec = self.tasks.get(action.task_id)
@@ -449,7 +451,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
         w.tasks.append(rec)
         if len(w.tasks) == 1:
             w.label = rec.spec.name
-        else:
+        elif self.spreads_tasks:
             self.pipelined.add(w.id)  # (may be asked to hand them back: task_hosts.py)
         self.send_code(w, rec.spec.code_id)
         w.conn.send(m.ExecuteTask(rec.spec, w.alloc.gpu_ids))
@@ -457,7 +459,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
     def _top_up(self, w: WorkerRecord) -> None:
         """Queue more tasks of the same shape behind a busy worker's current one (not
         while another host has room for them: they go there instead)."""
-        if w.blocked or w.state != "busy" or w.alloc is None or self.room_elsewhere(w.host, w.units):
+        if w.blocked or w.state != "busy" or w.alloc is None or self.better_elsewhere(w):
             return
         workers = sum(1 for o in self.workers.values()
                       if o.kind == "task" and o.pool_key == w.pool_key and o.host == w.host)
@@ -502,19 +504,6 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
         self._release_worker_alloc(w)
         w.state = "retiring"  # (never idle again: its exit is no failure)
 
-    def _hand_back(self, back: list, w: WorkerRecord) -> None:
-        """Tasks a worker gives back unstarted go first in line again; one cancelled
-        meanwhile (its CancelTask went to that worker) fails now instead."""
-        again = []
-        for rec in back:
-            rec.worker = None
-            if rec.cancelled:
-                del self.tasks[rec.spec.task_id]
-                self._fail_task(rec.spec, system_error_payload(exc.TaskCancelledError(ids.to_hex(rec.spec.task_id))))
-            else:
-                again.append(rec)
-        self.requeue_front(w, again)
-
     def _requeue(self, rec: TaskRecord) -> None:
         self.enqueue_task(rec.spec._replace(attempt=rec.spec.attempt + 1))
 
@@ -531,6 +520,9 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
                     w.tasks.remove(rec)
             self._hand_back(back, w)
             if msg.blocked is None:
+                if not w.tasks and w.state == "busy":  # (its last task ended before it answered)
+                    self._release_worker_alloc(w)
+                    self._set_idle(w)
                 self.schedule()
         if msg.blocked and not w.blocked:
             w.blocked = True

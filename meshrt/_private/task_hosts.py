@@ -16,6 +16,7 @@ from .. import exceptions as exc
 from ..objstore.serialization import system_error_payload
 from ..scheduler import bundles
 from ..scheduler.resources import Allocation
+from . import ids
 from . import messages as m
 from .cluster_nodes import fits_now
 
@@ -71,10 +72,23 @@ class TaskHosts:
         self.tasks[spec.task_id] = TaskRecord(spec, spec.resources, host=host_id)
         self.scheduler_of(host_id).submit_task(spec.task_id, spec.resources, spec.depth)
 
+    def _hand_back(self, back: list, w) -> None:
+        """Tasks a worker gives back unstarted go first in line again; one cancelled
+        meanwhile (its CancelTask went to that worker) fails now instead."""
+        again = []
+        for rec in back:
+            rec.worker = None
+            if rec.cancelled:
+                del self.tasks[rec.spec.task_id]
+                self._fail_task(rec.spec, system_error_payload(exc.TaskCancelledError(ids.to_hex(rec.spec.task_id))))
+            else:
+                again.append(rec)
+        self.requeue_front(w, again)
+
     def requeue_front(self, w, recs: list) -> None:
         """Tasks worker ``w`` gave back unstarted: first in line again on its host, or
         placed afresh when that host is gone."""
-        if w.host and not self.hosts[w.host].alive:
+        if w.host and (not self.hosts[w.host].alive or self.hosts[w.host].leaving):
             for rec in recs:
                 del self.tasks[rec.spec.task_id]
                 self.enqueue_task(rec.spec)
@@ -144,7 +158,7 @@ class TaskHosts:
             room = _room(node, units, len(queue) - len(starts))
             for task_id in list(itertools.islice(queue, len(starts), len(starts) + len(room))):
                 rec = self.tasks.get(task_id)
-                if rec is None or not rec.spec.portable or rec.spec.affinity is not None:
+                if rec is None or not _may_move(rec):
                     continue
                 depth = src.task_units[task_id][1]
                 src.remove_task(task_id)
@@ -162,6 +176,15 @@ class TaskHosts:
             other != host_id and not s.tasks and fits_now(self.node_of_host(other), units)
             for other, s in self.task_schedulers())
 
+    def better_elsewhere(self, w) -> bool:
+        """The next task that would queue behind busy worker ``w`` can move to another
+        host with room now (so it is not queued behind ``w``: controller._top_up)."""
+        if not self.spreads_tasks:
+            return False
+        queue = self.scheduler_of(w.host).tasks.get(w.units)
+        first = self.tasks.get(next(iter(queue))) if queue else None
+        return first is not None and _may_move(first) and self.room_elsewhere(w.host, w.units)
+
     def ask_back_pipelined(self) -> None:
         """Tasks queued behind a busy worker's current one (controller._top_up) cannot
         spill over: when another host has room for them, their worker is asked to hand
@@ -170,14 +193,28 @@ class TaskHosts:
             w = self.workers.get(worker_id)
             if w is None or len(w.tasks) < 2 or w.conn is None:
                 self.pipelined.discard(worker_id)
-            elif not w.giving_back and self.room_elsewhere(w.host, w.units):
+            elif (not w.giving_back and any(_may_move(rec) for rec in list(w.tasks)[1:])
+                  and self.room_elsewhere(w.host, w.units)):
                 w.giving_back = True
                 w.conn.send(m.GiveBack())
 
 
+def _may_move(rec: TaskRecord) -> bool:
+    """A task that may run on another host than its own: packed for any host, with no
+    affinity and not in a placement group's bundle."""
+    return rec.spec.portable and rec.spec.affinity is None and bundles.bundle_of(rec.units) is None
+
+
+_ROOM_COUNTED = 256  # (a host with room for more tasks of a shape than this waits for its workers, not room)
+
+
 def _room(node, units: tuple, most: int) -> list:
-    """Up to ``most`` allocations of ``units`` taken from ``node`` (the caller releases them)."""
-    taken = []
+    """Up to ``most`` allocations of ``units`` taken from ``node`` (the caller releases
+    them). None for a task that asks for nothing: it always has room, so never moves."""
+    taken: list = []
+    if not units:
+        return taken
+    most = min(most, _ROOM_COUNTED)
     while len(taken) < most:
         alloc = node.try_acquire(units)
         if alloc is None:
