@@ -147,3 +147,19 @@ def test_a_task_queued_behind_a_busy_worker_is_handed_back_when_another_host_fre
     finally:
         for f in locks.values():
             f.close()
+
+
+@pytest.mark.timeout(120)
+def test_actors_waiting_for_room_wait_on_every_host_not_one(two_nodes):
+    head, other, remember, _ = two_nodes
+    running = [Where.options(num_cpus=1).remote() for _ in range(3)]
+    assert _nodes_of(running) == [head, other["NodeID"], other["NodeID"]]
+    remember()
+    waiting = [Where.options(num_cpus=1).remote() for _ in range(3)]  # (no room anywhere: they wait)
+    calls = [actor.where.remote() for actor in waiting]
+    meshrt.kill(running[1])  # (a CPU frees on the agent's host: one waits there, it starts)
+    ready, _ = meshrt.wait(calls, num_returns=1, timeout=60)
+    assert [meshrt.get(ref)[0] for ref in ready] == [other["NodeID"]]
+    meshrt.kill(running[0])  # (and one waits on the head)
+    ready, _ = meshrt.wait(calls, num_returns=2, timeout=60)
+    assert sorted(meshrt.get(ref)[0] for ref in ready) == sorted([head, other["NodeID"]])

@@ -92,12 +92,14 @@ class HostChoice:
         return chosen
 
     def task_load(self, host_id: int, units: tuple) -> float:
-        """How full a host is for a task asking ``units``: of each resource it asks for
-        (CPU when none), what is in use (tasks and actors) and what its queued tasks ask
-        for, over the host's total; the fullest counts. (A task asking for no CPU counts
-        as one CPU in the queue when the request is for CPU-less tasks.)"""
+        """How full a host is for a task or actor asking ``units``: of each resource it
+        asks for (CPU when none), what is in use (tasks and actors), what its queued
+        tasks and the actors waiting there ask for, over the host's total; the fullest
+        counts. (A task asking for no CPU counts as one CPU in the queue when the
+        request is for CPU-less tasks.)"""
         node = self.node_of_host(host_id)
         queues = self.scheduler_of(host_id).tasks
+        waiting = self._waiting_actors(host_id)
         fullest = 0.0
         for name in [name for name, _ in units] or ["CPU"]:
             total = node.total.get(name, 0)
@@ -106,5 +108,14 @@ class HostChoice:
             used = total - node.available.get(name, 0)
             queued = sum(len(queue) * (dict(shape).get(name, 0) or (0 if units else UNIT))
                          for shape, queue in queues.items())
+            queued += sum(dict(shape).get(name, 0) for shape in waiting)
             fullest = max(fullest, (used + queued) / total)
         return fullest
+
+    def _waiting_actors(self, host_id: int) -> list:
+        """What the actors waiting for room on the host ask for (so that waiting actors
+        spread over the hosts rather than pile onto one)."""
+        if not host_id:
+            return list(self.scheduler.actors.values())
+        recs = (self.actors.get(actor_id) for actor_id in self.hosts[host_id].waiting)
+        return [rec.spec.resources for rec in recs if rec is not None]
