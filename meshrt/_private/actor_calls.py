@@ -87,7 +87,7 @@ class ActorCalls:
         from .api import ActorHandle
 
         self.define_code(actor_cls.code_id, actor_cls.code_blob)
-        # (the actor runs on another host, or may: a placement group's bundle may be anywhere)
+        # (the actor runs on another host, or may: the controller picks it, or a group's bundle may be anywhere)
         remote = (opts.host != self.host_id or bool(opts.host_policy)
                   or bundles.bundle_of(opts.resources) is not None)
         payload, deps, pins = self.pack_args(args, kwargs, f"{actor_cls._name}.remote()", remote)

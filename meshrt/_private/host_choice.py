@@ -6,7 +6,8 @@ Mixed into the Controller. Only hosts that can ever give what is asked for count
 - ``NodeAffinitySchedulingStrategy``: that node (a soft one only while it has room
   now; else as if no node were named). A hard one whose host left fails, naming it.
 - Default, with resources: the head while it has room; once what it asks for is
-  taken there (running and queued work counted: CPUs, GPUs, custom resources), the
+  taken there (running work, queued tasks and waiting actors counted: CPUs, GPUs,
+  custom resources), the
   host where it is least taken, the head first on a tie, so a burst spreads over the
   cluster. An actor goes to a host with room now when one has it.
 - Default, asking for nothing (Ray's default actor: 0 CPUs to run): the hosts in

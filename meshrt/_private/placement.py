@@ -66,7 +66,7 @@ def actor_options(core, opts, what: str):
         host = core.request_sync("host_of_node", node_id, soft, opts.resources, what)
     elif _head_lacks(core, opts.resources):
         host = core.request_sync("host_for", opts.resources, what, opts.spread)
-    elif getattr(core, "host_id", 0) != 0 or several_hosts(core):
+    elif core.host_id != 0 or several_hosts(core):
         return dataclasses.replace(opts, host_policy="spread" if opts.spread else "default")
     else:
         return opts
