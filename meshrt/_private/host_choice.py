@@ -7,9 +7,9 @@ Mixed into the Controller. Only hosts that can ever give what is asked for count
   now; else as if no node were named). A hard one whose host left fails, naming it.
 - Default, with resources: the head while it has room; once what it asks for is
   taken there (running work, queued tasks and waiting actors counted: CPUs, GPUs,
-  custom resources), the
-  host where it is least taken, the head first on a tie, so a burst spreads over the
-  cluster. An actor goes to a host with room now when one has it.
+  custom resources), the host where it is least taken, the head first on a tie, so
+  a burst spreads over the cluster. An actor goes to a host with room now when one
+  has it.
 - Default, asking for nothing (Ray's default actor: 0 CPUs to run): the hosts in
   turn. Ray picks a random node for these; a rotation spreads them as evenly.
 - ``"SPREAD"``: the hosts in turn, skipping those without room now while some have it.
