@@ -163,3 +163,16 @@ def test_actors_waiting_for_room_wait_on_every_host_not_one(two_nodes):
     meshrt.kill(running[0])  # (and one waits on the head)
     ready, _ = meshrt.wait(calls, num_returns=2, timeout=60)
     assert sorted(meshrt.get(ref)[0] for ref in ready) == sorted([head, other["NodeID"]])
+
+
+@pytest.mark.timeout(120)
+def test_an_actor_waiting_on_a_full_host_moves_to_one_that_frees_up(two_nodes):
+    head, other, remember, _ = two_nodes
+    running = [Where.options(num_cpus=1).remote() for _ in range(3)]
+    assert _nodes_of(running) == [head, other["NodeID"], other["NodeID"]]
+    remember()
+    waiting = Where.options(num_cpus=1).remote()  # (no room anywhere: it waits on the head, first on a tie)
+    call = waiting.where.remote()
+    meshrt.nodes()  # (a request after the creation: the head has placed it)
+    meshrt.kill(running[1])  # (a CPU frees on the agent's host, not on the head)
+    assert meshrt.get(call, timeout=60)[0] == other["NodeID"]

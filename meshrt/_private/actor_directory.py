@@ -16,8 +16,10 @@ from ..scheduler import bundles
 from ..scheduler.resources import Allocation
 from . import ids
 from . import messages as m
+from .cluster_nodes import fits_now
 
 log = logging.getLogger("meshrt")
+_MOVED_PER_PASS = 16
 
 
 @dataclass
@@ -147,6 +149,28 @@ class ActorDirectory:
         """Resources freed up on ``host``: start the actors waiting for them that fit now."""
         for rec in self._take_waiting(host):
             self.place_on_host(rec)  # (one that still does not fit waits again)
+
+    def move_waiting_actors(self) -> None:
+        """Actors the controller placed (host_policy) that wait for room on a host that
+        has none go to another host that has room now, as Ray places a pending actor
+        on whichever node frees up first. (The first few of each host per pass: this
+        runs at every scheduling pass.)"""
+        waiting = [(0, self.node, list(self.scheduler.actors)[:_MOVED_PER_PASS])]
+        waiting += [(h.id, h.node, h.waiting[:_MOVED_PER_PASS]) for h in self.hosts.values() if h.waiting]
+        for host_id, node, actor_ids in waiting:
+            for actor_id in actor_ids:
+                rec = self.actors.get(actor_id)
+                if (rec is None or not rec.spec.host_policy or rec.worker is not None or rec.state == "dead"
+                        or fits_now(node, rec.spec.resources)):
+                    continue
+                if not any(other != host_id and fits_now(self.node_of_host(other), rec.spec.resources)
+                           for other, _ in self.task_schedulers()):
+                    continue
+                if host_id:
+                    self.hosts[host_id].waiting.remove(actor_id)
+                else:
+                    self.scheduler.remove_actor(actor_id)
+                self.place_by_policy(rec)
 
     def fail_waiting(self, host, reason: str) -> None:
         for rec in self._take_waiting(host):

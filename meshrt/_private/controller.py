@@ -414,6 +414,8 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
             self.reserve_pending_groups()
         if self.groups_for_room:
             self.place_for_room()
+        if self.spreads_tasks:
+            self.move_waiting_actors()
         self._schedule_hosts()
         if self.spill_queued_tasks():  # (queued tasks moved to hosts with room: task_hosts.py)
             self._schedule_hosts()
