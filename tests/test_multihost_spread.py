@@ -50,13 +50,18 @@ def test_actors_asking_for_nothing_take_the_hosts_in_turn(two_nodes):
     assert sorted(nodes) == sorted([head, other["NodeID"]] * 2)
 
 
+def _fill_both_hosts(head, other, remember) -> list:
+    """Three actors of 1 CPU: the head's CPU first, then the agent host's two."""
+    running = [Where.options(num_cpus=1).remote() for _ in range(3)]
+    assert _nodes_of(running) == [head, other["NodeID"], other["NodeID"]]
+    remember()
+    return running
+
+
 @pytest.mark.timeout(120)
 def test_actors_asking_for_cpus_go_where_they_fit_now_the_head_first(two_nodes):
     head, other, remember, _ = two_nodes
-    actors = [Where.options(num_cpus=1).remote() for _ in range(3)]
-    nodes = _nodes_of(actors)
-    remember()
-    assert nodes[0] == head and nodes[1:] == [other["NodeID"]] * 2
+    _fill_both_hosts(head, other, remember)
 
 
 @pytest.mark.timeout(120)
@@ -152,9 +157,7 @@ def test_a_task_queued_behind_a_busy_worker_is_handed_back_when_another_host_fre
 @pytest.mark.timeout(120)
 def test_actors_waiting_for_room_wait_on_every_host_not_one(two_nodes):
     head, other, remember, _ = two_nodes
-    running = [Where.options(num_cpus=1).remote() for _ in range(3)]
-    assert _nodes_of(running) == [head, other["NodeID"], other["NodeID"]]
-    remember()
+    running = _fill_both_hosts(head, other, remember)
     waiting = [Where.options(num_cpus=1).remote() for _ in range(3)]  # (no room anywhere: they wait)
     calls = [actor.where.remote() for actor in waiting]
     meshrt.kill(running[1])  # (a CPU frees on the agent's host: one waits there, it starts)
@@ -168,9 +171,7 @@ def test_actors_waiting_for_room_wait_on_every_host_not_one(two_nodes):
 @pytest.mark.timeout(120)
 def test_an_actor_waiting_on_a_full_host_moves_to_one_that_frees_up(two_nodes):
     head, other, remember, _ = two_nodes
-    running = [Where.options(num_cpus=1).remote() for _ in range(3)]
-    assert _nodes_of(running) == [head, other["NodeID"], other["NodeID"]]
-    remember()
+    running = _fill_both_hosts(head, other, remember)
     waiting = Where.options(num_cpus=1).remote()  # (no room anywhere: it waits on the head, first on a tie)
     call = waiting.where.remote()
     meshrt.nodes()  # (a request after the creation: the head has placed it)
