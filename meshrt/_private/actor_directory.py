@@ -7,6 +7,7 @@ how they learn where to send calls and when to fail or retry them.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass, field
 
@@ -155,16 +156,18 @@ class ActorDirectory:
         has none go to another host that has room now, as Ray places a pending actor
         on whichever node frees up first. (The first few of each host per pass: this
         runs at every scheduling pass.)"""
-        waiting = [(0, self.node, list(self.scheduler.actors)[:_MOVED_PER_PASS])]
+        waiting = [(0, self.node, list(itertools.islice(self.scheduler.actors, _MOVED_PER_PASS)))]
         waiting += [(h.id, h.node, h.waiting[:_MOVED_PER_PASS]) for h in self.hosts.values() if h.waiting]
+        if not any(actor_ids for _, _, actor_ids in waiting):
+            return
+        nodes = [(host_id, self.node_of_host(host_id)) for host_id, _ in self.task_schedulers()]
         for host_id, node, actor_ids in waiting:
             for actor_id in actor_ids:
                 rec = self.actors.get(actor_id)
                 if (rec is None or not rec.spec.host_policy or rec.worker is not None or rec.state == "dead"
                         or fits_now(node, rec.spec.resources)):
                     continue
-                if not any(other != host_id and fits_now(self.node_of_host(other), rec.spec.resources)
-                           for other, _ in self.task_schedulers()):
+                if not any(other != host_id and fits_now(elsewhere, rec.spec.resources) for other, elsewhere in nodes):
                     continue
                 if host_id:
                     self.hosts[host_id].waiting.remove(actor_id)
