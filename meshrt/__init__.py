@@ -113,6 +113,7 @@ __all__ = [
     "unhandled_fault_hook",
     "exceptions",
     "actor",
+    "runtime_env",
     "util",
 ]
 
@@ -130,4 +131,4 @@ def _fixup_module_metadata() -> None:
 
 _fixup_module_metadata()
 
-from . import actor, util  # noqa: E402  (both import names defined above)
+from . import actor, runtime_env, util  # noqa: E402  (these import names defined above)

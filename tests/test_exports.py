@@ -11,7 +11,7 @@ EXPECTED = {
     "init", "shutdown", "is_initialized", "remote", "method", "get", "put", "wait", "kill",
     "cancel", "get_actor", "get_runtime_context", "get_gpu_ids", "available_resources",
     "cluster_resources", "nodes", "memory_summary", "ObjectRef", "ObjectRefGenerator", "ActorHandle", "ActorClass",
-    "ActorMethod", "RemoteFunction", "RuntimeContext", "exceptions", "actor", "util",
+    "ActorMethod", "RemoteFunction", "RuntimeContext", "exceptions", "actor", "runtime_env", "util",
     # Monarch-style meshes
     "Accumulator", "Actor", "ActorError", "ActorMesh", "Channel", "Extent", "Future", "HostMesh", "MeshFailure", "Point",
     "Port", "PortReceiver", "ProcMesh", "SupervisionError", "ValueMesh", "context", "current_actor_name", "current_rank",

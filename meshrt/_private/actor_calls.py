@@ -7,7 +7,7 @@ import pickle
 from typing import Any
 
 from ..scheduler import bundles
-from . import ids, lanes
+from . import ids, lanes, runtime_env
 from . import messages as m
 from .pending import PendingTask
 from .refs import ObjectRef
@@ -90,6 +90,7 @@ class ActorCalls:
         # (the actor runs on another host, or may: the controller picks it, or a group's bundle may be anywhere)
         remote = (opts.host != self.host_id or bool(opts.host_policy)
                   or bundles.bundle_of(opts.resources) is not None)
+        env = runtime_env.for_submit(self, opts.runtime_env)
         payload, deps, pins = self.pack_args(args, kwargs, f"{actor_cls._name}.remote()", remote)
         actor_id = ids.new_task_id()
         namespace = opts.namespace or self.namespace()
@@ -115,7 +116,7 @@ class ActorCalls:
                 actor_id, actor_cls.code_id, actor_cls._name, pt.args, self._dep_payloads(pt),
                 self.worker_id, handle_oid, opts.resources, opts.max_restarts, opts.max_concurrency,
                 actor_cls._is_async, opts.name, namespace, opts.detached, actor_cls._meta_blob, opts.host,
-                opts.label, opts.concurrency_groups, opts.waits_for_host, opts.host_policy,
+                opts.label, opts.concurrency_groups, opts.waits_for_host, opts.host_policy, env,
             )
             self.send_controller(m.CreateActor(spec))
 

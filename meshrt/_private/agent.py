@@ -19,7 +19,7 @@ import signal
 import socket
 
 from ..objstore.store import SharedStore
-from . import addresses, heartbeat, procutil, ucx_routes, wire
+from . import addresses, env_packages, heartbeat, procutil, ucx_routes, wire
 from . import messages as m
 from .direct_lanes import DirectLanes
 from .host_cache import HostCache
@@ -74,6 +74,7 @@ class Agent:
         self.loop = loop
         self.done = asyncio.Event()
         self.store = SharedStore(self.store_bytes, self.spill_dir)
+        self.env_dir = env_packages.new_host_dir()
         self.cache = HostCache(self.store)
         self.local_address = addresses.new_unix_address("agent")
         server = await wire.listen(self.local_address, self.token,
@@ -90,13 +91,14 @@ class Agent:
             log.error("meshrt agent: cannot join the head at %s: %s", self.head_address, err)
             server.close()
             self.store.close()
+            env_packages.remove_host_dir(self.env_dir)
             return 1
         env = dict(os.environ)
         env.update({
             "MESHRT_CONTROLLER": self.head_address, "MESHRT_TOKEN": self.token.hex(),
             "MESHRT_STORE_SIZE": str(self.store.capacity),
             "MESHRT_AGENT": self.local_address, "MESHRT_HOST_ID": str(self.host_id),
-            "MESHRT_LISTEN_HOST": listen_host, "PYTHONUNBUFFERED": "1",
+            "MESHRT_LISTEN_HOST": listen_host, "PYTHONUNBUFFERED": "1", "MESHRT_ENV_DIR": self.env_dir,
         })
         self.zygote = Zygote(loop, env, self.on_spawned, self.on_exited, self.on_zygote_lost,
                              store_fd=self.store.fd)
@@ -115,6 +117,7 @@ class Agent:
         server.close()
         self.direct_lanes.close()
         self.store.close()
+        env_packages.remove_host_dir(self.env_dir)
         return 0
 
     # -- the head --------------------------------------------------------------------------

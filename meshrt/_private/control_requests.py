@@ -42,6 +42,17 @@ class ControlRequests:
         w = self.workers.get(worker_id)
         return w.address if w is not None else None
 
+    # -- runtime_env packages (env_packages.py), kept for the job as Ray's GCS keeps them ------------
+
+    def rpc_put_package(self, caller: int, uri: str, data: bytes) -> None:
+        self.packages.setdefault(uri, data)
+
+    def rpc_has_package(self, caller: int, uri: str) -> bool:
+        return uri in self.packages
+
+    def rpc_get_package(self, caller: int, uri: str) -> bytes | None:
+        return self.packages.get(uri)
+
     # -- the host's object store (this host: the head) ----------------------------------------
 
     def rpc_store_allocate(self, caller: int, *args) -> int:

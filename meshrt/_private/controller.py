@@ -23,7 +23,7 @@ from ..objstore.serialization import system_error_payload
 from ..objstore.store import SharedStore
 from ..scheduler.policy import Dispatch, PlaceActor, Scheduler, StartWorkers
 from ..scheduler.resources import Allocation, NodeResources
-from . import addresses, gpus, ids, ucx_routes, wire
+from . import addresses, env_packages, gpus, ids, ucx_routes, wire
 from . import messages as m
 from .actor_directory import ActorDirectory
 from .cluster_nodes import ClusterNodes
@@ -92,6 +92,8 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
         self.by_pid: dict[int, WorkerRecord] = {}
         self._ids = itertools.count(1)
         self.code: dict[int, bytes] = {}
+        self.packages: dict[str, bytes] = config.pop("packages", {})  # runtime_env directories (env_packages.py)
+        self.env_dir: str | None = None
         self.tasks: dict[int, TaskRecord] = {}
         self.pipelined: set[int] = set()
         self.address = addresses.new_unix_address("ctl")
@@ -129,6 +131,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
     async def start(self) -> None:
         self.store = SharedStore(int(self.config["resources"]["object_store_memory"]),
                                  self.config.get("spill_dir"))
+        self.env_dir = env_packages.new_host_dir()
         self.servers.append(await wire.listen(self.address, self.token, self._conn_kwargs, self.accepted))
         if self.tcp_address:
             server = await wire.listen(self.tcp_address, self.token, self._conn_kwargs, self.accepted)
@@ -148,7 +151,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
             "MESHRT_TOKEN": self.token.hex(),
             "PYTHONUNBUFFERED": "1",
             "MESHRT_SESSION": self.config["session"],
-            "MESHRT_STORE_SIZE": str(self.store.capacity),
+            "MESHRT_STORE_SIZE": str(self.store.capacity), "MESHRT_ENV_DIR": self.env_dir,
         })
         self.zygote = Zygote(self.loop, env, self._on_spawned, self._on_exited, self._on_zygote_lost,
                              store_fd=self.store.fd, preforked=self.config.pop("preforked_zygote", None))
@@ -165,6 +168,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
             self.flush_logs()  # (what the processes printed on their way out)
             if self.store is not None:
                 self.store.close()
+            env_packages.remove_host_dir(self.env_dir)
 
     async def _stop_processes(self) -> None:
         self.stopping = True
@@ -306,6 +310,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
             "head_resources": dict(self.node.total), "namespace": c["namespace"],
             "sys_path": c["sys_path"], "cwd": c["cwd"], "session": c["session"],
             "ucx_unreached": [sorted(cut) for cut in self.ucx_unreached], "several_hosts": self.spreads_tasks,
+            "runtime_env": c.get("runtime_env"),
         }
 
     def _set_idle(self, w: WorkerRecord) -> None:

@@ -29,7 +29,7 @@ from ..objstore.serialization import (
 )
 from ..objstore.table import ObjectEntry, ObjectTable
 from . import args as argpack
-from . import ids, loans, placement
+from . import ids, loans, placement, runtime_env
 from . import messages as m
 from .actor_calls import ActorCalls
 from .context import current_call, nesting_depth
@@ -154,6 +154,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls, InlineReads):
     def submit_task(self, fn, args: tuple, kwargs: dict, opts) -> Any:
         self.define_code(fn.code_id, fn.code_blob)
         remote = placement.task_portable(self, opts)  # (may run on another host: task_hosts.py)
+        env = runtime_env.for_submit(self, opts.runtime_env)
         payload, deps, pins = self.pack_args(args, kwargs, f"{opts.name}.remote()", remote)
         task_id = ids.new_task_id()
         pt = PendingTask(task_id, opts.name, payload, deps, pins, opts.num_returns)
@@ -167,7 +168,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls, InlineReads):
                 task_id, fn.code_id, opts.name, pt.args, self._dep_payloads(pt), pt.num_returns,
                 self.worker_id, self.address(), opts.resources, opts.max_retries,
                 opts.retry_exceptions, owner_host=self.host_id, depth=depth, max_calls=opts.max_calls,
-                affinity=opts.affinity, portable=remote, spread=opts.spread,
+                affinity=opts.affinity, portable=remote, spread=opts.spread, runtime_env=env,
             )
             pt.sent = True
             self.send_controller(m.SubmitTask(spec))

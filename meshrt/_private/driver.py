@@ -16,9 +16,10 @@ import socket
 import sys
 import time
 import uuid
+import warnings
 from typing import Any
 
-from . import context, gpus, spin, state
+from . import context, gpus, runtime_env, spin, state
 from . import messages as m
 from .controller import Controller
 from .core import Core
@@ -294,9 +295,7 @@ def init(
     unknown = sorted(set(ray_args) - _IGNORED_INIT_ARGS)
     if unknown:
         raise TypeError(f"init() got unexpected keyword argument(s) {', '.join(unknown)}")
-    from .options import warn_runtime_env
-
-    warn_runtime_env(ray_args.get("runtime_env"), "meshrt.init()")
+    job_env = runtime_env.check(ray_args.get("runtime_env"), "meshrt.init()", job=True)
     with state.lock:
         current = state.core_or_none()
         if current is not None:
@@ -329,6 +328,11 @@ def init(
             "tcp_address": tcp,
             "spill_dir": ray_args.get("object_spilling_directory"),
         }
+        if job_env is not None and local_mode:
+            warnings.warn("meshrt.init(local_mode=True): runtime_env is not applied in local mode (tasks run in "
+                          "this process)", RuntimeWarning, stacklevel=2)
+        elif job_env is not None:  # (packed before any worker starts: every one is welcomed into it)
+            config["runtime_env"], config["packages"] = runtime_env.resolve(job_env, "meshrt.init()")
         if local_mode:
             from .local_mode import LocalCore
 
@@ -358,6 +362,7 @@ def init(
             worker_id=0, resources=amounts,
         )
         core.config = config
+        runtime_env.set_job(config.get("runtime_env"))
         state.set_core(core)
         _register_atexit()
         return _info(core)
@@ -455,6 +460,7 @@ def shutdown() -> None:
         if core is None:
             return
         state.set_core(None)
+        runtime_env.set_job(None)
         try:
             core.shutdown()
         finally:

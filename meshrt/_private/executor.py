@@ -38,7 +38,7 @@ from ..objstore.serialization import (
     system_error_payload,
 )
 from . import args as argpack
-from . import call_payloads, context, ids, lanes
+from . import call_payloads, context, ids, lanes, runtime_env
 from . import messages as m
 from .concurrency_groups import Groups
 from .deferred import Deferred
@@ -289,6 +289,17 @@ class Executor:
         return terminate
 
     def run_call(self, call: Call) -> None:
+        env = call.spec.runtime_env if call.is_task else None
+        if not env:
+            self._run_call(call)
+            return
+        try:
+            with runtime_env.around_task(self.core, env):
+                self._run_call(call)
+        except exc.RuntimeEnvSetupError as err:
+            self._failed(call, err)
+
+    def _run_call(self, call: Call) -> None:
         if call.task_id in self.cancel_requested:
             self.cancel_requested.discard(call.task_id)
             self._finish(call, self._cancelled(call))
@@ -418,8 +429,9 @@ class Executor:
         self.actor_spec = spec
         context.set_actor(spec, self.core, incarnation)  # (get_runtime_context() in __init__, too)
         error = None
-        cls = self.load(spec.code_id)
         try:
+            runtime_env.start_actor(self.core, spec.runtime_env)  # (before its class is loaded)
+            cls = self.load(spec.code_id)
             args, kwargs = argpack.unpack(spec.args, spec.deps, deserialize)
             if spec.is_async:
                 self.user_loop = _new_loop()

@@ -74,6 +74,7 @@ class TaskSpec(NamedTuple):
     affinity: tuple | None = None  # (node id, soft): NodeAffinitySchedulingStrategy
     portable: bool = False  # packed for any host (its large arguments lent): it may run off the head
     spread: bool = False  # scheduling_strategy="SPREAD" (host_choice.py)
+    runtime_env: dict | None = None  # resolved (runtime_env.py); None: the job's
 
 
 class SubmitTask(NamedTuple):
@@ -182,6 +183,7 @@ class ActorSpec(NamedTuple):
     concurrency_groups: tuple = ()  # ((group, max concurrency), ...)
     waits_for_host: bool = False  # on a busy host it waits for resources (a Ray actor), else fails (a mesh's)
     host_policy: str = ""  # "": start it on ``host``; "default" or "spread": the controller picks (host_choice.py)
+    runtime_env: dict | None = None  # resolved (runtime_env.py); None: the job's
 
 
 class CreateActor(NamedTuple):

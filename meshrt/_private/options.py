@@ -1,7 +1,7 @@
 """``@remote(...)`` and ``.options(...)``: validated once per decoration, not per call.
 
 Bad options raise at the decorator or ``.options()`` call, naming the option. Ray
-options that change nothing here (``runtime_env``, ``placement_group`` ...) are
+options that change nothing here (``_metadata``, ``label_selector`` ...) are
 accepted so Ray programs run unchanged.
 """
 
@@ -16,14 +16,16 @@ import cloudpickle
 from ..scheduler import bundles
 from ..scheduler.resources import normalize, validate_request
 from . import concurrency_groups
+from .runtime_env import Requested
+from .runtime_env import option as runtime_env_option
 
 _RESOURCE_KEYS = {"num_cpus", "num_gpus", "resources", "memory", "accelerator_type"}
-_IGNORED = {"runtime_env", "placement_group_capture_child_tasks", "_metadata", "label_selector", "enable_task_events",
+_IGNORED = {"placement_group_capture_child_tasks", "_metadata", "label_selector", "enable_task_events",
             "_labels", "fallback_strategy"}
 _GROUP_KEYS = {"placement_group", "placement_group_bundle_index"}
-TASK_KEYS = _RESOURCE_KEYS | _IGNORED | _GROUP_KEYS | {"num_returns", "max_retries", "retry_exceptions", "name",
+TASK_KEYS = _RESOURCE_KEYS | _IGNORED | _GROUP_KEYS | {"runtime_env", "num_returns", "max_retries", "retry_exceptions", "name",
                                          "max_calls", "scheduling_strategy"}
-ACTOR_KEYS = _RESOURCE_KEYS | _IGNORED | _GROUP_KEYS | {"max_restarts", "max_task_retries", "max_concurrency", "name",
+ACTOR_KEYS = _RESOURCE_KEYS | _IGNORED | _GROUP_KEYS | {"runtime_env", "max_restarts", "max_task_retries", "max_concurrency", "name",
                                           "scheduling_strategy", "namespace", "lifetime", "get_if_exists", "max_pending_calls",
                                           "concurrency_groups", "allow_out_of_order_execution",
                                           "_host", "_label"}  # (meshes: a process's host, and its name in output)
@@ -31,26 +33,7 @@ DEFAULT_TASK_RETRIES = 3
 DEFAULT_ASYNC_CONCURRENCY = 1000
 
 
-def warn_runtime_env(runtime_env: Any, what: str) -> None:
-    """runtime_env is accepted (Ray code passes it) but not applied: say so at the user's
-    line, rather than run without the environment asked for in silence."""
-    if not runtime_env or (isinstance(runtime_env, dict) and not any(runtime_env.values())):
-        return
-    import os
-    import sys
-    import warnings
-
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame, level = sys._getframe(0), 1
-    while frame is not None and frame.f_code.co_filename.startswith(package):
-        frame, level = frame.f_back, level + 1
-    warnings.warn(f"{what}: runtime_env is not supported by meshrt yet and is ignored; set environment "
-                  f"variables in the driver before meshrt.init() (every worker inherits them) and "
-                  f"install packages in the driver's environment", RuntimeWarning, stacklevel=level)
-
-
 def check_keys(options: dict, allowed: set, what: str) -> None:
-    warn_runtime_env(options.get("runtime_env"), what)
     for key in options:
         if key not in allowed:
             raise ValueError(f"invalid option {key!r} for {what}; valid options are "
@@ -161,6 +144,7 @@ class TaskOptions:
     max_calls: int = 0  # a worker runs at most this many of these tasks, then exits (0: no limit)
     affinity: tuple | None = None  # (node id, soft): NodeAffinitySchedulingStrategy
     spread: bool = False  # scheduling_strategy="SPREAD": over the hosts, not the head first (host_choice.py)
+    runtime_env: Requested | None = None  # runtime_env.py
 
     @classmethod
     def build(cls, options: dict, default_name: str, is_generator: bool) -> TaskOptions:
@@ -176,6 +160,7 @@ class TaskOptions:
             max_calls=_int_option(options, "max_calls", 0, what, minimum=0),
             affinity=affinity,
             spread=options.get("scheduling_strategy") == "SPREAD",
+            runtime_env=runtime_env_option(options.get("runtime_env"), what),
         )
 
 
@@ -198,6 +183,7 @@ class ActorOptions:
     host_given: bool = False  # ``_host`` was given (a mesh's process): placement.py leaves it there
     spread: bool = False  # scheduling_strategy="SPREAD"
     host_policy: str = ""  # set by placement.py: "" starts it on ``host``; else the controller picks (host_choice.py)
+    runtime_env: Requested | None = None  # runtime_env.py
 
     @classmethod
     def build(cls, options: dict, class_name: str, is_async: bool) -> ActorOptions:
@@ -232,4 +218,5 @@ class ActorOptions:
             concurrency_groups=concurrency_groups.check(options.get("concurrency_groups"), what),
             affinity=affinity,
             spread=options.get("scheduling_strategy") == "SPREAD",
+            runtime_env=runtime_env_option(options.get("runtime_env"), what),
         )

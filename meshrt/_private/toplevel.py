@@ -8,7 +8,7 @@ import warnings
 from typing import Any
 
 from ..scheduler import bundles
-from . import context, state
+from . import context, runtime_env, state
 from .api import ActorHandle
 from .refs import ObjectRef, ObjectRefGenerator
 
@@ -185,6 +185,19 @@ class RuntimeContext:
         import os
 
         return os.getpid()
+
+    @property
+    def runtime_env(self) -> dict:
+        """The environment the running task or actor was given (merged with the job's), as
+        Ray shows it: local directories appear as the packages they were sent as."""
+        from ..runtime_env import RuntimeEnv
+
+        return RuntimeEnv(**runtime_env.current())
+
+    def get_runtime_env_string(self) -> str:
+        import json
+
+        return json.dumps(runtime_env.current())
 
     @property
     def namespace(self) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from . import procutil, state
+from . import procutil, runtime_env, state
 from .portal import LoopThread
 from .worker_core import WorkerCore
 
@@ -27,6 +27,10 @@ def main(worker_id: int, kind: str) -> None:
         io.run_sync(core.connect(), CONNECT_TIMEOUT_S)
     except (ConnectionRefusedError, FileNotFoundError, ConnectionResetError):
         os._exit(0)  # the driver shut down while we were starting: nothing to serve
+    try:
+        runtime_env.start_worker(core, core.config.get("runtime_env"))
+    except Exception as err:  # noqa: BLE001 - (said in the driver's output; its tasks fail on what is missing)
+        print(f"meshrt: the job's runtime_env could not be set up in worker {worker_id}: {err}", file=sys.stderr)
     core.executor.run_forever()
 
 

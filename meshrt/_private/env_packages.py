@@ -1,0 +1,147 @@
+"""Local directories of a ``runtime_env`` (``working_dir``, ``py_modules``), as zip packages.
+
+The owner packs a directory into a zip named by the hash of its bytes
+(``meshrt-pkg://<sha>.zip``) and hands it to the controller once, which keeps it for
+the job as Ray's GCS keeps uploaded packages. A process that runs a task or actor
+asking for it unpacks it once per host, under the host's runtime directory
+(``MESHRT_ENV_DIR``, made and removed by the controller or the host's agent): the first
+process takes a file lock and unpacks, the others find it there. So a host that does
+not share the driver's file system runs the driver's code, and tasks on the head host
+see a copy, as they do under Ray (they may write into it without touching the
+original).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import fnmatch
+import hashlib
+import io
+import os
+import shutil
+import tempfile
+import zipfile
+
+from ..exceptions import RuntimeEnvSetupError
+
+SCHEME = "meshrt-pkg://"
+MAX_PACKAGE_BYTES = 512 << 20  # (Ray's limit on an uploaded package, too)
+_SKIPPED_DIRS = ("__pycache__",)  # (bytecode is made again where it runs)
+_FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # same files -> same bytes -> same name, whenever packed
+_packed: dict = {}  # (path, prefix, excludes, fingerprint) -> (uri, zip bytes)
+
+
+def pack(path: str, excludes: tuple = (), prefix: str = "", what: str = "runtime_env") -> tuple[str, bytes]:
+    """(uri, zip bytes) of a directory, or of one ``.py`` file; ``prefix`` is the name its
+    files are put under in the zip (a py_module's own name)."""
+    path = os.path.abspath(path)
+    files = list(_files(path, excludes))
+    key = (path, prefix, excludes, _fingerprint(files))
+    if key in _packed:
+        return _packed[key]
+    total = sum(size for _rel, _full, size, _mode in files)
+    if total > MAX_PACKAGE_BYTES:
+        raise ValueError(f"{what}: {path} holds {total / (1 << 20):.0f} MiB, more than the "
+                         f"{MAX_PACKAGE_BYTES >> 20} MiB a package may hold; leave large files out with "
+                         "runtime_env={'excludes': [...]} (patterns like 'data/' or '*.ckpt')")
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
+        for rel, full, _size, mode in files:
+            info = zipfile.ZipInfo(prefix + rel, date_time=_FIXED_TIME)
+            info.external_attr = (mode & 0o777) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            with open(full, "rb") as src:
+                archive.writestr(info, src.read())
+    data = buffer.getvalue()
+    packed = (f"{SCHEME}{hashlib.sha256(data).hexdigest()[:32]}.zip", data)
+    _packed[key] = packed
+    return packed
+
+
+def _files(path: str, excludes: tuple):
+    """(name in the zip, path, size, mode) of each file under ``path``, in a fixed order."""
+    if os.path.isfile(path):
+        st = os.stat(path)
+        yield os.path.basename(path), path, st.st_size, st.st_mode
+        return
+    for root, dirs, names in os.walk(path):
+        rel_root = os.path.relpath(root, path)
+        rel_root = "" if rel_root == "." else rel_root.replace(os.sep, "/") + "/"
+        dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS and not _excluded(rel_root + d + "/", excludes))
+        for name in sorted(names):
+            rel = rel_root + name
+            full = os.path.join(root, name)
+            if _excluded(rel, excludes) or not os.path.isfile(full):
+                continue
+            st = os.stat(full)
+            yield rel, full, st.st_size, st.st_mode
+
+
+def _excluded(rel: str, excludes: tuple) -> bool:
+    """Ray's ``excludes``, read as .gitignore patterns in their common forms: a pattern
+    with a slash inside is matched from the top of the directory, one without matches a
+    name at any depth, a trailing slash matches directories only."""
+    is_dir = rel.endswith("/")
+    rel = rel.rstrip("/")
+    for pattern in excludes:
+        dir_only = pattern.endswith("/")
+        pattern = pattern.rstrip("/")
+        if not pattern or (dir_only and not is_dir):
+            continue
+        if "/" in pattern:
+            if fnmatch.fnmatchcase(rel, pattern.lstrip("/")):
+                return True
+        elif fnmatch.fnmatchcase(rel.rsplit("/", 1)[-1], pattern):
+            return True
+    return False
+
+
+def _fingerprint(files: list) -> int:
+    """Names, sizes and modification times: a changed file packs again."""
+    return hash(tuple((rel, size, os.stat(full).st_mtime_ns) for rel, full, size, _mode in files))
+
+
+def new_host_dir() -> str:
+    """Where this host's processes unpack packages; its owner removes it as it stops."""
+    return tempfile.mkdtemp(prefix="meshrt-env-")
+
+
+def remove_host_dir(path: str | None) -> None:
+    if path:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def sha_of(uri: str) -> str:
+    return uri.removeprefix(SCHEME).removesuffix(".zip")
+
+
+def local_copy(core, uri: str) -> str:
+    """The package unpacked on this host (fetched from the controller the first time)."""
+    root = os.environ.get("MESHRT_ENV_DIR")
+    if not root or not os.path.isdir(root):
+        raise RuntimeEnvSetupError(f"{uri}: this process has no host runtime directory to unpack it in "
+                                   "(runtime_env is applied in worker processes only)")
+    target = os.path.join(root, sha_of(uri))
+    if os.path.isdir(target):
+        return target
+    with open(target + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # (one process per host unpacks; the rest wait for it)
+        if os.path.isdir(target):
+            return target
+        data = core.request_sync("get_package", uri)
+        if data is None:
+            raise RuntimeEnvSetupError(f"{uri}: the driver does not hold this package (was it packed by "
+                                       "a process of another job?)")
+        staging = tempfile.mkdtemp(prefix=".unpacking-", dir=root)
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                for info in archive.infolist():
+                    written = archive.extract(info, staging)
+                    mode = (info.external_attr >> 16) & 0o777
+                    if mode:
+                        os.chmod(written, mode)
+            os.rename(staging, target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    return target

@@ -1,0 +1,311 @@
+"""Ray's ``runtime_env``: environment variables, a working directory and Python modules
+for the job (``meshrt.init(runtime_env=...)``), an actor or a task.
+
+Where it is applied:
+
+* the job's: in every worker process as it starts (before any user code is loaded);
+* an actor's: in its own process, before its class is loaded;
+* a task's: around that task in the pool worker that runs it (environment variables,
+  current directory and ``sys.path`` are put back afterwards). Ray starts a worker
+  process per environment instead; the difference shows only for variables read once
+  at process start (by a library already imported in the worker) and for modules a
+  task's working_dir shadows after an earlier task imported the same name.
+
+Inheritance is Ray's: tasks and actors submitted from a task or actor get its
+environment; one that names its own overrides the parent's fields, except
+``env_vars``, which are merged (the child's win). Local directories travel as
+packages (env_packages.py).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import warnings
+from contextlib import contextmanager
+from typing import Any
+
+import cloudpickle
+
+from ..exceptions import RuntimeEnvSetupError
+from . import env_packages
+
+APPLIED = ("env_vars", "working_dir", "py_modules", "worker_process_setup_hook", "excludes", "config")
+NOT_APPLIED = ("pip", "uv", "conda", "container", "image_uri", "py_executable", "java_jars", "nsight",
+               "rocprof_sys", "_inject_current_ray", "_ray_release", "_ray_commit")
+_TAKES_EFFECT = ("env_vars", "working_dir", "py_modules", "worker_process_setup_hook")
+
+_job: dict | None = None  # the job's resolved environment (every worker starts in it)
+_current: dict | None = None  # the resolved environment of the running task or actor
+
+
+def check(runtime_env: Any, what: str, job: bool = False) -> dict | None:
+    """The runtime_env as given, checked (paths made absolute); None when it asks for nothing.
+    Fields meshrt does not apply (``pip``...) are warned about at the user's line."""
+    if runtime_env is None:
+        return None
+    if not isinstance(runtime_env, dict):
+        raise TypeError(f"{what}: runtime_env must be a dict (or meshrt.runtime_env.RuntimeEnv), "
+                        f"got {type(runtime_env).__name__}")
+    out: dict = {}
+    for key, value in runtime_env.items():
+        if key in NOT_APPLIED:
+            if value:
+                _warn(f"{what}: runtime_env[{key!r}] is not supported by meshrt yet and is ignored; install "
+                      "what it names in the Python environment meshrt runs from, on every host")
+            continue
+        if key not in APPLIED:
+            raise ValueError(f"{what}: runtime_env has no field {key!r}; meshrt applies "
+                             f"{', '.join(APPLIED[:4])} (and reads 'excludes' and 'config')")
+        if value is None:
+            continue
+        if key == "env_vars":
+            out[key] = _env_vars(value, what)
+        elif key == "working_dir":
+            out[key] = _local_dir(value, what)
+        elif key == "py_modules":
+            out[key] = _py_modules(value, what)
+        elif key == "worker_process_setup_hook":
+            out[key] = _setup_hook(value, what, job)
+        elif key == "excludes":
+            if not isinstance(value, (list, tuple)) or not all(isinstance(p, str) for p in value):
+                raise TypeError(f"{what}: runtime_env['excludes'] must be a list of patterns (strings), "
+                                f"got {value!r}")
+            out[key] = tuple(value)
+    return out if any(k in out for k in _TAKES_EFFECT) else None
+
+
+def _setup_hook(value: Any, what: str, job: bool) -> Any:
+    if not job:
+        raise ValueError(f"{what}: runtime_env['worker_process_setup_hook'] is applied only to the whole job, "
+                         "as in Ray: give it to meshrt.init(runtime_env=...)")
+    if callable(value):
+        return value
+    if isinstance(value, str) and "." in value.strip("."):
+        return value
+    raise TypeError(f"{what}: runtime_env['worker_process_setup_hook'] must be a callable or a "
+                    f"'module.function' string, got {value!r}")
+
+
+def _warn(text: str) -> None:
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 2
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(text, RuntimeWarning, stacklevel=level)
+
+
+def _env_vars(value: Any, what: str) -> dict:
+    if not isinstance(value, dict):
+        raise TypeError(f"{what}: runtime_env['env_vars'] must be a dict of str to str, got {value!r}")
+    for name, text in value.items():
+        if not isinstance(name, str) or not name or "=" in name:
+            raise ValueError(f"{what}: runtime_env['env_vars'] has a bad variable name {name!r}")
+        if not isinstance(text, str):
+            raise TypeError(f"{what}: runtime_env['env_vars'][{name!r}] must be a str, got {text!r} "
+                            f"(write str({text!r}))")
+    return dict(value)
+
+
+def _local_dir(value: Any, what: str) -> str:
+    path = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if path is None:
+        raise TypeError(f"{what}: runtime_env['working_dir'] must be a local directory's path, got {value!r}")
+    if "://" in path:
+        raise ValueError(f"{what}: runtime_env['working_dir']={path!r}: remote URIs are not supported "
+                         "by meshrt; give a local directory (it is sent to every host that needs it)")
+    if not os.path.isdir(path):
+        raise ValueError(f"{what}: runtime_env['working_dir']={path!r} is not a directory")
+    return os.path.abspath(path)
+
+
+def _py_modules(value: Any, what: str) -> tuple:
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"{what}: runtime_env['py_modules'] must be a list of module directories, "
+                        f".py files or imported modules, got {value!r}")
+    paths = []
+    for item in value:
+        if hasattr(item, "__file__") and getattr(item, "__spec__", None) is not None:
+            origin = item.__file__ or ""
+            path = os.path.dirname(origin) if hasattr(item, "__path__") else origin
+        elif isinstance(item, (str, os.PathLike)):
+            path = os.fspath(item)
+        else:
+            raise TypeError(f"{what}: runtime_env['py_modules'] entry {item!r} is not a path or a module")
+        if "://" in path or path.endswith(".whl"):
+            raise ValueError(f"{what}: runtime_env['py_modules'] entry {path!r}: only local directories and "
+                             ".py files are supported by meshrt (install wheels on every host)")
+        if not (os.path.isdir(path) or (os.path.isfile(path) and path.endswith(".py"))):
+            raise ValueError(f"{what}: runtime_env['py_modules'] entry {path!r} is not a directory or a .py file")
+        paths.append(os.path.abspath(path))
+    return tuple(paths)
+
+
+# -- the owner's side: packed and handed to the controller ---------------------------------------
+
+
+def resolve(checked: dict, what: str) -> tuple[dict, dict]:
+    """(the environment as tasks receive it, {uri: zip bytes}): local paths become
+    package URIs, as Ray's ``gcs://_ray_pkg_...`` ones."""
+    excludes = checked.get("excludes", ())
+    resolved: dict = {}
+    blobs: dict = {}
+    if "env_vars" in checked:
+        resolved["env_vars"] = dict(checked["env_vars"])
+    hook = checked.get("worker_process_setup_hook")
+    if isinstance(hook, str):  # (run by every worker as it starts: imported by name...)
+        resolved["worker_process_setup_hook"] = hook
+    elif hook is not None:  # (... or a function sent by value)
+        resolved["worker_process_setup_hook"] = f"{getattr(hook, '__module__', '')}.{getattr(hook, '__qualname__', '')}"
+        resolved["_setup_hook"] = cloudpickle.dumps(hook)
+    if "working_dir" in checked:
+        uri, data = env_packages.pack(checked["working_dir"], excludes, what=what)
+        resolved["working_dir"] = uri
+        blobs[uri] = data
+    if "py_modules" in checked:
+        uris = []
+        for path in checked["py_modules"]:
+            name = os.path.basename(path)
+            uri, data = env_packages.pack(path, excludes, prefix="" if os.path.isfile(path) else name + "/",
+                                          what=what)
+            uris.append(uri)
+            blobs[uri] = data
+        resolved["py_modules"] = uris
+    return resolved, blobs
+
+
+def merge(parent: dict | None, child: dict | None) -> dict | None:
+    """Ray's inheritance: the child's fields win, ``env_vars`` are merged."""
+    if not parent:
+        return child
+    if not child:
+        return parent
+    merged = {**parent, **child}
+    if "env_vars" in parent and "env_vars" in child:
+        merged["env_vars"] = {**parent["env_vars"], **child["env_vars"]}
+    return merged
+
+
+class Requested:
+    """A ``runtime_env`` option: checked where it is given, packed at the first submit
+    (the runtime may not be up at decoration time), handed to the controller once."""
+
+    __slots__ = ("checked", "what", "_resolved")
+
+    def __init__(self, checked: dict, what: str) -> None:
+        self.checked = checked
+        self.what = what
+        self._resolved: tuple | None = None  # (core, resolved)
+
+    def __reduce__(self):  # (a remote function travels with its options; the cache stays here)
+        return Requested, (self.checked, self.what)
+
+    def resolved(self, core) -> dict:
+        if self._resolved is None or self._resolved[0] is not core:
+            resolved, blobs = resolve(self.checked, self.what)
+            upload(core, blobs)
+            self._resolved = (core, resolved)
+        return self._resolved[1]
+
+
+def option(runtime_env: Any, what: str) -> Requested | None:
+    checked = check(runtime_env, what)
+    return Requested(checked, what) if checked is not None else None
+
+
+def upload(core, blobs: dict) -> None:
+    sent = core.__dict__.setdefault("_sent_packages", set())
+    for uri, data in blobs.items():
+        if uri not in sent:
+            if not core.request_sync("has_package", uri):  # (the same files, packed by another process)
+                core.request_sync("put_package", uri, data)
+            sent.add(uri)
+
+
+def for_submit(core, requested: Requested | None) -> dict | None:
+    """The environment a task or actor submitted here runs in, or None for the job's."""
+    if requested is None:
+        return _current
+    return merge(_current if _current is not None else _job, requested.resolved(core))
+
+
+# -- the worker's side -------------------------------------------------------------------------
+
+
+def current() -> dict:
+    """What ``get_runtime_context().runtime_env`` shows: the running task's or actor's
+    environment, else the job's."""
+    env = _current if _current is not None else _job
+    return {k: v for k, v in env.items() if not k.startswith("_")} if env else {}
+
+
+def set_job(env: dict | None) -> None:
+    global _job
+    _job = env or None
+
+
+def start_worker(core, env: dict | None) -> None:
+    """A worker starts in the job's environment (for good: it is every task's baseline),
+    then runs the job's setup hook."""
+    set_job(env)
+    if not env:
+        return
+    _enter(core, env)
+    hook = env.get("worker_process_setup_hook")
+    if "_setup_hook" in env:
+        cloudpickle.loads(env["_setup_hook"])()
+    elif hook is not None:
+        module, _, name = hook.rpartition(".")
+        getattr(importlib.import_module(module), name)()
+
+
+def start_actor(core, env: dict | None) -> None:
+    """An actor's process takes its environment for good."""
+    global _current
+    if env:
+        _enter(core, env)
+        _current = env
+
+
+@contextmanager
+def around_task(core, env: dict):
+    """A task's environment, put back as it was when the task ends."""
+    global _current
+    saved_vars = {name: os.environ.get(name) for name in env.get("env_vars", ())}
+    saved_path, saved_cwd, saved_current = list(sys.path), os.getcwd(), _current
+    try:
+        _enter(core, env)
+        _current = env
+        yield
+    finally:
+        _current = saved_current
+        for name, value in saved_vars.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        sys.path[:] = saved_path
+        try:
+            os.chdir(saved_cwd)
+        except OSError:
+            pass
+
+
+def _enter(core, env: dict) -> None:
+    try:
+        modules = [env_packages.local_copy(core, uri) for uri in env.get("py_modules", ())]
+        working_dir = env_packages.local_copy(core, env["working_dir"]) if "working_dir" in env else None
+    except RuntimeEnvSetupError:
+        raise
+    except Exception as err:  # noqa: BLE001 - (the caller sees what broke, as Ray's setup error)
+        raise RuntimeEnvSetupError(f"runtime_env could not be set up on this host: {err!r}") from err
+    os.environ.update(env.get("env_vars", {}))
+    for path in reversed(modules):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    if working_dir is not None:
+        os.chdir(working_dir)
+        if working_dir in sys.path:
+            sys.path.remove(working_dir)
+        sys.path.insert(0, working_dir)
