@@ -14,7 +14,7 @@ EXPECTED = {
     "ActorMethod", "RemoteFunction", "RuntimeContext", "exceptions", "actor", "runtime_env", "util",
     # Monarch-style meshes
     "Accumulator", "Actor", "ActorError", "ActorMesh", "Channel", "Extent", "Future", "HostMesh", "MeshFailure", "Point",
-    "Port", "PortReceiver", "ProcMesh", "SupervisionError", "ValueMesh", "context", "current_actor_name", "current_rank",
+    "Port", "PortReceiver", "ProcMesh", "SupervisionError", "ValueMesh", "Workspace", "context", "current_actor_name", "current_rank",
     "current_size", "device_mesh", "endpoint", "get_or_spawn_controller", "hosts", "this_host", "this_proc", "unhandled_fault_hook",
 }
 

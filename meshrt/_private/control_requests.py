@@ -53,6 +53,12 @@ class ControlRequests:
     def rpc_get_package(self, caller: int, uri: str) -> bytes | None:
         return self.packages.get(uri)
 
+    def rpc_note_workspace(self, caller: int, hosts: tuple, rels: tuple) -> None:
+        """Synced there: processes that start there later import from it too."""
+        for host in hosts:
+            known = self.workspaces.setdefault(host, [])
+            known.extend(rel for rel in rels if rel not in known)
+
     # -- the host's object store (this host: the head) ----------------------------------------
 
     def rpc_store_allocate(self, caller: int, *args) -> int:

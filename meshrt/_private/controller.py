@@ -93,6 +93,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
         self._ids = itertools.count(1)
         self.code: dict[int, bytes] = {}
         self.packages: dict[str, bytes] = config.pop("packages", {})  # runtime_env directories (env_packages.py)
+        self.workspaces: dict[int, list] = {}  # host -> directories synced there (mesh/workspace.py)
         self.env_dir: str | None = None
         self.tasks: dict[int, TaskRecord] = {}
         self.pipelined: set[int] = set()
@@ -310,7 +311,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
             "head_resources": dict(self.node.total), "namespace": c["namespace"],
             "sys_path": c["sys_path"], "cwd": c["cwd"], "session": c["session"],
             "ucx_unreached": [sorted(cut) for cut in self.ucx_unreached], "several_hosts": self.spreads_tasks,
-            "runtime_env": c.get("runtime_env"),
+            "runtime_env": c.get("runtime_env"), "workspace": self.workspaces.get(host_id, []),
         }
 
     def _set_idle(self, w: WorkerRecord) -> None:

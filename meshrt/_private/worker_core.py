@@ -9,7 +9,7 @@ import os
 import sys
 import threading
 
-from . import addresses, context, direct_lanes, ids, lanes, loans, wire
+from . import addresses, context, direct_lanes, ids, lanes, loans, wire, workspace_files
 from . import messages as m
 from .channels import PeerChannel
 from .core import Core
@@ -125,6 +125,7 @@ class WorkerCore(Core):
         cwd = config.get("cwd")
         if cwd and os.path.isdir(cwd):
             os.chdir(cwd)
+        workspace_files.enter(config.get("workspace"))  # (HostMesh.sync_workspace, before this process began)
         context.process.update(
             job_id=config.get("job_id"), node_id=config.get("node_id"),
             namespace=config.get("namespace", "default"), worker_id=self.worker_id,

@@ -21,11 +21,12 @@ from .meshes import HostMesh, ProcMesh, hosts, this_host, this_proc
 from .shape import Extent, Point, Shape
 from .supervision import MeshFailure, unhandled_fault_hook
 from .values import ValueMesh
+from .workspace import Workspace
 
 __all__ = [
     "Accumulator", "Actor", "ActorInstance", "ActorMesh", "Channel", "Context", "Endpoint", "Extent", "Future",
     "HostMesh", "MeshFailure", "Point", "Port", "PortReceiver", "ProcMesh", "Shape", "ValueMesh",
     "context", "current_actor_name", "current_rank", "current_size", "device_mesh", "endpoint",
     "get_or_spawn_controller", "hosts",
-    "this_host", "this_proc", "unhandled_fault_hook",
+    "this_host", "this_proc", "unhandled_fault_hook", "Workspace",
 ]

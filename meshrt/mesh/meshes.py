@@ -97,6 +97,14 @@ class HostMesh(Shaped):
 
         return Future(aget, get)
 
+    def sync_workspace(self, workspace, conda: bool = False, auto_reload: bool = False) -> Future:
+        """Copy the workspace's local directories to these hosts (``$WORKSPACE_DIR/<name>``),
+        where processes import from them; ``auto_reload``: the processes spawned there
+        reload the modules whose files changed (see mesh/workspace.py)."""
+        from .workspace import sync
+
+        return sync(self, workspace, conda, auto_reload)
+
     def spawn_procs(self, per_host: Mapping | None = None, name: str | None = None) -> ProcMesh:
         """Start processes: ``per_host={"gpus": 4}`` -> a ProcMesh {"gpus": 4} per host.
 
@@ -228,6 +236,13 @@ class ProcMesh(Shaped):
         ]
         return ActorMesh(name, cls.__name__, endpoints, self._procs, self._shape, self._state, spawned,
                          hosts=self._hosts, key=key)
+
+    def sync_workspace(self, workspace, conda: bool = False, auto_reload: bool = False) -> Future:
+        """``HostMesh.sync_workspace`` on the hosts these processes run on."""
+        from .workspace import sync
+
+        hosts = tuple(sorted({self._hosts[r] for r in self._shape.ranks()}))
+        return sync(HostMesh(Shape.dense(("hosts",), (len(hosts),)), hosts), workspace, conda, auto_reload)
 
     def init_torch_distributed(self, backend: str | None = None) -> Future:
         """Bring up torch.distributed over these processes (gloo on CPU, NCCL on GPU) and a

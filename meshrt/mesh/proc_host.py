@@ -21,6 +21,7 @@ from typing import Any
 
 from .. import exceptions as exc
 from .._private import context as rt_context
+from .._private import workspace_files
 from ..objstore.serialization import loads_code
 from . import distributed
 from .actor import ENDPOINT_MARK, ActorInstance, Context, OwnerCell, reset_context, set_context
@@ -229,6 +230,25 @@ class ProcHost:
             handler = logging.StreamHandler()
             handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
             root.addHandler(handler)
+
+    def install_workspace(self, items: list) -> list:
+        """HostMesh.sync_workspace: write the packages on this host (one process per host)."""
+        return workspace_files.install(self._executor.core, items)
+
+    def refresh_workspace(self, items: list, reload: bool) -> list:
+        """HostMesh.sync_workspace: import from the synced copies (``items``: relative
+        destination, local source, changed file names); with ``reload``, reload the
+        modules loaded from a changed file, here or at its source (the driver's host
+        imports from the originals). The reloaded modules' names."""
+        if self.in_driver:  # (the driver's own code is the user's to reload)
+            return []
+        workspace_files.enter([rel for rel, _src, _names in items])
+        if not reload:
+            return []
+        base = workspace_files.root()
+        files = [path for rel, src, names in items for name in names
+                 for path in (os.path.join(base, rel, name), os.path.join(src, name))]
+        return workspace_files.reload_changed(files)
 
     def free_port(self) -> int:
         return distributed.free_port("")
