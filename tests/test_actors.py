@@ -481,3 +481,17 @@ def test_actor_reserving_cpus_waits_for_them(rt):
     assert ready == []  # no CPU left for it
     meshrt.kill(first)
     assert meshrt.get(second.value.remote(), timeout=30) == 0
+
+
+def test_a_class_sent_by_value_that_starts_itself_keeps_its_methods(rt):
+    # (defined here, so it travels by value; it refers to itself, so it is rebuilt in the
+    # worker before its methods are filled in)
+    @meshrt.remote
+    class Chain:
+        def __init__(self, depth, label="x"):
+            self.next = Chain.remote(depth - 1, label=label) if depth else None
+
+        def length(self):
+            return 1 + (meshrt.get(self.next.length.remote(), timeout=30) if self.next else 0)
+
+    assert meshrt.get(Chain.remote(2).length.remote(), timeout=30) == 3

@@ -174,6 +174,51 @@ def test_bad_groups_and_requests_fail_at_the_call(rt4):
                       timeout=30)[1] == pg
 
 
+def _group_id():
+    return meshrt.get_runtime_context().get_placement_group_id()
+
+
+@meshrt.remote(num_cpus=0)
+def group_of_children(depth: int, escape: bool = False):
+    """The group of this task and, below it, of a child (naming no placement, or
+    leaving the group with placement_group=None) and of the child's child."""
+    child = group_of_children
+    if escape:
+        child = child.options(scheduling_strategy=PlacementGroupSchedulingStrategy(None))
+    below = meshrt.get(child.remote(depth - 1), timeout=30) if depth else []
+    return [_group_id(), *below]
+
+
+@meshrt.remote(num_cpus=0)
+def asks_too_much():
+    return meshrt.get(what_it_got.options(num_cpus=3).remote(), timeout=30)
+
+
+@meshrt.remote(num_cpus=0)
+class Submitter:
+    def children(self):
+        return meshrt.get([group_of_children.remote(0), Holder.options(num_cpus=1).remote().ping.remote()],
+                          timeout=30)
+
+
+@pytest.mark.timeout(60)
+def test_a_group_that_captures_child_tasks_runs_what_they_submit_in_it(rt4):
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}])
+    assert pg.wait(30)
+    mine = pg.id.hex()
+    capturing = PlacementGroupSchedulingStrategy(pg, placement_group_capture_child_tasks=True)
+    assert meshrt.get(group_of_children.options(scheduling_strategy=capturing).remote(2)) == [mine] * 3
+    assert meshrt.get(group_of_children.options(**inside(pg)).remote(1)) == [mine, None]  # (not captured)
+    assert meshrt.get(group_of_children.options(scheduling_strategy=capturing).remote(1, escape=True)) == [mine, None]
+    # (Ray's older options, and an actor's calls)
+    older = group_of_children.options(placement_group=pg, placement_group_capture_child_tasks=True)
+    assert meshrt.get(older.remote(1)) == [mine, mine]
+    actor = Submitter.options(scheduling_strategy=capturing).remote()
+    assert meshrt.get(actor.children.remote()) == [[mine], mine]
+    with pytest.raises(meshrt.exceptions.TaskError, match="more than any bundle of its placement group"):
+        meshrt.get(asks_too_much.options(scheduling_strategy=capturing).remote())
+
+
 @pytest.mark.timeout(120)
 def test_bundles_spread_over_hosts_and_are_reserved_again_when_theirs_goes(two_nodes):
     head, other, remember, agent = two_nodes

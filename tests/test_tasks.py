@@ -375,3 +375,13 @@ def test_wait_takes_streaming_generators_as_in_ray(rt):
     ready, _ = meshrt.wait([numbers, g.open.remote()], num_returns=2, timeout=30)
     assert numbers in ready and [meshrt.get(r) for r in numbers] == [1, 2]
     assert meshrt.wait([numbers], timeout=30) == ([numbers], [])  # (ended: ready)
+
+
+def test_a_function_sent_by_value_that_calls_itself_keeps_its_defaults(rt):
+    # (defined here, so it travels by value; it refers to itself, so it is rebuilt in the
+    # worker before its defaults are filled in)
+    @meshrt.remote(num_cpus=0)
+    def countdown(n, step=1):
+        return meshrt.get(countdown.remote(n - step), timeout=30) + 1 if n > 0 else 0
+
+    assert meshrt.get(countdown.remote(2), timeout=30) == 2

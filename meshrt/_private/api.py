@@ -76,7 +76,9 @@ class RemoteFunction:
         return self._blob
 
     def __reduce__(self):
-        return (RemoteFunction, (self._function, self._options, self.code_id))
+        # (The checker travels as built here: a function sent by value that calls itself
+        # is rebuilt before its defaults are filled in, which a checker built there would miss.)
+        return (RemoteFunction, (self._function, self._options, self.code_id), {"_checker": self._checker})
 
     def __repr__(self) -> str:
         return f"<meshrt remote function {self.__qualname__}>"
@@ -176,7 +178,8 @@ class ActorClass:
             _check_groups(self._cls, self._opts.concurrency_groups, self._name)
             self._groups_checked = True
         core = state.core()
-        opts = placement.actor_options(core, self._opts, f"actor {self._name}")
+        what = f"actor {self._name}"
+        opts = placement.actor_options(core, placement.capture(self._opts, what), what)
         if core.is_driver and not opts.host:  # (another host's own resources are checked as it is placed)
             core.check_feasible(opts.resources, f"actor {self._name}", actor=True)
         return core.create_actor(self, args, kwargs, opts)
@@ -191,7 +194,10 @@ class ActorClass:
         return self._blob
 
     def __reduce__(self):
-        return (ActorClass, (self._cls, self._options, self.code_id))
+        # (Methods and constructor checks travel as found here: a class sent by value that
+        # refers to itself is rebuilt before its methods are filled in.)
+        return (ActorClass, (self._cls, self._options, self.code_id, None, (self._methods, self._is_async)),
+                {"_init_checker": self._init_checker})
 
     def __repr__(self) -> str:
         return f"<meshrt actor class {self.__qualname__}>"

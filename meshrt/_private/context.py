@@ -39,6 +39,21 @@ def set_actor(spec, core, incarnation: int = 0) -> None:
     process["incarnation"] = incarnation
     process["resources"] = resources_of(spec)
     process["units"] = spec.resources
+    process["capture_children"] = spec.capture_children
+
+
+def capturing_group() -> str | None:
+    """The placement group (id) the running task or actor was placed in when it was
+    placed with ``placement_group_capture_child_tasks=True``; else None."""
+    from ..scheduler.bundles import bundle_of
+
+    call = _call.get()
+    if getattr(call, "is_task", False):
+        spec = call.spec
+        found = bundle_of(spec.resources) if spec.capture_children else None
+    else:
+        found = bundle_of(process.get("units", ())) if process.get("capture_children") else None
+    return found[0] if found is not None else None
 
 
 def resources_of(spec) -> dict:

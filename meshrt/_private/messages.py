@@ -75,6 +75,7 @@ class TaskSpec(NamedTuple):
     portable: bool = False  # packed for any host (its large arguments lent): it may run off the head
     spread: bool = False  # scheduling_strategy="SPREAD" (host_choice.py)
     runtime_env: dict | None = None  # resolved (runtime_env.py); None: the job's
+    capture_children: bool = False  # in a placement group: what it submits joins the group (placement.capture)
 
 
 class SubmitTask(NamedTuple):
@@ -184,6 +185,7 @@ class ActorSpec(NamedTuple):
     waits_for_host: bool = False  # on a busy host it waits for resources (a Ray actor), else fails (a mesh's)
     host_policy: str = ""  # "": start it on ``host``; "default" or "spread": the controller picks (host_choice.py)
     runtime_env: dict | None = None  # resolved (runtime_env.py); None: the job's
+    capture_children: bool = False  # in a placement group: what it submits joins the group (placement.capture)
 
 
 class CreateActor(NamedTuple):

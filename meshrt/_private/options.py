@@ -7,7 +7,6 @@ accepted so Ray programs run unchanged.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,9 +19,9 @@ from .runtime_env import Requested
 from .runtime_env import option as runtime_env_option
 
 _RESOURCE_KEYS = {"num_cpus", "num_gpus", "resources", "memory", "accelerator_type"}
-_IGNORED = {"placement_group_capture_child_tasks", "_metadata", "label_selector", "enable_task_events",
+_IGNORED = {"_metadata", "label_selector", "enable_task_events",
             "_labels", "fallback_strategy"}
-_GROUP_KEYS = {"placement_group", "placement_group_bundle_index"}
+_GROUP_KEYS = {"placement_group", "placement_group_bundle_index", "placement_group_capture_child_tasks"}
 TASK_KEYS = _RESOURCE_KEYS | _IGNORED | _GROUP_KEYS | {"runtime_env", "num_returns", "max_retries", "retry_exceptions", "name",
                                          "max_calls", "scheduling_strategy"}
 ACTOR_KEYS = _RESOURCE_KEYS | _IGNORED | _GROUP_KEYS | {"runtime_env", "max_restarts", "max_task_retries", "max_concurrency", "name",
@@ -63,18 +62,15 @@ def placement(options: dict, units: tuple, what: str) -> tuple[tuple, tuple | No
     group, the request is renamed to its bundle's resources (scheduler/bundles.py)."""
     strategy = options.get("scheduling_strategy")
     group, index = options.get("placement_group"), options.get("placement_group_bundle_index")
-    if type(strategy).__name__ == "PlacementGroupSchedulingStrategy":
+    in_strategy = type(strategy).__name__ == "PlacementGroupSchedulingStrategy"
+    if in_strategy:
         group, index = strategy.placement_group, strategy.placement_group_bundle_index
     elif group == "default":  # (Ray's value for "none")
         group = None
-    if options.get("placement_group_capture_child_tasks"):
-        warnings.warn(f"{what}: placement_group_capture_child_tasks=True is not supported by meshrt yet: tasks "
-                      "submitted from inside the group run outside it unless they name the group themselves",
-                      RuntimeWarning, stacklevel=4)
     if group is None:
         if index not in (None, -1):
             raise ValueError(f"{what}: placement_group_bundle_index={index!r} needs placement_group= as well")
-        return units, node_affinity(strategy, what)
+        return units, None if in_strategy else node_affinity(strategy, what)
     from ..util.placement_group import PlacementGroup  # (meshrt.util imports this module)
 
     if not isinstance(group, PlacementGroup):
@@ -83,6 +79,17 @@ def placement(options: dict, units: tuple, what: str) -> tuple[tuple, tuple | No
     index = -1 if index is None else index
     group.check_request(units, index, what)
     return bundles.request_in_bundle(units, group.id.hex(), index), None
+
+
+def group_capture(options: dict) -> tuple[bool, bool]:
+    """Ray's ``placement_group_capture_child_tasks``: (may this task or actor go in the
+    group of the one that submits it, as it names no placement; does this one, placed
+    in a group, put the tasks and actors it submits there). placement.capture() applies it."""
+    strategy = options.get("scheduling_strategy")
+    capturable = strategy is None and options.get("placement_group") in (None, "default")
+    if type(strategy).__name__ == "PlacementGroupSchedulingStrategy":
+        return False, bool(strategy.placement_group_capture_child_tasks)
+    return capturable, bool(options.get("placement_group_capture_child_tasks"))
 
 
 def node_affinity(value: Any, what: str) -> tuple | None:
@@ -145,12 +152,15 @@ class TaskOptions:
     affinity: tuple | None = None  # (node id, soft): NodeAffinitySchedulingStrategy
     spread: bool = False  # scheduling_strategy="SPREAD": over the hosts, not the head first (host_choice.py)
     runtime_env: Requested | None = None  # runtime_env.py
+    capturable: bool = True  # names no placement: may join its parent's placement group
+    capture_children: bool = False  # in a group: what it submits joins the group too
 
     @classmethod
     def build(cls, options: dict, default_name: str, is_generator: bool) -> TaskOptions:
         what = f"task {options.get('name') or default_name}"
         check_keys(options, TASK_KEYS, what)
         resources, affinity = placement(options, resource_units(options, what, 1), what)
+        capturable, captures = group_capture(options)
         return cls(
             name=options.get("name") or default_name,
             num_returns=num_returns_value(options.get("num_returns"), what, is_generator),
@@ -161,6 +171,7 @@ class TaskOptions:
             affinity=affinity,
             spread=options.get("scheduling_strategy") == "SPREAD",
             runtime_env=runtime_env_option(options.get("runtime_env"), what),
+            capturable=capturable, capture_children=captures,
         )
 
 
@@ -184,6 +195,8 @@ class ActorOptions:
     spread: bool = False  # scheduling_strategy="SPREAD"
     host_policy: str = ""  # set by placement.py: "" starts it on ``host``; else the controller picks (host_choice.py)
     runtime_env: Requested | None = None  # runtime_env.py
+    capturable: bool = True  # as TaskOptions's
+    capture_children: bool = False
 
     @classmethod
     def build(cls, options: dict, class_name: str, is_async: bool) -> ActorOptions:
@@ -202,6 +215,7 @@ class ActorOptions:
             raise ValueError(f"{what}: get_if_exists=True needs name= as well")
         default_concurrency = DEFAULT_ASYNC_CONCURRENCY if is_async else 1
         resources, affinity = placement(options, resource_units(options, what, 0), what)
+        capturable, captures = group_capture(options)
         return cls(
             resources=resources,
             max_restarts=_int_option(options, "max_restarts", 0, what),
@@ -219,4 +233,5 @@ class ActorOptions:
             affinity=affinity,
             spread=options.get("scheduling_strategy") == "SPREAD",
             runtime_env=runtime_env_option(options.get("runtime_env"), what),
+            capturable=capturable, capture_children=captures,
         )

@@ -15,8 +15,10 @@ For a task the caller only decides whether to pack it for any host
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from ..scheduler import bundles
+from . import context
 
 
 def head_node_id(core) -> str | None:
@@ -53,6 +55,28 @@ def several_hosts(core) -> bool:
     """Other hosts are in the cluster (the driver knows; the head host's workers are told)."""
     controller = getattr(core, "controller", None)
     return controller.spreads_tasks if controller is not None else core.several_hosts
+
+
+def capture(opts, what: str):
+    """``opts`` in the placement group of the running task or actor (any bundle) when
+    that one was placed with ``placement_group_capture_child_tasks=True`` and ``opts``
+    names no placement: Ray's capture, which goes on down to what it submits in turn."""
+    if not opts.capturable:
+        return opts
+    group = context.capturing_group()
+    if group is None:
+        return opts
+    _placement_group(group).check_request(opts.resources, -1, what)
+    return dataclasses.replace(opts, resources=bundles.request_in_bundle(opts.resources, group, -1),
+                               capture_children=True)
+
+
+@functools.lru_cache(maxsize=64)
+def _placement_group(pg_id: str):
+    """A handle to the group (its bundles fetched once per process)."""
+    from ..util.placement_group import PlacementGroup, PlacementGroupID
+
+    return PlacementGroup(PlacementGroupID(pg_id))
 
 
 def actor_options(core, opts, what: str):

@@ -34,23 +34,21 @@ class NodeAffinitySchedulingStrategy:
 
 class PlacementGroupSchedulingStrategy:
     """Run in bundle ``placement_group_bundle_index`` (-1: any) of ``placement_group``,
-    taking its resources from that bundle (meshrt.util.placement_group)."""
+    taking its resources from that bundle (meshrt.util.placement_group). With
+    ``placement_group_capture_child_tasks=True`` the tasks and actors it submits that
+    name no placement run in the group too (any bundle), and so on down; ``placement_group=None``
+    keeps a task out of the group it would be captured into."""
 
     def __init__(self, placement_group, placement_group_bundle_index: int = -1,
                  placement_group_capture_child_tasks: bool | None = None) -> None:
         from .placement_group import PlacementGroup
 
-        if not isinstance(placement_group, PlacementGroup):
+        if placement_group is not None and not isinstance(placement_group, PlacementGroup):
             raise ValueError(f"PlacementGroupSchedulingStrategy(placement_group={placement_group!r}): give a "
-                             "group from meshrt.util.placement_group([...])")
+                             "group from meshrt.util.placement_group([...]), or None for none (and not the one "
+                             "of the task submitting it)")
         self.placement_group = placement_group
         self.placement_group_bundle_index = placement_group_bundle_index
-        if placement_group_capture_child_tasks:
-            import warnings
-
-            warnings.warn("PlacementGroupSchedulingStrategy(placement_group_capture_child_tasks=True) is not "
-                          "supported by meshrt yet: tasks submitted from inside the group run outside it unless "
-                          "they name the group themselves", RuntimeWarning, stacklevel=2)
         self.placement_group_capture_child_tasks = placement_group_capture_child_tasks
 
     def __repr__(self) -> str:
