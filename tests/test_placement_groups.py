@@ -50,6 +50,9 @@ class Holder:
     def ping(self):
         return meshrt.get_runtime_context().get_placement_group_id()
 
+    def node(self):
+        return meshrt.get_runtime_context().get_node_id()
+
 
 @pytest.mark.timeout(60)
 def test_a_group_reserves_its_bundles_and_what_runs_in_it_takes_from_them(rt4):
@@ -241,6 +244,9 @@ def test_bundles_spread_over_hosts_and_are_reserved_again_when_theirs_goes(two_n
     remember()
     movable = placement_group([{"CPU": 1}], strategy="SPREAD")  # (the agent's last CPU: the head has none)
     assert movable.wait(60) and placement_group_table(movable)["bundles_to_node_id"] == {0: other["NodeID"]}
+    keeper = Holder.options(max_restarts=1, **inside(movable, 0)).remote()
+    assert meshrt.get(keeper.node.remote(), timeout=60) == other["NodeID"]
+    remember()
 
     agent.kill()
     assert wait_until(lambda: placement_group_table(movable)["state"] == "RESCHEDULING", timeout=30)
@@ -251,6 +257,8 @@ def test_bundles_spread_over_hosts_and_are_reserved_again_when_theirs_goes(two_n
         meshrt.get(waiting, timeout=30)
     assert meshrt.get(moved, timeout=60)[2] == head
     assert placement_group_table(movable)["bundles_to_node_id"] == {0: head}
+    assert meshrt.get(keeper.node.remote(), timeout=60) == head  # (restarted in its bundle's new place)
+    assert meshrt.get(keeper.ping.remote(), timeout=60) == movable.id.hex()
 
 
 @pytest.mark.timeout(60)

@@ -177,7 +177,9 @@ class ActorDirectory:
 
     def fail_waiting(self, host, reason: str) -> None:
         for rec in self._take_waiting(host):
-            if rec.spec.host_policy:
+            if bundles.bundle_of(rec.spec.resources) is not None:
+                self.place_group_actor(rec)  # (waits for its bundle's new host)
+            elif rec.spec.host_policy:
                 self.place_by_policy(rec)  # (on a host still in the cluster)
             else:
                 self._actor_dead(rec, reason)
@@ -315,7 +317,9 @@ class ActorDirectory:
         rec.death = system_error_payload(exc.ActorDiedError(
             ids.to_hex(rec.spec.actor_id), rec.spec.class_name, f"{reason}; it is being restarted", tail))
         self._publish(rec)
-        if rec.spec.host_policy:
+        if bundles.bundle_of(rec.spec.resources) is not None:
+            self.place_group_actor(rec)  # (in its bundle, wherever the group holds it now)
+        elif rec.spec.host_policy:
             self.place_by_policy(rec)
         elif rec.spec.host:
             self.place_on_host(rec)
