@@ -75,6 +75,11 @@ async def test_synced_code_is_imported_there_and_reloaded_when_it_changes(agent_
     assert {v for v, _f, _r in (await importers.version.call()).values()} == {2}
     assert not await importers.slice(gpus=0).exists.call_one("proj/notes.txt")  # (gone from the source)
     assert await importers.slice(gpus=0).exists.call_one("kept.txt")
+
+    (project / "synced_mod.py").write_text("VERSION = (\n")  # (a syntax error: reported, the rest synced)
+    with pytest.raises(RuntimeError, match=r"did not reload[\s\S]*synced_mod .*SyntaxError"):
+        await hosts.sync_workspace(Workspace(dirs=[str(project)]), auto_reload=True)
+    assert {v for v, _f, _r in (await importers.version.call()).values()} == {2}
     remember()
     await procs.stop()
 
@@ -103,6 +108,14 @@ def test_a_bad_workspace_is_named(tmp_path):
         Workspace(dirs=[str(tmp_path / "missing")])
     with pytest.raises(ValueError, match="must be relative"):
         Workspace(dirs={str(tmp_path): "../up"})
+    with pytest.raises(ValueError, match="must be relative"):
+        Workspace(dirs={str(tmp_path): "/abs"})
+    (tmp_path / "a" / "src").mkdir(parents=True)
+    (tmp_path / "b" / "src").mkdir(parents=True)
+    with pytest.raises(ValueError, match="would both be written to"):
+        Workspace(dirs=[str(tmp_path / "a" / "src"), str(tmp_path / "b" / "src")])
+    with pytest.raises(ValueError, match="would both be written to"):
+        Workspace(dirs={str(tmp_path / "a"): "x", str(tmp_path / "b"): "x/y"})
     with pytest.raises(ValueError, match="conda environment"):
         Workspace(dirs=[str(tmp_path)], env="myenv")
     meshrt.init(num_cpus=1)

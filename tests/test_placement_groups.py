@@ -193,6 +193,17 @@ def group_of_children(depth: int, escape: bool = False):
 
 
 @meshrt.remote(num_cpus=0)
+def child_refusing():
+    refusing = group_of_children.options(placement_group_capture_child_tasks=False)
+    return [_group_id(), *meshrt.get(refusing.remote(0), timeout=30)]
+
+
+@meshrt.remote(num_cpus=0)
+def child_in_bundle(pg):
+    return meshrt.get(group_of_children.options(**inside(pg)).remote(1), timeout=30)
+
+
+@meshrt.remote(num_cpus=0)
 def asks_too_much():
     return meshrt.get(what_it_got.options(num_cpus=3).remote(), timeout=30)
 
@@ -218,6 +229,11 @@ def test_a_group_that_captures_child_tasks_runs_what_they_submit_in_it(rt4):
     assert meshrt.get(older.remote(1)) == [mine, mine]
     actor = Submitter.options(scheduling_strategy=capturing).remote()
     assert meshrt.get(actor.children.remote()) == [[mine], mine]
+    refuses = group_of_children.options(scheduling_strategy=capturing, placement_group_capture_child_tasks=False)
+    assert meshrt.get(refuses.remote(0)) == [mine]
+    assert meshrt.get(child_refusing.options(scheduling_strategy=capturing).remote()) == [mine, None]
+    # (placed in the group by its own options, a child still captures what it submits, as its parent)
+    assert meshrt.get(child_in_bundle.options(scheduling_strategy=capturing).remote(pg)) == [mine, mine]
     with pytest.raises(meshrt.exceptions.TaskError, match="more than any bundle of its placement group"):
         meshrt.get(asks_too_much.options(scheduling_strategy=capturing).remote())
 

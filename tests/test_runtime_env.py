@@ -4,6 +4,7 @@ inherited by what they submit, sent to hosts that do not share the driver's file
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
@@ -157,6 +158,65 @@ def test_a_bad_runtime_env_is_named_where_it_is_given(tmp_path):
     with pytest.raises(TypeError, match="runtime_env must be a dict"):
         meshrt.init(num_cpus=1, runtime_env=["env_vars"])
     assert not meshrt.is_initialized()
+
+
+@meshrt.remote
+def submit_there(task):
+    return meshrt.get(task.remote(), timeout=60)
+
+
+@pytest.mark.timeout(60)
+def test_a_function_with_a_working_dir_travels_as_packed(project):
+    work, _package = project
+    meshrt.init(num_cpus=2)
+
+    @meshrt.remote(runtime_env={"working_dir": str(work)})
+    def read_data():
+        with open("data.txt") as f:
+            return f.read().strip()
+
+    assert meshrt.get(read_data.remote()) == "the data"  # (packed and sent here)
+    shutil.rmtree(work)  # (the function travels with its package, not its path)
+    assert meshrt.get(submit_there.remote(read_data)) == "the data"
+
+
+def _fail_setup():
+    raise RuntimeError("no GPU driver here")
+
+
+@pytest.mark.timeout(60)
+def test_a_job_environment_that_fails_fails_the_calls_of_its_workers():
+    meshrt.init(num_cpus=1, runtime_env={"worker_process_setup_hook": _fail_setup})
+    with pytest.raises(meshrt.exceptions.RuntimeEnvSetupError, match="no GPU driver here"):
+        meshrt.get(environment.remote("JOB"))
+    with pytest.raises(meshrt.exceptions.RayActorError, match="no GPU driver here"):
+        meshrt.get(Configured.remote().environment.remote())
+
+
+@meshrt.remote
+def importable(name):
+    import importlib
+
+    try:
+        importlib.import_module(name)
+        return True
+    except ImportError:
+        return False
+
+
+@pytest.mark.timeout(60)
+def test_a_task_naming_its_own_working_dir_does_not_import_the_jobs(project, tmp_path):
+    work, _package = project
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "own_mod.py").write_text("")
+    (work / "job_only.py").write_text("")
+    meshrt.init(num_cpus=1, runtime_env={"working_dir": str(work)})
+    assert meshrt.get(importable.remote("shipped_mod"))
+    # (one CPU: the same worker; a module it imported already stays imported, as any module does)
+    assert meshrt.get(importable.options(runtime_env={"working_dir": str(own)}).remote("own_mod"))
+    assert not meshrt.get(importable.options(runtime_env={"working_dir": str(own)}).remote("job_only"))
+    assert meshrt.get(importable.remote("job_only"))  # (the job's again, after it)
 
 
 @pytest.fixture

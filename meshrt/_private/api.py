@@ -78,7 +78,8 @@ class RemoteFunction:
     def __reduce__(self):
         # (The checker travels as built here: a function sent by value that calls itself
         # is rebuilt before its defaults are filled in, which a checker built there would miss.)
-        return (RemoteFunction, (self._function, self._options, self.code_id), {"_checker": self._checker})
+        return (RemoteFunction, (self._function, _as_checked(self._options, self._opts), self.code_id),
+                {"_checker": self._checker})
 
     def __repr__(self) -> str:
         return f"<meshrt remote function {self.__qualname__}>"
@@ -196,11 +197,19 @@ class ActorClass:
     def __reduce__(self):
         # (Methods and constructor checks travel as found here: a class sent by value that
         # refers to itself is rebuilt before its methods are filled in.)
-        return (ActorClass, (self._cls, self._options, self.code_id, None, (self._methods, self._is_async)),
-                {"_init_checker": self._init_checker})
+        return (ActorClass, (self._cls, _as_checked(self._options, self._opts), self.code_id, None,
+                             (self._methods, self._is_async)), {"_init_checker": self._init_checker})
 
     def __repr__(self) -> str:
         return f"<meshrt actor class {self.__qualname__}>"
+
+
+def _as_checked(options: dict, opts) -> dict:
+    """The options to send along: a runtime_env as checked (and packed) here, not checked
+    again where it lands (runtime_env.Requested)."""
+    if opts.runtime_env is None:
+        return options
+    return {**options, "runtime_env": opts.runtime_env}
 
 
 _META_CACHE: dict[int, ActorMeta] = {}

@@ -10,6 +10,7 @@ import contextvars
 import os
 from typing import Any
 
+from ..scheduler.bundles import bundle_of
 from . import ids
 
 _call: contextvars.ContextVar = contextvars.ContextVar("meshrt_call", default=None)
@@ -45,8 +46,6 @@ def set_actor(spec, core, incarnation: int = 0) -> None:
 def capturing_group() -> str | None:
     """The placement group (id) the running task or actor was placed in when it was
     placed with ``placement_group_capture_child_tasks=True``; else None."""
-    from ..scheduler.bundles import bundle_of
-
     call = _call.get()
     if getattr(call, "is_task", False):
         spec = call.spec

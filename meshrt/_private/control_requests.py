@@ -44,14 +44,26 @@ class ControlRequests:
 
     # -- runtime_env packages (env_packages.py), kept for the job as Ray's GCS keeps them ------------
 
-    def rpc_put_package(self, caller: int, uri: str, data: bytes) -> None:
-        self.packages.setdefault(uri, data)
+    def rpc_put_package(self, caller: int, uri: str, data: bytes, keep: bool = True) -> None:
+        """``keep``: a runtime_env's, kept for the job; else a workspace's, dropped once synced."""
+        held = self.packages.get(uri)
+        self.packages[uri] = (data, keep or (held is not None and held[1]))
 
-    def rpc_has_package(self, caller: int, uri: str) -> bool:
-        return uri in self.packages
+    def rpc_keep_package(self, caller: int, uri: str) -> bool:
+        """Keep it for the job, if it is here (the same files, packed by another process)."""
+        held = self.packages.get(uri)
+        if held is not None:
+            self.packages[uri] = (held[0], True)
+        return held is not None
+
+    def rpc_drop_package(self, caller: int, uri: str) -> None:
+        held = self.packages.get(uri)
+        if held is not None and not held[1]:
+            del self.packages[uri]
 
     def rpc_get_package(self, caller: int, uri: str) -> bytes | None:
-        return self.packages.get(uri)
+        held = self.packages.get(uri)
+        return held[0] if held is not None else None
 
     def rpc_note_workspace(self, caller: int, hosts: tuple, rels: tuple) -> None:
         """Synced there: processes that start there later import from it too."""

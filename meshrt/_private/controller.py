@@ -92,7 +92,8 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
         self.by_pid: dict[int, WorkerRecord] = {}
         self._ids = itertools.count(1)
         self.code: dict[int, bytes] = {}
-        self.packages: dict[str, bytes] = config.pop("packages", {})  # runtime_env directories (env_packages.py)
+        # runtime_env and workspace directories (env_packages.py): uri -> (zip, kept for the job)
+        self.packages: dict[str, tuple] = {uri: (z, True) for uri, z in config.pop("packages", {}).items()}
         self.workspaces: dict[int, list] = {}  # host -> directories synced there (mesh/workspace.py)
         self.env_dir: str | None = None
         self.tasks: dict[int, TaskRecord] = {}

@@ -153,7 +153,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls, InlineReads):
 
     def submit_task(self, fn, args: tuple, kwargs: dict, opts) -> Any:
         self.define_code(fn.code_id, fn.code_blob)
-        opts = placement.capture(opts, f"task {opts.name}")
+        opts = placement.capture(opts)
         remote = placement.task_portable(self, opts)  # (may run on another host: task_hosts.py)
         env = runtime_env.for_submit(self, opts.runtime_env)
         payload, deps, pins = self.pack_args(args, kwargs, f"{opts.name}.remote()", remote)
@@ -170,7 +170,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls, InlineReads):
                 self.worker_id, self.address(), opts.resources, opts.max_retries,
                 opts.retry_exceptions, owner_host=self.host_id, depth=depth, max_calls=opts.max_calls,
                 affinity=opts.affinity, portable=remote, spread=opts.spread, runtime_env=env,
-                capture_children=opts.capture_children,
+                capture_children=bool(opts.capture_children),
             )
             pt.sent = True
             self.send_controller(m.SubmitTask(spec))

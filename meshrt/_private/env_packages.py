@@ -28,22 +28,26 @@ SCHEME = "meshrt-pkg://"
 MAX_PACKAGE_BYTES = 512 << 20  # (Ray's limit on an uploaded package, too)
 _SKIPPED_DIRS = ("__pycache__",)  # (bytecode is made again where it runs)
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # same files -> same bytes -> same name, whenever packed
-_packed: dict = {}  # (path, prefix, excludes, fingerprint) -> (uri, zip bytes)
+_packed: dict = {}  # (path, prefix, excludes) -> (fingerprint, (uri, zip bytes))
 
 
 def pack(path: str, excludes: tuple = (), prefix: str = "", what: str = "runtime_env") -> tuple[str, bytes]:
     """(uri, zip bytes) of a directory, or of one ``.py`` file; ``prefix`` is the name its
     files are put under in the zip (a py_module's own name)."""
     path = os.path.abspath(path)
+    if not os.path.exists(path):
+        raise ValueError(f"{what}: {path} does not exist on this host (a directory of a runtime_env is packed "
+                         "where the task or actor is submitted)")
     files = list(_files(path, excludes))
-    key = (path, prefix, excludes, _fingerprint(files))
-    if key in _packed:
-        return _packed[key]
+    key, fingerprint = (path, prefix, excludes), _fingerprint(files)
+    if key in _packed and _packed[key][0] == fingerprint:
+        return _packed[key][1]
     total = sum(size for _rel, _full, size, _mode in files)
     if total > MAX_PACKAGE_BYTES:
+        how = ("move them out of the directory" if what.startswith("sync_workspace") else
+               "runtime_env={'excludes': [...]} (patterns like 'data/' or '*.ckpt')")
         raise ValueError(f"{what}: {path} holds {total / (1 << 20):.0f} MiB, more than the "
-                         f"{MAX_PACKAGE_BYTES >> 20} MiB a package may hold; leave large files out with "
-                         "runtime_env={'excludes': [...]} (patterns like 'data/' or '*.ckpt')")
+                         f"{MAX_PACKAGE_BYTES >> 20} MiB a package may hold; leave large files out: {how}")
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
         for rel, full, _size, mode in files:
@@ -54,7 +58,7 @@ def pack(path: str, excludes: tuple = (), prefix: str = "", what: str = "runtime
                 archive.writestr(info, src.read())
     data = buffer.getvalue()
     packed = (f"{SCHEME}{hashlib.sha256(data).hexdigest()[:32]}.zip", data)
-    _packed[key] = packed
+    _packed[key] = (fingerprint, packed)  # (the latest only: an edited directory replaces its old zip)
     return packed
 
 
@@ -132,6 +136,8 @@ def local_copy(core, uri: str) -> str:
         if data is None:
             raise RuntimeEnvSetupError(f"{uri}: the driver does not hold this package (was it packed by "
                                        "a process of another job?)")
+        if hashlib.sha256(data).hexdigest()[:32] != sha_of(uri):
+            raise RuntimeEnvSetupError(f"{uri}: the bytes received do not match the package's hash")
         staging = tempfile.mkdtemp(prefix=".unpacking-", dir=root)
         try:
             with zipfile.ZipFile(io.BytesIO(data)) as archive:

@@ -290,10 +290,12 @@ class Executor:
 
     def run_call(self, call: Call) -> None:
         env = call.spec.runtime_env if call.is_task else None
-        if not env:
+        if not env and runtime_env.setup_error is None:
             self._run_call(call)
             return
         try:
+            if runtime_env.setup_error is not None:
+                raise runtime_env.setup_error
             with runtime_env.around_task(self.core, env):
                 self._run_call(call)
         except exc.RuntimeEnvSetupError as err:
@@ -430,6 +432,8 @@ class Executor:
         context.set_actor(spec, self.core, incarnation)  # (get_runtime_context() in __init__, too)
         error = None
         try:
+            if runtime_env.setup_error is not None:
+                raise runtime_env.setup_error
             runtime_env.start_actor(self.core, spec.runtime_env)  # (before its class is loaded)
             cls = self.load(spec.code_id)
             args, kwargs = argpack.unpack(spec.args, spec.deps, deserialize)

@@ -81,15 +81,18 @@ def placement(options: dict, units: tuple, what: str) -> tuple[tuple, tuple | No
     return bundles.request_in_bundle(units, group.id.hex(), index), None
 
 
-def group_capture(options: dict) -> tuple[bool, bool]:
+def group_capture(options: dict) -> tuple[bool, bool | None]:
     """Ray's ``placement_group_capture_child_tasks``: (may this task or actor go in the
     group of the one that submits it, as it names no placement; does this one, placed
-    in a group, put the tasks and actors it submits there). placement.capture() applies it."""
+    in a group, put the tasks and actors it submits there: True, False, or None for as
+    its parent does). placement.capture() applies it."""
     strategy = options.get("scheduling_strategy")
     capturable = strategy is None and options.get("placement_group") in (None, "default")
     if type(strategy).__name__ == "PlacementGroupSchedulingStrategy":
-        return False, bool(strategy.placement_group_capture_child_tasks)
-    return capturable, bool(options.get("placement_group_capture_child_tasks"))
+        flag = strategy.placement_group_capture_child_tasks
+        return False, None if flag is None else bool(flag)
+    flag = options.get("placement_group_capture_child_tasks")
+    return capturable, None if flag is None else bool(flag)
 
 
 def node_affinity(value: Any, what: str) -> tuple | None:
@@ -153,7 +156,7 @@ class TaskOptions:
     spread: bool = False  # scheduling_strategy="SPREAD": over the hosts, not the head first (host_choice.py)
     runtime_env: Requested | None = None  # runtime_env.py
     capturable: bool = True  # names no placement: may join its parent's placement group
-    capture_children: bool = False  # in a group: what it submits joins the group too
+    capture_children: bool | None = None  # in a group: what it submits joins it too (None: as its parent)
 
     @classmethod
     def build(cls, options: dict, default_name: str, is_generator: bool) -> TaskOptions:
@@ -196,7 +199,7 @@ class ActorOptions:
     host_policy: str = ""  # set by placement.py: "" starts it on ``host``; else the controller picks (host_choice.py)
     runtime_env: Requested | None = None  # runtime_env.py
     capturable: bool = True  # as TaskOptions's
-    capture_children: bool = False
+    capture_children: bool | None = None
 
     @classmethod
     def build(cls, options: dict, class_name: str, is_async: bool) -> ActorOptions:

@@ -57,16 +57,19 @@ def several_hosts(core) -> bool:
     return controller.spreads_tasks if controller is not None else core.several_hosts
 
 
-def capture(opts, what: str):
+def capture(opts, what: str | None = None):
     """``opts`` in the placement group of the running task or actor (any bundle) when
     that one was placed with ``placement_group_capture_child_tasks=True`` and ``opts``
-    names no placement: Ray's capture, which goes on down to what it submits in turn."""
-    if not opts.capturable:
+    names no placement: Ray's capture. What it submits is captured in turn, unless
+    its options say ``placement_group_capture_child_tasks=False``."""
+    if opts.capture_children is False:
         return opts
     group = context.capturing_group()
     if group is None:
         return opts
-    _placement_group(group).check_request(opts.resources, -1, what)
+    if not opts.capturable:  # (placed by its own options: it only inherits the flag, as in Ray)
+        return opts if opts.capture_children else dataclasses.replace(opts, capture_children=True)
+    _placement_group(group).check_request(opts.resources, -1, what or f"task {opts.name}")
     return dataclasses.replace(opts, resources=bundles.request_in_bundle(opts.resources, group, -1),
                                capture_children=True)
 

@@ -37,7 +37,9 @@ NOT_APPLIED = ("pip", "uv", "conda", "container", "image_uri", "py_executable", 
 _TAKES_EFFECT = ("env_vars", "working_dir", "py_modules", "worker_process_setup_hook")
 
 _job: dict | None = None  # the job's resolved environment (every worker starts in it)
+_job_paths: list = []  # what the job's environment put on sys.path (a task naming its own takes them off)
 _current: dict | None = None  # the resolved environment of the running task or actor
+setup_error: BaseException | None = None  # the job's environment failed in this worker: its calls fail with it
 
 
 def check(runtime_env: Any, what: str, job: bool = False) -> dict | None:
@@ -175,13 +177,16 @@ def resolve(checked: dict, what: str) -> tuple[dict, dict]:
     return resolved, blobs
 
 
+_JOB_ONLY = ("worker_process_setup_hook", "_setup_hook")  # (run as workers start: never a task's to carry)
+
+
 def merge(parent: dict | None, child: dict | None) -> dict | None:
     """Ray's inheritance: the child's fields win, ``env_vars`` are merged."""
     if not parent:
         return child
     if not child:
         return parent
-    merged = {**parent, **child}
+    merged = {k: v for k, v in {**parent, **child}.items() if k not in _JOB_ONLY}
     if "env_vars" in parent and "env_vars" in child:
         merged["env_vars"] = {**parent["env_vars"], **child["env_vars"]}
     return merged
@@ -191,17 +196,23 @@ class Requested:
     """A ``runtime_env`` option: checked where it is given, packed at the first submit
     (the runtime may not be up at decoration time), handed to the controller once."""
 
-    __slots__ = ("checked", "what", "_resolved")
+    __slots__ = ("checked", "what", "_resolved", "_sent")
 
-    def __init__(self, checked: dict, what: str) -> None:
+    def __init__(self, checked: dict, what: str, sent: dict | None = None) -> None:
         self.checked = checked
         self.what = what
         self._resolved: tuple | None = None  # (core, resolved)
+        self._sent = sent  # resolved where it was packed (its packages are the driver's): used as is
 
-    def __reduce__(self):  # (a remote function travels with its options; the cache stays here)
-        return Requested, (self.checked, self.what)
+    def __reduce__(self):
+        # (A remote function travels with its options: not checked or packed again where
+        # it lands, where the directories may not exist; packed already, it is used as is.)
+        sent = self._resolved[1] if self._resolved is not None else self._sent
+        return Requested, (self.checked, self.what, sent)
 
     def resolved(self, core) -> dict:
+        if self._sent is not None:
+            return self._sent
         if self._resolved is None or self._resolved[0] is not core:
             resolved, blobs = resolve(self.checked, self.what)
             upload(core, blobs)
@@ -210,6 +221,8 @@ class Requested:
 
 
 def option(runtime_env: Any, what: str) -> Requested | None:
+    if isinstance(runtime_env, Requested):  # (options of a remote function that travelled here)
+        return runtime_env
     checked = check(runtime_env, what)
     return Requested(checked, what) if checked is not None else None
 
@@ -218,7 +231,7 @@ def upload(core, blobs: dict) -> None:
     sent = core.__dict__.setdefault("_sent_packages", set())
     for uri, data in blobs.items():
         if uri not in sent:
-            if not core.request_sync("has_package", uri):  # (the same files, packed by another process)
+            if not core.request_sync("keep_package", uri):  # (the same files, packed by another process)
                 core.request_sync("put_package", uri, data)
             sent.add(uri)
 
@@ -247,11 +260,24 @@ def set_job(env: dict | None) -> None:
 
 def start_worker(core, env: dict | None) -> None:
     """A worker starts in the job's environment (for good: it is every task's baseline),
-    then runs the job's setup hook."""
+    then runs the job's setup hook. Should that fail, every task and actor this worker
+    is given fails with the error (as Ray's do), rather than run without it."""
+    global setup_error
     set_job(env)
     if not env:
         return
-    _enter(core, env)
+    before = list(sys.path)
+    try:
+        _enter(core, env)
+        _run_hook(env)
+    except Exception as err:  # noqa: BLE001 - (given to each call; Ray's error type)
+        setup_error = err if isinstance(err, RuntimeEnvSetupError) else RuntimeEnvSetupError(
+            f"the job's runtime_env could not be set up in this worker: {err!r}")
+        raise setup_error from err
+    _job_paths[:] = [p for p in sys.path if p not in before]
+
+
+def _run_hook(env: dict) -> None:
     hook = env.get("worker_process_setup_hook")
     if "_setup_hook" in env:
         cloudpickle.loads(env["_setup_hook"])()
@@ -293,6 +319,12 @@ def around_task(core, env: dict):
 
 
 def _enter(core, env: dict) -> None:
+    job = _job or {}
+    if _job_paths and any(env.get(k) != job.get(k) for k in ("working_dir", "py_modules")):
+        # (what names its own directories does not import the job's, as in Ray, where
+        # its worker would not have them; around_task puts them back; the env's own,
+        # the job's where it kept them, go on again below)
+        sys.path[:] = [p for p in sys.path if p not in _job_paths]
     try:
         modules = [env_packages.local_copy(core, uri) for uri in env.get("py_modules", ())]
         working_dir = env_packages.local_copy(core, env["working_dir"]) if "working_dir" in env else None

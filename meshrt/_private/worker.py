@@ -29,8 +29,8 @@ def main(worker_id: int, kind: str) -> None:
         os._exit(0)  # the driver shut down while we were starting: nothing to serve
     try:
         runtime_env.start_worker(core, core.config.get("runtime_env"))
-    except Exception as err:  # noqa: BLE001 - (said in the driver's output; its tasks fail on what is missing)
-        print(f"meshrt: the job's runtime_env could not be set up in worker {worker_id}: {err}", file=sys.stderr)
+    except Exception as err:  # noqa: BLE001 - (said in the driver's output; every call here fails with it)
+        print(f"meshrt: worker {worker_id}: {err}", file=sys.stderr)
     core.executor.run_forever()
 
 

@@ -3,10 +3,10 @@ directories under ``$WORKSPACE_DIR``, and the processes that import from them.
 
 ``$WORKSPACE_DIR`` is the variable Monarch's jobs set; where the host's agent (or the
 driver) was started without it, the workspace lives in the host's runtime directory
-and goes when the host leaves. Syncing writes only files whose bytes changed (their
-modification times tell what changed, and ``auto_reload`` reloads just those
-modules) and removes the files an earlier sync wrote that are gone from the source,
-as ``rsync --delete`` would, but never a file it did not write.
+and goes when the host leaves. Syncing writes only files whose bytes changed (so
+``auto_reload`` reloads just those modules, and unchanged files keep their times) and
+removes the files an earlier sync wrote that are gone from the source, as ``rsync
+--delete`` would, but never a file it did not write.
 """
 
 from __future__ import annotations
@@ -69,12 +69,17 @@ def _write(data: bytes, dest: str, manifest: str) -> list:
                 continue
             os.makedirs(os.path.dirname(target), exist_ok=True)
             staging = f"{target}.meshrt-{os.getpid()}"
-            with open(staging, "wb") as out:
-                out.write(body)
-            mode = (info.external_attr >> 16) & 0o777
-            if mode:
-                os.chmod(staging, mode)
-            os.replace(staging, target)  # (a process importing meanwhile sees the old file or the new)
+            try:
+                with open(staging, "wb") as out:
+                    out.write(body)
+                mode = (info.external_attr >> 16) & 0o777
+                if mode:
+                    os.chmod(staging, mode)
+                os.replace(staging, target)  # (a process importing meanwhile sees the old file or the new)
+            except BaseException:
+                if os.path.exists(staging):
+                    os.remove(staging)
+                raise
             _drop_bytecode(target)
             changed.append(info.filename)
     try:
@@ -144,13 +149,16 @@ def enter(rels: list) -> list:
 
 
 def reload_changed(files: list) -> list:
-    """``importlib.reload`` the modules loaded from these files, in import order; their
-    names. (Objects made from the old code keep it, as after any reload.)"""
-    wanted = {os.path.realpath(f) for f in files}
-    reloaded = []
+    """``importlib.reload`` the modules loaded from these files (those still there), in
+    import order. (Objects made from the old code keep it, as after any reload.) What
+    failed, as "module (file): error" lines; one failure does not stop the others."""
+    wanted = {os.path.realpath(f) for f in files if os.path.exists(f)}
+    failed = []
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
         if path and os.path.realpath(path) in wanted:
-            importlib.reload(module)
-            reloaded.append(name)
-    return reloaded
+            try:
+                importlib.reload(module)
+            except Exception as err:  # noqa: BLE001 - (the user's module: said to the caller)
+                failed.append(f"{name} ({path}): {type(err).__name__}: {err}")
+    return failed

@@ -239,7 +239,7 @@ class ProcHost:
         """HostMesh.sync_workspace: import from the synced copies (``items``: relative
         destination, local source, changed file names); with ``reload``, reload the
         modules loaded from a changed file, here or at its source (the driver's host
-        imports from the originals). The reloaded modules' names."""
+        imports from the originals). What failed to reload ("module (file): error")."""
         if self.in_driver:  # (the driver's own code is the user's to reload)
             return []
         workspace_files.enter([rel for rel, _src, _names in items])

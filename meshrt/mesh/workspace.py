@@ -19,10 +19,12 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .._private import env_packages, runtime_env, state
+from .._private import env_packages, state
 from .future import Future
 
 __all__ = ["Workspace"]
+
+STOP_TIMEOUT_S = 30.0  # (the short-lived processes that write the files)
 
 
 class Workspace:
@@ -47,10 +49,16 @@ class Workspace:
             path = os.path.abspath(os.path.expanduser(os.fspath(local)))
             if not os.path.isdir(path):
                 raise ValueError(f"Workspace(dirs=...): {os.fspath(local)!r} is not a local directory")
-            dest = os.fspath(dest).strip("/")
-            if os.path.isabs(os.fspath(dest)) or ".." in dest.split("/"):
-                raise ValueError(f"Workspace(dirs=...): destination {dest!r} must be relative to $WORKSPACE_DIR, "
+            given = os.fspath(dest)
+            if os.path.isabs(given) or ".." in given.split("/"):
+                raise ValueError(f"Workspace(dirs=...): destination {given!r} must be relative to $WORKSPACE_DIR, "
                                  "without '..'")
+            dest = given.strip("/")
+            for other, taken in self.dirs.items():
+                if _overlap(taken, dest):  # (one sync would delete what the other wrote)
+                    raise ValueError(f"Workspace(dirs=...): {path} and {other} would both be written to "
+                                     f"$WORKSPACE_DIR/{dest or taken} (one inside the other's place); give each its own "
+                                     f"destination with a dict, e.g. {{{path!r}: 'a', {other!r}: 'b'}}")
             self.dirs[path] = dest
 
     @staticmethod
@@ -59,6 +67,11 @@ class Workspace:
 
     def __repr__(self) -> str:
         return f"Workspace(dirs={self.dirs!r})"
+
+
+def _overlap(a: str, b: str) -> bool:
+    """One destination is the other or inside it (``""``: $WORKSPACE_DIR itself)."""
+    return not a or not b or a == b or a.startswith(b + "/") or b.startswith(a + "/")
 
 
 def sync(host_mesh, workspace: Workspace, conda: bool, auto_reload: bool) -> Future:
@@ -75,11 +88,18 @@ def sync(host_mesh, workspace: Workspace, conda: bool, auto_reload: bool) -> Fut
         items = []
         for src, rel in workspace.dirs.items():
             uri, data = env_packages.pack(src, what="sync_workspace()")
-            runtime_env.upload(core, {uri: data})
+            core.request_sync("put_package", uri, data, False)  # (dropped once written: the next sync sends anew)
             items.append((uri, rel, src))
-        changed = _install(hosts, [(uri, rel) for uri, rel, _src in items], deadline)
+        try:
+            changed = _install(hosts, [(uri, rel) for uri, rel, _src in items], deadline)
+        finally:
+            for uri, _rel, _src in items:
+                core.request_sync("drop_package", uri)
         core.request_sync("note_workspace", tuple(hosts), tuple(rel for _uri, rel, _src in items))
-        _refresh(core, hosts, items, changed, auto_reload, deadline)
+        failed = _refresh(core, hosts, items, changed, auto_reload, deadline)
+        if failed:
+            raise RuntimeError("sync_workspace(auto_reload=True): the files were synced, but these modules did "
+                               "not reload (they keep their old code until they do):\n  " + "\n  ".join(failed))
 
     async def aget():
         await asyncio.to_thread(run, None)
@@ -101,15 +121,17 @@ def _install(hosts: list, items: list, deadline: float | None) -> dict:
     try:
         changed = _each(procs, "install_workspace", lambda rank: (items,), deadline)
     finally:
-        procs.stop().get(_left(deadline))
+        procs.stop().get(STOP_TIMEOUT_S)  # (its own time: an error above is the one to see)
     return dict(zip(hosts, changed, strict=True))
 
 
-def _refresh(core, hosts: list, items: list, changed: dict, reload: bool, deadline: float | None) -> None:
-    """Every live process this driver spawned on these hosts imports from the copies."""
+def _refresh(core, hosts: list, items: list, changed: dict, reload: bool, deadline: float | None) -> list:
+    """Every live process this driver spawned on these hosts imports from the copies;
+    what failed to reload there ("module (file): error" lines)."""
     from .meshes import _spawned, _whole
 
     on = set(hosts)
+    failed: list = []
     registry = _spawned(core)
     for mesh_state, (_refs, proc_hosts, _local) in list(registry.items()):
         if mesh_state.stopping or not on & set(proc_hosts):
@@ -123,7 +145,9 @@ def _refresh(core, hosts: list, items: list, changed: dict, reload: bool, deadli
             per_item = [(rel, src, names[i] if names else []) for i, (_uri, rel, src) in enumerate(items)]
             return per_item, reload
 
-        _each(mesh, "refresh_workspace", args, deadline, only=on)
+        for errors in _each(mesh, "refresh_workspace", args, deadline, only=on):
+            failed.extend(error for error in errors if error not in failed)
+    return failed
 
 
 def _each(mesh, method: str, args_of, deadline: float | None, only: set | None = None) -> list:
