@@ -88,12 +88,16 @@ METRICS: list[Metric] = [
     Metric("idle_procs", "info: runtime processes (driver + descendants), 4 actors", "procs", False, None,
            "-", 0),
     Metric("shutdown_s", "info: shutdown() (s)", "s", False, None, "-", 2),
+    Metric("env_first_s", "info: task in a new runtime_env (env_vars), first result (s)", "s",
+           False, None, "-", 3),
+    Metric("env_tasks", "info: task round trips/s in a runtime_env (env_vars)", "/s", True),
 ]
 
 # Order in which the child runs the metrics (init always first).
 RUN_ORDER = [
     "init_s", "create4_s", "idle_rss_mib", "sync_tasks", "async_tasks", "sync_actor",
     "async_actor", "asyncio_actor", "asyncio_seq", "four_actors", "small_puts", "gather8_ms",
+    "env_first_s", "env_tasks",
 ]
 
 
@@ -104,6 +108,12 @@ RUN_ORDER = [
 
 def _noop():
     return 1
+
+
+def _env_probe():
+    import os
+
+    return os.environ.get("BENCH_ENV")
 
 
 class _Actor:
@@ -318,6 +328,25 @@ def m_gather8(ctx):
         kill_actors(ray, actors)
 
 
+def m_env_first(ctx):
+    """Each repetition a new environment (its own variable's value): Ray starts a
+    worker for it; meshrt applies it around the task in a pool worker. (Variables
+    only: Ray takes a local working_dir only in init(), meshrt per task too.)"""
+    ray = ctx.ray
+    probe = ray.remote(_env_probe)
+    for i in range(ctx.repeat):
+        t0 = perf()
+        assert ray.get(probe.options(runtime_env={"env_vars": {"BENCH_ENV": str(i)}}).remote()) == str(i)
+        ctx.rec("env_first_s", perf() - t0)
+
+
+def m_env_tasks(ctx):
+    ray = ctx.ray
+    task = ray.remote(_env_probe).options(runtime_env={"env_vars": {"BENCH_ENV": "steady"}})
+    ray.get(task.remote())  # (set up once)
+    ctx.rate("env_tasks", lambda: ray.get(task.remote()))
+
+
 METRIC_FUNCS = {
     "create4_s": m_create4,
     "idle_rss_mib": m_idle_rss,
@@ -330,6 +359,8 @@ METRIC_FUNCS = {
     "four_actors": m_four_actors,
     "small_puts": m_small_puts,
     "gather8_ms": m_gather8,
+    "env_first_s": m_env_first,
+    "env_tasks": m_env_tasks,
 }
 
 

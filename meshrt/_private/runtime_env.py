@@ -299,7 +299,9 @@ def around_task(core, env: dict):
     """A task's environment, put back as it was when the task ends."""
     global _current
     saved_vars = {name: os.environ.get(name) for name in env.get("env_vars", ())}
-    saved_path, saved_cwd, saved_current = list(sys.path), os.getcwd(), _current
+    saved_current = _current
+    dirs = "working_dir" in env or "py_modules" in env  # (else sys.path and the directory stay as they are)
+    saved_path, saved_cwd = (list(sys.path), os.getcwd()) if dirs else (None, None)
     try:
         _enter(core, env)
         _current = env
@@ -311,16 +313,18 @@ def around_task(core, env: dict):
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        sys.path[:] = saved_path
-        try:
-            os.chdir(saved_cwd)
-        except OSError:
-            pass
+        if dirs:
+            sys.path[:] = saved_path
+            try:
+                os.chdir(saved_cwd)
+            except OSError:
+                pass
 
 
 def _enter(core, env: dict) -> None:
     job = _job or {}
-    if _job_paths and any(env.get(k) != job.get(k) for k in ("working_dir", "py_modules")):
+    if _job_paths and ("working_dir" in env or "py_modules" in env) and \
+            any(env.get(k) != job.get(k) for k in ("working_dir", "py_modules")):
         # (what names its own directories does not import the job's, as in Ray, where
         # its worker would not have them; around_task puts them back; the env's own,
         # the job's where it kept them, go on again below)
