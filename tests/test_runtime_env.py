@@ -22,6 +22,8 @@ def project(tmp_path):
     (work / "shipped_mod.py").write_text("WHERE = __file__\n")
     (work / "data.txt").write_text("the data\n")
     (work / "checkpoints" / "big.ckpt").write_bytes(b"\0" * 1024)
+    (work / ".gitignore").write_text("*.log\n")  # (honoured, as Ray does)
+    (work / "run.log").write_text("left out\n")
     package = tmp_path / "libs" / "shipped_pkg"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("def twice(x):\n    return 2 * x\n")
@@ -41,7 +43,7 @@ def in_working_dir():
         data = f.read().strip()
     with open("written.txt", "w") as f:  # (lands in the copy, not the user's directory)
         f.write("x")
-    return os.getcwd(), shipped_mod.WHERE, data, os.path.exists("checkpoints/big.ckpt")
+    return os.getcwd(), shipped_mod.WHERE, data, os.path.exists("checkpoints/big.ckpt") or os.path.exists("run.log")
 
 
 @meshrt.remote
@@ -105,7 +107,7 @@ def test_a_working_dir_is_a_copy_with_its_modules_and_files(project):
     assert cwd != str(work) and os.path.basename(cwd) in module_file
     assert os.path.dirname(module_file) == cwd
     assert data == "the data"
-    assert not has_checkpoint  # (excluded)
+    assert not has_checkpoint  # (excluded, and ignored by the directory's .gitignore)
     assert not (work / "written.txt").exists()
     assert os.path.exists(os.path.join(cwd, "written.txt"))
     meshrt.shutdown()

@@ -14,7 +14,6 @@ original).
 from __future__ import annotations
 
 import fcntl
-import fnmatch
 import hashlib
 import io
 import os
@@ -22,11 +21,13 @@ import shutil
 import tempfile
 import zipfile
 
+import pathspec
+
 from ..exceptions import RuntimeEnvSetupError
 
 SCHEME = "meshrt-pkg://"
 MAX_PACKAGE_BYTES = 512 << 20  # (Ray's limit on an uploaded package, too)
-_SKIPPED_DIRS = ("__pycache__",)  # (bytecode is made again where it runs)
+_SKIPPED_DIRS = ("__pycache__", ".git")  # (bytecode is made again where it runs; history is not code)
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # same files -> same bytes -> same name, whenever packed
 _packed: dict = {}  # (path, prefix, excludes) -> (fingerprint, (uri, zip bytes))
 
@@ -42,7 +43,7 @@ def pack(path: str, excludes: tuple = (), prefix: str = "", what: str = "runtime
     key, fingerprint = (path, prefix, excludes), _fingerprint(files)
     if key in _packed and _packed[key][0] == fingerprint:
         return _packed[key][1]
-    total = sum(size for _rel, _full, size, _mode in files)
+    total = sum(file[2] for file in files)
     if total > MAX_PACKAGE_BYTES:
         how = ("move them out of the directory" if what.startswith("sync_workspace") else
                "runtime_env={'excludes': [...]} (patterns like 'data/' or '*.ckpt')")
@@ -50,7 +51,7 @@ def pack(path: str, excludes: tuple = (), prefix: str = "", what: str = "runtime
                          f"{MAX_PACKAGE_BYTES >> 20} MiB a package may hold; leave large files out: {how}")
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
-        for rel, full, _size, mode in files:
+        for rel, full, _size, mode, _mtime in files:
             info = zipfile.ZipInfo(prefix + rel, date_time=_FIXED_TIME)
             info.external_attr = (mode & 0o777) << 16
             info.compress_type = zipfile.ZIP_DEFLATED
@@ -63,46 +64,62 @@ def pack(path: str, excludes: tuple = (), prefix: str = "", what: str = "runtime
 
 
 def _files(path: str, excludes: tuple):
-    """(name in the zip, path, size, mode) of each file under ``path``, in a fixed order."""
+    """(name in the zip, path, size, mode, mtime) of each file under ``path``, in a fixed
+    order, leaving out what ``excludes`` and the directory's ``.gitignore`` files name."""
     if os.path.isfile(path):
         st = os.stat(path)
-        yield os.path.basename(path), path, st.st_size, st.st_mode
+        yield os.path.basename(path), path, st.st_size, st.st_mode, st.st_mtime_ns
         return
+    use_gitignore = os.environ.get("MESHRT_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1"
+    given = [("", pathspec.GitIgnoreSpec.from_lines(excludes))] if excludes else []
+    rules = {"": _gitignore(path, "") if use_gitignore else []}
     for root, dirs, names in os.walk(path):
         rel_root = os.path.relpath(root, path)
         rel_root = "" if rel_root == "." else rel_root.replace(os.sep, "/") + "/"
-        dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS and not _excluded(rel_root + d + "/", excludes))
+        inherited = rules.pop(rel_root)
+        specs = inherited + given  # (the user's excludes have the last word)
+        kept = []
+        for d in sorted(dirs):
+            inner = rel_root + d + "/"
+            if d in _SKIPPED_DIRS or _ignored(inner, specs):
+                continue
+            kept.append(d)
+            rules[inner] = inherited + (_gitignore(os.path.join(root, d), inner) if use_gitignore else [])
+        dirs[:] = kept
         for name in sorted(names):
             rel = rel_root + name
             full = os.path.join(root, name)
-            if _excluded(rel, excludes) or not os.path.isfile(full):
+            if _ignored(rel, specs) or not os.path.isfile(full):
                 continue
             st = os.stat(full)
-            yield rel, full, st.st_size, st.st_mode
+            yield rel, full, st.st_size, st.st_mode, st.st_mtime_ns
 
 
-def _excluded(rel: str, excludes: tuple) -> bool:
-    """Ray's ``excludes``, read as .gitignore patterns in their common forms: a pattern
-    with a slash inside is matched from the top of the directory, one without matches a
-    name at any depth, a trailing slash matches directories only."""
-    is_dir = rel.endswith("/")
-    rel = rel.rstrip("/")
-    for pattern in excludes:
-        dir_only = pattern.endswith("/")
-        pattern = pattern.rstrip("/")
-        if not pattern or (dir_only and not is_dir):
-            continue
-        if "/" in pattern:
-            if fnmatch.fnmatchcase(rel, pattern.lstrip("/")):
-                return True
-        elif fnmatch.fnmatchcase(rel.rsplit("/", 1)[-1], pattern):
-            return True
-    return False
+def _gitignore(directory: str, rel: str) -> list:
+    """The rules of ``directory/.gitignore`` (as Ray honours them), as [(``rel``, the
+    directory's place, where they apply from; spec)]; none where it has no such file."""
+    try:
+        with open(os.path.join(directory, ".gitignore")) as f:
+            return [(rel, pathspec.GitIgnoreSpec.from_lines(f))]
+    except OSError:
+        return []
+
+
+def _ignored(rel: str, specs: list) -> bool:
+    """Whether the last rule that speaks of ``rel`` (a directory ends in "/") leaves it
+    out: deeper .gitignore files speak after shallower ones, as in git."""
+    ignored = False
+    for base, spec in specs:
+        if rel.startswith(base):
+            verdict = spec.check_file(rel[len(base):]).include
+            if verdict is not None:
+                ignored = verdict
+    return ignored
 
 
 def _fingerprint(files: list) -> int:
     """Names, sizes and modification times: a changed file packs again."""
-    return hash(tuple((rel, size, os.stat(full).st_mtime_ns) for rel, full, size, _mode in files))
+    return hash(tuple((rel, size, mtime) for rel, _full, size, _mode, mtime in files))
 
 
 def new_host_dir() -> str:
