@@ -182,7 +182,7 @@ class ActorClass:
         what = f"actor {self._name}"
         opts = placement.actor_options(core, placement.capture(self._opts, what), what)
         if core.is_driver and not opts.host:  # (another host's own resources are checked as it is placed)
-            core.check_feasible(opts.resources, f"actor {self._name}", actor=True)
+            core.check_feasible(opts.resources, what, actor=True)
         return core.create_actor(self, args, kwargs, opts)
 
     def options(self, **options) -> ActorClass:
