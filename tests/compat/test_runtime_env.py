@@ -1,0 +1,77 @@
+"""Runtime environments, as Ray programs use them.
+
+* The job's ``working_dir`` (a project with a module and a data file) and
+  ``env_vars``, given to ``ray.init``: tasks and actors import the module, read
+  the file by a relative path and see the variables.
+* A task's own ``env_vars``, merged with the job's (its own win), and inherited
+  by the task it submits.
+* An actor's ``env_vars`` for the actor's whole life.
+* ``get_runtime_context().runtime_env`` inside a task.
+"""
+import os
+
+import pytest
+
+import meshrt as ray
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def project(tmp_path):
+    (tmp_path / "helpers_mod.py").write_text("def scale(x):\n    return 10 * x\n")
+    (tmp_path / "config.txt").write_text("learning_rate=0.1\n")
+    return str(tmp_path)
+
+
+@ray.remote
+def use_project(x):
+    import helpers_mod
+
+    with open("config.txt") as f:
+        config = f.read().strip()
+    return helpers_mod.scale(x), config, os.environ.get("STAGE")
+
+
+@ray.remote
+def variables(*names):
+    return {name: os.environ.get(name) for name in names}
+
+
+@ray.remote
+def parent_and_child():
+    mine = {name: os.environ.get(name) for name in ("STAGE", "LEVEL")}
+    return mine, ray.get(variables.remote("STAGE", "LEVEL"))
+
+
+@ray.remote
+class Configured:
+    def level(self):
+        return os.environ.get("LEVEL"), os.environ.get("STAGE")
+
+
+@ray.remote
+def shown_env():
+    return ray.get_runtime_context().runtime_env["env_vars"]
+
+
+def test_the_jobs_working_dir_and_variables(project):
+    ray.init(num_cpus=2, runtime_env={"working_dir": project, "env_vars": {"STAGE": "train"}})
+    assert ray.get([use_project.remote(i) for i in range(3)]) == [
+        (10 * i, "learning_rate=0.1", "train") for i in range(3)]
+    assert ray.get(shown_env.remote()) == {"STAGE": "train"}
+
+
+def test_a_tasks_variables_merge_with_the_jobs_and_reach_its_children():
+    ray.init(num_cpus=2, runtime_env={"env_vars": {"STAGE": "train", "LEVEL": "job"}})
+    own = parent_and_child.options(runtime_env={"env_vars": {"LEVEL": "task"}})
+    mine, child = ray.get(own.remote())
+    assert mine == {"STAGE": "train", "LEVEL": "task"}
+    assert child == {"STAGE": "train", "LEVEL": "task"}
+    assert ray.get(variables.remote("STAGE", "LEVEL")) == {"STAGE": "train", "LEVEL": "job"}
+
+
+def test_an_actor_keeps_its_variables():
+    ray.init(num_cpus=2, runtime_env={"env_vars": {"STAGE": "train"}})
+    actor = Configured.options(runtime_env={"env_vars": {"LEVEL": "actor"}}).remote()
+    assert ray.get([actor.level.remote() for _ in range(3)]) == [("actor", "train")] * 3
