@@ -19,6 +19,7 @@ import io
 import os
 import shutil
 import tempfile
+import uuid
 import zipfile
 
 import pathspec
@@ -123,8 +124,20 @@ def _fingerprint(files: list) -> int:
 
 
 def new_host_dir() -> str:
-    """Where this host's processes unpack packages; its owner removes it as it stops."""
-    return tempfile.mkdtemp(prefix="meshrt-env-")
+    """Where this host's processes unpack packages; its owner removes it as it stops. Made
+    by the first process that needs it (``host_dir``), so a host that never unpacks
+    anything leaves nothing behind, even if it is killed."""
+    return os.path.join(tempfile.gettempdir(), f"meshrt-env-{uuid.uuid4().hex[:16]}")
+
+
+def host_dir() -> str:
+    """This host's directory (``MESHRT_ENV_DIR``), made on first use (owner-only)."""
+    root = os.environ.get("MESHRT_ENV_DIR")
+    if not root:
+        raise RuntimeEnvSetupError("this process has no host runtime directory to unpack into "
+                                   "(runtime_env is applied in worker processes only)")
+    os.makedirs(root, mode=0o700, exist_ok=True)
+    return root
 
 
 def remove_host_dir(path: str | None) -> None:
@@ -138,10 +151,7 @@ def sha_of(uri: str) -> str:
 
 def local_copy(core, uri: str) -> str:
     """The package unpacked on this host (fetched from the controller the first time)."""
-    root = os.environ.get("MESHRT_ENV_DIR")
-    if not root or not os.path.isdir(root):
-        raise RuntimeEnvSetupError(f"{uri}: this process has no host runtime directory to unpack it in "
-                                   "(runtime_env is applied in worker processes only)")
+    root = host_dir()
     target = os.path.join(root, sha_of(uri))
     if os.path.isdir(target):
         return target

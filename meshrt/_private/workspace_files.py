@@ -24,6 +24,8 @@ from ..exceptions import RuntimeEnvSetupError
 
 
 def root() -> str:
+    """``$WORKSPACE_DIR``, or the workspace in the host's runtime directory (named only:
+    ``install`` makes it)."""
     given = os.environ.get("WORKSPACE_DIR")
     if given:
         return given
@@ -37,7 +39,7 @@ def install(core, items: list) -> list:
     """Write each package (``(uri, relative destination)``) under the workspace root;
     the names of the files that changed, per item."""
     base = root()
-    os.makedirs(base, exist_ok=True)
+    os.makedirs(base, mode=0o700, exist_ok=True)
     changed_per_item = []
     with open(os.path.join(base, ".meshrt-sync.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # (one sync at a time on a host)
