@@ -35,6 +35,13 @@ def _write(project, version: int, extra: bool = True) -> None:
         (project / "notes.txt").unlink()
 
 
+def _project(tmp_path, name: str, version: int):
+    project = tmp_path / name
+    project.mkdir()
+    _write(project, version)
+    return project
+
+
 def _touch(path: str) -> None:
     pathlib.Path(path).touch()
 
@@ -56,9 +63,7 @@ def agent_host(monkeypatch):
 @pytest.mark.timeout(120)
 async def test_synced_code_is_imported_there_and_reloaded_when_it_changes(agent_host, tmp_path):
     hosts, remember = agent_host
-    project = tmp_path / "proj"
-    project.mkdir()
-    _write(project, 1)
+    project = _project(tmp_path, "proj", 1)
     await hosts.sync_workspace(Workspace(dirs=[str(project)]))
     procs = hosts.spawn_procs(per_host={"gpus": 2})  # (started after the sync: they find it at once)
     importers = procs.spawn("importers", Importer)
@@ -87,9 +92,7 @@ async def test_synced_code_is_imported_there_and_reloaded_when_it_changes(agent_
 @pytest.mark.timeout(120)
 async def test_running_processes_import_a_workspace_synced_after_they_started(agent_host, tmp_path):
     hosts, remember = agent_host
-    project = tmp_path / "later"
-    project.mkdir()
-    _write(project, 7)
+    project = _project(tmp_path, "later", 7)
     procs = hosts.spawn_procs(per_host={"gpus": 1})
     importers = procs.spawn("importers", Importer)
     with pytest.raises(meshrt.ActorError, match="synced_mod"):

@@ -31,6 +31,7 @@ MAX_PACKAGE_BYTES = 512 << 20  # (Ray's limit on an uploaded package, too)
 _SKIPPED_DIRS = ("__pycache__", ".git")  # (bytecode is made again where it runs; history is not code)
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # same files -> same bytes -> same name, whenever packed
 _packed: dict = {}  # (path, prefix, excludes) -> (fingerprint, (uri, zip bytes))
+_unpacked: dict = {}  # uri -> where this process found it unpacked on its host
 
 
 def pack(path: str, excludes: tuple = (), prefix: str = "", what: str = "runtime_env") -> tuple[str, bytes]:
@@ -149,22 +150,37 @@ def sha_of(uri: str) -> str:
     return uri.removeprefix(SCHEME).removesuffix(".zip")
 
 
+def fetch(core, uri: str) -> bytes:
+    """The package's bytes, from the controller, checked against its name."""
+    data = core.request_sync("get_package", uri)
+    if data is None:
+        raise RuntimeEnvSetupError(f"{uri}: the driver does not hold this package (was it packed by "
+                                   "a process of another job?)")
+    if hashlib.sha256(data).hexdigest()[:32] != sha_of(uri):
+        raise RuntimeEnvSetupError(f"{uri}: the bytes received do not match the package's hash")
+    return data
+
+
 def local_copy(core, uri: str) -> str:
-    """The package unpacked on this host (fetched from the controller the first time)."""
+    """The package unpacked on this host (fetched from the controller the first time);
+    known afterwards without a look at the disk (a task's environment asks each time)."""
+    known = _unpacked.get(uri)
+    if known is not None:
+        return known
     root = host_dir()
     target = os.path.join(root, sha_of(uri))
-    if os.path.isdir(target):
-        return target
+    if not os.path.isdir(target):
+        _unpack(core, uri, root, target)
+    _unpacked[uri] = target
+    return target
+
+
+def _unpack(core, uri: str, root: str, target: str) -> None:
     with open(target + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # (one process per host unpacks; the rest wait for it)
         if os.path.isdir(target):
-            return target
-        data = core.request_sync("get_package", uri)
-        if data is None:
-            raise RuntimeEnvSetupError(f"{uri}: the driver does not hold this package (was it packed by "
-                                       "a process of another job?)")
-        if hashlib.sha256(data).hexdigest()[:32] != sha_of(uri):
-            raise RuntimeEnvSetupError(f"{uri}: the bytes received do not match the package's hash")
+            return
+        data = fetch(core, uri)
         staging = tempfile.mkdtemp(prefix=".unpacking-", dir=root)
         try:
             with zipfile.ZipFile(io.BytesIO(data)) as archive:
@@ -177,4 +193,3 @@ def local_copy(core, uri: str) -> str:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-    return target

@@ -21,6 +21,7 @@ import sys
 import zipfile
 
 from ..exceptions import RuntimeEnvSetupError
+from . import env_packages
 
 
 def root() -> str:
@@ -44,9 +45,7 @@ def install(core, items: list) -> list:
     with open(os.path.join(base, ".meshrt-sync.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # (one sync at a time on a host)
         for uri, rel in items:
-            data = core.request_sync("get_package", uri)
-            if data is None:
-                raise RuntimeEnvSetupError(f"{uri}: the driver does not hold this workspace package")
+            data = env_packages.fetch(core, uri)
             changed_per_item.append(_write(data, os.path.join(base, rel), _manifest(base, rel)))
     return changed_per_item
 

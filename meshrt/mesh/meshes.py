@@ -103,7 +103,7 @@ class HostMesh(Shaped):
         reload the modules whose files changed (see mesh/workspace.py)."""
         from .workspace import sync
 
-        return sync(self, workspace, conda, auto_reload)
+        return sync([self._host_ids[r] for r in self._shape.ranks()], workspace, conda, auto_reload)
 
     def spawn_procs(self, per_host: Mapping | None = None, name: str | None = None) -> ProcMesh:
         """Start processes: ``per_host={"gpus": 4}`` -> a ProcMesh {"gpus": 4} per host.
@@ -241,8 +241,7 @@ class ProcMesh(Shaped):
         """``HostMesh.sync_workspace`` on the hosts these processes run on."""
         from .workspace import sync
 
-        hosts = tuple(sorted({self._hosts[r] for r in self._shape.ranks()}))
-        return sync(HostMesh(Shape.dense(("hosts",), (len(hosts),)), hosts), workspace, conda, auto_reload)
+        return sync([self._hosts[r] for r in self._shape.ranks()], workspace, conda, auto_reload)
 
     def init_torch_distributed(self, backend: str | None = None) -> Future:
         """Bring up torch.distributed over these processes (gloo on CPU, NCCL on GPU) and a

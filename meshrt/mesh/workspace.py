@@ -74,13 +74,14 @@ def _overlap(a: str, b: str) -> bool:
     return not a or not b or a == b or a.startswith(b + "/") or b.startswith(a + "/")
 
 
-def sync(host_mesh, workspace: Workspace, conda: bool, auto_reload: bool) -> Future:
+def sync(hosts: list, workspace: Workspace, conda: bool, auto_reload: bool) -> Future:
+    """``sync_workspace`` on these hosts (ids), from a HostMesh or a ProcMesh."""
     if not isinstance(workspace, Workspace):
         raise TypeError(f"sync_workspace(workspace={workspace!r}): give a meshrt.Workspace(dirs=[...])")
     if conda:
         raise ValueError("sync_workspace(conda=True): syncing a conda environment is not supported by meshrt; "
                          "install the environment on every host")
-    hosts = sorted({host_mesh._host_ids[r] for r in host_mesh._shape.ranks()})
+    hosts = sorted(set(hosts))
     core = state.core()
 
     def run(timeout: float | None) -> None:
