@@ -1,12 +1,14 @@
-"""Direct lanes: a mesh actor's calls from the driver on its host, straight to the
+"""Direct lanes: an actor's calls from the driver on its host, straight to the
 thread that runs them.
 
-A call normally reaches an actor's plain ``def`` endpoint in two steps: the core
-loop of its process reads it, then hands it to the actor's lane thread (lanes.py).
-On a small machine each thread wake-up costs more than the call itself. So each
-lane of a process on the driver's host gets a socket of its own, read by the lane's
-thread (helper_thread.py): the driver writes a call there and the thread that runs
-it is the one that wakes. Replies still go back through the core connection.
+A call normally reaches an actor's plain ``def`` method in two steps: the core loop
+of its process reads it, then hands it to the thread that runs it (a mesh actor's
+lane thread, lanes.py; a plain Ray-style actor's main thread, executor.py). On a
+small machine each thread wake-up costs more than the call itself. So each lane of
+a process on the driver's host, and the main thread of a plain actor there (the
+lane ``lanes.MAIN``), gets a socket of its own, read by that thread (inbox.py): the
+driver writes a call there and the thread that runs it is the one that wakes.
+Replies still go back through the core connection.
 
 Setting up: the worker makes a SOCK_SEQPACKET socketpair for the lane, keeps one
 end, and offers the other's descriptor number to the driver (``DirectLaneOffer``,
@@ -95,15 +97,16 @@ def run_frame(core, lane, packet: bytes) -> None:
 
 
 def lane_of(msg) -> str | None:
-    """The lane a call may take directly: one of a mesh actor's lanes, with arguments
-    that need nothing settled on arrival (no refs, store blocks or dependencies)."""
+    """The lane a call may take directly, with arguments that need nothing settled on
+    arrival (no refs, store blocks or dependencies): the mesh actor lane it names, or
+    else the main thread's (which only a plain actor's process offers)."""
     if type(msg) is not m.ActorCall or msg.deps or msg.pins or msg.group is not None:
         return None
     args = msg.args
     if (type(args) is not Payload or args.refs or args.shm is not None or args.is_error
             or args.copied_out):
         return None
-    return lanes.split(msg.method)[1] or None
+    return lanes.split(msg.method)[1] or lanes.MAIN
 
 
 def _frame(msg: m.ActorCall, src: int, after: int) -> bytes:

@@ -5,7 +5,9 @@ code runs:
 
 - pool tasks and plain actors: the main thread, one call at a time, in arrival
   order. Being the main thread, a running call can be interrupted by a signal,
-  which is how ``cancel()`` stops a task blocked in ``time.sleep`` or C code;
+  which is how ``cancel()`` stops a task blocked in ``time.sleep`` or C code. A
+  plain actor's main thread also reads a direct lane of its own (direct_lanes.py),
+  so a call from the driver on its host wakes it without a turn of the core loop;
 - actors with ``max_concurrency > 1``: a thread pool of that size;
 - async actors (any ``async def`` method): an asyncio loop on the main thread, with
   ``max_concurrency`` coroutines at once; their plain ``def`` methods go to a
@@ -43,6 +45,7 @@ from . import messages as m
 from .concurrency_groups import Groups
 from .deferred import Deferred
 from .helper_thread import HelperThread
+from .inbox import Inbox
 
 _CANCEL_SIGNAL = signal.SIGUSR1
 
@@ -83,7 +86,8 @@ class Call:
 class Executor:
     def __init__(self, core) -> None:
         self.core = core
-        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.queue = Inbox()  # the main thread's work
+        self.main_lane: lanes.Lane | None = None  # a plain actor's direct lane to its main thread
         self.main_ident = threading.main_thread().ident
         self.loop_ident = self.main_ident  # the thread an async actor's loop runs on
         self.running: int | None = None  # task id running on the main thread
@@ -109,7 +113,7 @@ class Executor:
     def run_forever(self) -> None:
         signal.signal(_CANCEL_SIGNAL, self._on_cancel_signal)
         while True:
-            item = self.queue.get()
+            item = self.queue.next()
             if item is None:
                 return
             if type(item) is Call:
@@ -166,6 +170,11 @@ class Executor:
         """On ``lane``'s thread: run a call from its own socket (direct_lanes.py; the
         sender chose one with nothing to settle first). False: not this lane's to run."""
         target, key = lanes.split(call.method)
+        if lane is self.main_lane:  # (a plain actor's call: on the main thread, as from the queue)
+            if key or self.pool is not None or self.user_loop is not None:
+                return False
+            self.run_call(call)
+            return True
         if key != lane.key or self.user_loop is None or not self._runs_on_helper(target):
             return False
         self.lanes.count_in(lane)
@@ -455,12 +464,22 @@ class Executor:
                 if spec.max_concurrency > 1 or spec.concurrency_groups:  # (groups: a threaded actor)
                     self.pool = ThreadPoolExecutor(spec.max_concurrency, thread_name_prefix="meshrt-actor")
                 self.instance = cls(*args, **kwargs)
+                if self.pool is None:
+                    self._offer_main_lane()
             if spec.concurrency_groups:
                 self.groups = Groups(spec.concurrency_groups, cls, spec.is_async)
         except BaseException as err:  # noqa: BLE001
             error = error_payload(err, f"{spec.class_name}.__init__", os.getpid(), skip_frames=1)
             self.user_loop = None
         self.core.io.post(self.core.send_controller, m.ActorStarted(spec.actor_id, incarnation, error))
+
+    def _offer_main_lane(self) -> None:
+        """A plain actor runs every call on this thread: let the driver (or the host's
+        agent) write calls straight to it (direct_lanes.py), as to a mesh actor's lane."""
+        offer = getattr(self.core, "offer_direct_lane", None)
+        if offer is not None and self.main_lane is None:
+            self.main_lane = lanes.Lane(lanes.MAIN, self.queue)
+            self.core.io.post(offer, self.main_lane)
 
     def _drain_async(self) -> None:
         self._async_wake = False

@@ -18,6 +18,7 @@ import threading
 from .helper_thread import HelperThread
 
 SEP = ":"
+MAIN = "*"  # the direct lane of a plain actor's main thread (no mesh actor's key is "*")
 log = logging.getLogger("meshrt")
 
 
