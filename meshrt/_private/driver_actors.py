@@ -111,6 +111,9 @@ class _Hosted:
     def reply_now(self, call: Call, results: tuple, result_held) -> bool:
         return False  # (every reply through the core loop: it settles refs and pins first)
 
+    def reply_all(self, replies: list) -> list:
+        return list(replies)  # (the same: reply_now)
+
     def call_finished(self, call: Call, results: tuple, result_held, error) -> None:  # (core loop)
         core = self.core
         core.children.pop(call.task_id, None)

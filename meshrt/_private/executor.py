@@ -36,11 +36,10 @@ from ..objstore.serialization import (
     deserialize,
     error_payload,
     loads_code,
-    serialize,
     system_error_payload,
 )
 from . import args as argpack
-from . import call_payloads, context, ids, lanes, runtime_env
+from . import call_payloads, call_streams, context, ids, lanes, runtime_env
 from . import messages as m
 from .concurrency_groups import Groups
 from .deferred import Deferred
@@ -101,7 +100,9 @@ class Executor:
         self.semaphore: asyncio.Semaphore | None = None
         self._async_inbox: list = []
         self._async_wake = False
+        self._replies: list | None = None  # an async burst's replies, held to go together
         self._sync_methods: dict[str, bool] = {}
+        self._coroutines: dict = {}  # function -> async? (_is_coroutine)
         self.lanes: lanes.Lanes | None = None  # an async actor's helper threads (lanes.py)
         self.groups: Groups | None = None  # Ray's concurrency groups, when the actor has some
         self._turns: dict[int, tuple] = {}  # async calls waiting for a lane's turn: (lane, future)
@@ -234,6 +235,17 @@ class Executor:
                 inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn))
         return sync
 
+    def _is_coroutine(self, fn) -> bool:
+        """An ``async def`` method (or async generator), remembered per method (not per
+        function: _resolve_target makes a new one for each built-in call)."""
+        key = getattr(fn, "__func__", None)
+        known = self._coroutines.get(key) if key is not None else None
+        if known is None:
+            known = inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)
+            if key is not None:
+                self._coroutines[key] = known
+        return known
+
     def runs_after_me(self, actor_id: int, method: str) -> bool:
         """Whether a call to ``method`` of ``actor_id`` can only start once the calling
         thread of this actor is free again (so blocking on it here never ends)."""
@@ -325,7 +337,7 @@ class Executor:
             try:
                 result = fn(*args, **kwargs)
                 if call.num_returns == -1:
-                    self._stream_sync(call, result)
+                    call_streams.stream_sync(self.core, call, result, TaskInterrupted)
                     return
             finally:
                 self.running = None
@@ -407,31 +419,30 @@ class Executor:
 
     def _finish(self, call: Call, packed, error=None) -> None:
         results, held = packed
-        try:  # reply_now raises only before writing anything: the loop then sends it
-            if call.num_returns == 1 and self.core.reply_now(call, results, held):
+        if call.num_returns == 1:
+            batch = self._replies
+            if batch is not None and threading.get_ident() == self.loop_ident:
+                batch.append((call, results, held, error))  # (sent with the others: _send_replies)
                 return
-        except Exception:  # noqa: BLE001
-            pass
+            try:  # reply_now raises only before writing anything: the loop then sends it
+                if self.core.reply_now(call, results, held):
+                    return
+            except Exception:  # noqa: BLE001
+                pass
         self.core.io.post(self.core.call_finished, call, results, held, error)
 
-    # -- streaming ---------------------------------------------------------------------------
-
-    def _stream_sync(self, call: Call, gen) -> None:
-        post = self.core.io.post
-        index = 0
+    def _send_replies(self) -> None:
+        """Async actor's loop, after the calls that arrived together took their first
+        step: the replies of those that finished in it leave in one write per caller."""
+        batch, self._replies = self._replies, None
+        if not batch:  # (sent already: the actor is exiting)
+            return
         try:
-            for value in _as_iterator(gen, call.name):
-                payload, held = serialize(value, call_payloads.place(self.core, call, index))
-                post(self.core.stream_item, call, index, payload, held)
-                index += 1
-        except TaskInterrupted:
-            post(self.core.stream_end, call, index,
-                 system_error_payload(exc.TaskCancelledError(f"{call.task_id:x}")))
-            return
-        except BaseException as err:  # noqa: BLE001
-            post(self.core.stream_end, call, index, error_payload(err, call.name, os.getpid(), 1))
-            return
-        post(self.core.stream_end, call, index, None)
+            rest = self.core.reply_all(batch)
+        except Exception:  # noqa: BLE001 - (raises only before writing: the loop sends them all)
+            rest = batch
+        for call, results, held, error in rest:
+            self.core.io.post(self.core.call_finished, call, results, held, error)
 
     # -- actors ------------------------------------------------------------------------------
 
@@ -487,6 +498,11 @@ class Executor:
         for call in inbox:
             task = self.user_loop.create_task(self._run_async(call))
             self.async_tasks[call.task_id] = task
+        if len(inbox) > 1 and self._replies is None:
+            # A burst: the replies of calls done in their first step are held back until
+            # all have taken it (this runs after them), then written together.
+            self._replies = []
+            self.user_loop.call_soon(self._send_replies)
 
     async def _run_async(self, call: Call) -> None:
         try:
@@ -497,7 +513,7 @@ class Executor:
             semaphore = self.groups.semaphore(call, self.semaphore) if self.groups else self.semaphore
             async with semaphore:
                 fn = self._resolve_target(call)
-                if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+                if self._is_coroutine(fn):
                     await self._run_coroutine(call, fn)
                 else:  # a plain method of an async actor: off the loop, on its helper thread
                     await self.user_loop.run_in_executor(self.pool, self.run_call, call)
@@ -511,7 +527,7 @@ class Executor:
             if call.deps:
                 args, kwargs = await argpack.fetched_async(args, kwargs)
             if call.num_returns == -1:
-                await self._stream_async(call, fn(*args, **kwargs))
+                await call_streams.stream_async(self.core, call, fn(*args, **kwargs))
                 return
             result = await fn(*args, **kwargs)
             del args, kwargs
@@ -538,32 +554,11 @@ class Executor:
             return
         self._exit_actor(f"{self._call_name(call)} called sys.exit({stop.code!r})")
 
-    async def _stream_async(self, call: Call, agen) -> None:
-        post = self.core.io.post
-        index = 0
-        try:
-            if hasattr(agen, "__aiter__"):
-                async for value in agen:
-                    payload, held = serialize(value, call_payloads.place(self.core, call, index))
-                    post(self.core.stream_item, call, index, payload, held)
-                    index += 1
-            else:
-                for value in _as_iterator(await agen if inspect.isawaitable(agen) else agen, call.name):
-                    payload, held = serialize(value, call_payloads.place(self.core, call, index))
-                    post(self.core.stream_item, call, index, payload, held)
-                    index += 1
-        except asyncio.CancelledError:
-            post(self.core.stream_end, call, index,
-                 system_error_payload(exc.TaskCancelledError(f"{call.task_id:x}")))
-            return
-        except BaseException as err:  # noqa: BLE001
-            post(self.core.stream_end, call, index, error_payload(err, call.name, os.getpid(), 1))
-            return
-        post(self.core.stream_end, call, index, None)
-
     def _exit_actor(self, reason: str) -> None:
         if self.exiting:
             return
+        if self._replies and threading.get_ident() == self.loop_ident:
+            self._send_replies()  # (calls that finished before this one are answered)
         self.exiting = True
         self.core.io.post(self.core.exit_actor, reason)
 
@@ -571,16 +566,6 @@ class Executor:
 def _set_if_pending(fut: asyncio.Future) -> None:
     if not fut.done():
         fut.set_result(None)
-
-
-def _as_iterator(obj, name: str):
-    try:
-        return iter(obj)
-    except TypeError:
-        raise TypeError(
-            f"{name} was called with num_returns='streaming' but returned "
-            f"{type(obj).__name__}, not a generator or iterable"
-        ) from None
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:

@@ -361,39 +361,59 @@ class WorkerCore(Core):
 
     def reply_now(self, call: Call, results: tuple, result_held) -> bool:
         """From the thread that ran an actor call: send a plain reply at once, without
-        waking the core loop (each wake-up costs more than the call on a small machine).
-        Only when nothing must be settled first: no refs in or out, no queued ref
-        releases. Results in store blocks, and the unpins of the call's arguments, only
-        for the driver on this host: they share the connection to the store's owner
-        with the reply, so the block's seal and the unpins still arrive first."""
-        if call.is_task or call.deps or call.arg_refs or result_held or self.executor.exiting:
-            return False  # (exiting: calls after exit_actor() must not answer)
+        waking the core loop (each wake-up costs more than the call on a small machine)."""
+        return not self.reply_all([(call, results, result_held)])
+
+    def reply_all(self, replies: list) -> list:
+        """``reply_now`` for several calls (``(call, results, held, ...)``), one frame per
+        caller; returns those that must go through the core loop, in order. Only when
+        nothing must be settled first: no refs in or out, no queued ref releases.
+        Results in store blocks, and the unpins of the calls' arguments, only for the
+        driver on this host: they share the connection to the store's owner with the
+        reply, so the block's seal and the unpins still arrive first."""
+        if self.executor.exiting:  # (calls after exit_actor() must not answer)
+            return list(replies)
+        unpins = self.store is not None and self.store_backend.has_unpins()
+        frames: dict = {}  # connection -> its messages
+        rest = []
+        for reply in replies:
+            call = reply[0]
+            conn = self._plain_reply_conn(call, reply[1], reply[2], unpins)
+            if conn is None:
+                rest.append(reply)
+                continue
+            self.children.pop(call.task_id, None)
+            msg = m.TaskReturn(call.task_id, reply[1], ())
+            frames.setdefault(conn, ([], []))
+            frames[conn][0].append(m.Relay(0, self.worker_id, msg) if conn is self.agent else msg)
+            frames[conn][1].append(reply)
+        for conn, (msgs, sent) in frames.items():
+            # (with unpins queued, only the store's connection qualifies: they go first)
+            update = self.store_backend.take_unpins() if unpins else None
+            try:  # (raises only before writing anything: the loop then sends them)
+                conn.send_from_thread(*([update, *msgs] if update is not None else msgs))
+            except Exception:  # noqa: BLE001
+                rest.extend(sent)
+        return rest
+
+    def _plain_reply_conn(self, call: Call, results: tuple, result_held, unpins: bool):
+        """The connection a reply to ``call`` may leave on from this thread, or None."""
+        if call.is_task or call.deps or call.arg_refs or result_held:
+            return None
         if call.granted:
             self._release_grants(call)
         lending = self.remote_peer(call.dest)
         via_store_conn = call.dest == 0 and not lending
         for payload in results:
             if payload.refs or (payload.shm is not None and not via_store_conn) or (lending and lendable(payload)):
-                return False
+                return None
         call.held = None
         # Whatever the call posted (a Port value, a ref release) must leave first.
         if not self.io.caught_up() or self.table.deltas or self._check or self._release_batch:
-            return False
-        unpins = self.store is not None and self.store_backend.has_unpins()
+            return None
         if unpins and not via_store_conn:
-            return False
-        conn = self._reply_conn(call.dest)
-        if conn is None:
-            return False
-        self.children.pop(call.task_id, None)
-        msg = m.TaskReturn(call.task_id, results, ())
-        msg = m.Relay(0, self.worker_id, msg) if conn is self.agent else msg
-        update = self.store_backend.take_unpins() if unpins else None
-        if update is not None:  # (conn is the store's connection: the unpins go first)
-            conn.send_from_thread(update, msg)
-        else:
-            conn.send_from_thread(msg)
-        return True
+            return None
+        return self._reply_conn(call.dest)
 
     def _release_grants(self, call: Call) -> None:
         """Pins the caller took for this call that its arguments did not use (a cancelled

@@ -113,6 +113,10 @@ def serialize(value: Any, place=None, lend=None) -> tuple[Payload, list]:
     instead be lent in place by ``lend(buffers) -> loans or None``. Raises TypeError
     naming the type when the value cannot be pickled.
     """
+    t = type(value)
+    if t in _SCALARS or ((t is str or t is bytes) and len(value) < INBAND_LIMIT):
+        # (most results: nothing to look for inside, one plain pickle does)
+        return Payload(pickle.dumps(value, protocol=5)), []
     sink: list = []
     buffers: list = []
     copied: dict = {}  # id -> PickleBuffer of each large bytes (see _BigBytes; kept: ids stay unique)
@@ -156,6 +160,9 @@ def serialize(value: Any, place=None, lend=None) -> tuple[Payload, list]:
     if not buffers:
         return Payload(data, (), refs), sink
     return Payload(data, tuple(memoryview(bytes(b)) for b in buffers), refs), sink
+
+
+_SCALARS = frozenset((type(None), bool, int, float))
 
 
 class _BigBytes:

@@ -1,0 +1,64 @@
+"""A call made with ``num_returns="streaming"``: each value it yields goes to its caller
+as it comes (the core's ``stream_item``), then its end or its error (``stream_end``)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+
+from .. import exceptions as exc
+from ..objstore.serialization import error_payload, serialize, system_error_payload
+from . import call_payloads
+
+
+def stream_sync(core, call, gen, interrupted: type) -> None:
+    """On the thread that ran the call; ``interrupted``: the exception a cancel raises there."""
+    post = core.io.post
+    index = 0
+    try:
+        for value in _as_iterator(gen, call.name):
+            payload, held = serialize(value, call_payloads.place(core, call, index))
+            post(core.stream_item, call, index, payload, held)
+            index += 1
+    except interrupted:
+        post(core.stream_end, call, index, system_error_payload(exc.TaskCancelledError(f"{call.task_id:x}")))
+        return
+    except BaseException as err:  # noqa: BLE001 - travels to the caller
+        post(core.stream_end, call, index, error_payload(err, call.name, os.getpid(), 1))
+        return
+    post(core.stream_end, call, index, None)
+
+
+async def stream_async(core, call, agen) -> None:
+    """On an async actor's loop: an async generator, or anything awaitable or iterable."""
+    post = core.io.post
+    index = 0
+    try:
+        if hasattr(agen, "__aiter__"):
+            async for value in agen:
+                payload, held = serialize(value, call_payloads.place(core, call, index))
+                post(core.stream_item, call, index, payload, held)
+                index += 1
+        else:
+            for value in _as_iterator(await agen if inspect.isawaitable(agen) else agen, call.name):
+                payload, held = serialize(value, call_payloads.place(core, call, index))
+                post(core.stream_item, call, index, payload, held)
+                index += 1
+    except asyncio.CancelledError:
+        post(core.stream_end, call, index, system_error_payload(exc.TaskCancelledError(f"{call.task_id:x}")))
+        return
+    except BaseException as err:  # noqa: BLE001 - travels to the caller
+        post(core.stream_end, call, index, error_payload(err, call.name, os.getpid(), 1))
+        return
+    post(core.stream_end, call, index, None)
+
+
+def _as_iterator(obj, name: str):
+    try:
+        return iter(obj)
+    except TypeError:
+        raise TypeError(
+            f"{name} was called with num_returns='streaming' but returned "
+            f"{type(obj).__name__}, not a generator or iterable"
+        ) from None

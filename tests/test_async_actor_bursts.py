@@ -1,0 +1,83 @@
+"""An async actor answers the calls of a burst that finish in their first step together,
+in one write per caller (executor.py ``_send_replies``, worker_core.py ``reply_all``).
+Every reply must still arrive, right, whatever else the burst holds: calls that wait,
+results that carry refs, errors, and an exit_actor() in the middle."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import meshrt
+from meshrt.exceptions import ActorDiedError, TaskError
+
+
+@meshrt.remote
+class Mixed:
+    def __init__(self):
+        self.gate = asyncio.Event()
+
+    async def now(self, i):
+        return i
+
+    async def later(self, i):
+        await self.gate.wait()
+        return -i
+
+    async def open_gate(self):
+        self.gate.set()
+
+    async def ref_of(self, i):
+        return [meshrt.put(i)]
+
+    async def fails(self, i):
+        raise ValueError(f"call {i} fails")
+
+    async def leave(self):
+        meshrt.actor.exit_actor()
+
+
+def test_a_burst_of_every_kind_of_call_gets_every_reply_right(rt):
+    actor = Mixed.remote()
+    refs, expected = [], []
+    for i in range(300):
+        kind = i % 5
+        if kind == 1:
+            refs.append(actor.later.remote(i))
+            expected.append(-i)
+        elif kind == 2:
+            refs.append(actor.ref_of.remote(i))
+            expected.append("ref")
+        elif kind == 3:
+            refs.append(actor.fails.remote(i))
+            expected.append(ValueError)
+        else:
+            refs.append(actor.now.remote(i))
+            expected.append(i)
+    meshrt.get(actor.open_gate.remote())
+    for i, (ref, want) in enumerate(zip(refs, expected, strict=True)):
+        if want is ValueError:
+            with pytest.raises(TaskError, match=f"call {i} fails"):
+                meshrt.get(ref, timeout=30)
+        elif want == "ref":
+            assert meshrt.get(meshrt.get(ref, timeout=30)[0], timeout=30) == i
+        else:
+            assert meshrt.get(ref, timeout=30) == want
+
+
+def test_calls_finished_before_exit_actor_in_the_same_burst_are_answered(rt):
+    for _ in range(3):
+        actor = Mixed.remote()
+        meshrt.get(actor.now.remote(0))
+        before = [actor.now.remote(i) for i in range(100)]
+        leave = actor.leave.remote()
+        after = [actor.now.remote(i) for i in range(20)]
+        assert meshrt.get(before, timeout=30) == list(range(100))
+        with pytest.raises(ActorDiedError, match="exit_actor"):
+            meshrt.get(leave, timeout=30)
+        for ref in after:  # (answered or failed, never hung)
+            try:
+                meshrt.get(ref, timeout=30)
+            except ActorDiedError:
+                pass
