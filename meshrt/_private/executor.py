@@ -47,6 +47,7 @@ from .helper_thread import HelperThread
 from .inbox import Inbox
 
 _CANCEL_SIGNAL = signal.SIGUSR1
+_REPLIES_AT_ONCE = 64  # (a long queue of calls: the caller gets replies on the way)
 
 
 class TaskInterrupted(KeyboardInterrupt):
@@ -118,7 +119,11 @@ class Executor:
             if item is None:
                 return
             if type(item) is Call:
+                if self._replies is None and not item.is_task and self.queue.waiting():
+                    self._replies = []  # (more calls queued behind: their replies leave together)
                 self.run_call(item)
+                if self._replies is not None and (len(self._replies) >= _REPLIES_AT_ONCE or not self.queue.waiting()):
+                    self._send_replies()
                 if item.last:  # max_calls: what was queued behind it is the controller's again
                     self.take_unstarted()
                     self.core.io.post(self.core._leave, 0)
@@ -432,8 +437,9 @@ class Executor:
         self.core.io.post(self.core.call_finished, call, results, held, error)
 
     def _send_replies(self) -> None:
-        """Async actor's loop, after the calls that arrived together took their first
-        step: the replies of those that finished in it leave in one write per caller."""
+        """The replies of calls that arrived together leave in one write per caller: on
+        an async actor's loop, once all took their first step; on a plain actor's main
+        thread, once it has run those queued (or many of them)."""
         batch, self._replies = self._replies, None
         if not batch:  # (sent already: the actor is exiting)
             return

@@ -53,6 +53,10 @@ class Inbox:
         """The next item put, without reading the socket; queue.Empty if none."""
         return self._queue.get_nowait()
 
+    def waiting(self) -> bool:
+        """Something put waits to be taken (frames unread in the socket aside)."""
+        return not self._queue.empty()
+
     def attach_direct(self, sock: socket.socket, on_frame: Callable[[bytes], None]) -> None:
         """Read ``sock`` (SOCK_SEQPACKET, one frame per packet) on the taking thread too,
         and run ``on_frame(packet)`` there for each, before anything put after the

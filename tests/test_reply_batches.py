@@ -1,7 +1,8 @@
-"""An async actor answers the calls of a burst that finish in their first step together,
-in one write per caller (executor.py ``_send_replies``, worker_core.py ``reply_all``).
-Every reply must still arrive, right, whatever else the burst holds: calls that wait,
-results that carry refs, errors, and an exit_actor() in the middle."""
+"""Actors answer the calls of a burst together, in one write per caller (executor.py
+``_send_replies``, worker_core.py ``reply_all``): an async actor those that finish in
+their first step, a plain actor those it ran while more were queued. Every reply must
+still arrive, right, whatever else the burst holds: calls that wait, results that
+carry refs, errors, cancels, and an exit_actor() in the middle."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import asyncio
 import pytest
 
 import meshrt
-from meshrt.exceptions import ActorDiedError, TaskError
+from meshrt.exceptions import ActorDiedError, TaskCancelledError, TaskError
 
 
 @meshrt.remote
@@ -38,8 +39,30 @@ class Mixed:
         meshrt.actor.exit_actor()
 
 
-def test_a_burst_of_every_kind_of_call_gets_every_reply_right(rt):
-    actor = Mixed.remote()
+@meshrt.remote
+class Plain:
+    def now(self, i):
+        return i
+
+    def later(self, i):
+        return -i
+
+    def open_gate(self):
+        pass
+
+    def ref_of(self, i):
+        return [meshrt.put(i)]
+
+    def fails(self, i):
+        raise ValueError(f"call {i} fails")
+
+    def leave(self):
+        meshrt.actor.exit_actor()
+
+
+@pytest.mark.parametrize("cls", [Mixed, Plain], ids=["async", "plain"])
+def test_a_burst_of_every_kind_of_call_gets_every_reply_right(rt, cls):
+    actor = cls.remote()
     refs, expected = [], []
     for i in range(300):
         kind = i % 5
@@ -66,9 +89,10 @@ def test_a_burst_of_every_kind_of_call_gets_every_reply_right(rt):
             assert meshrt.get(ref, timeout=30) == want
 
 
-def test_calls_finished_before_exit_actor_in_the_same_burst_are_answered(rt):
+@pytest.mark.parametrize("cls", [Mixed, Plain], ids=["async", "plain"])
+def test_calls_finished_before_exit_actor_in_the_same_burst_are_answered(rt, cls):
     for _ in range(3):
-        actor = Mixed.remote()
+        actor = cls.remote()
         meshrt.get(actor.now.remote(0))
         before = [actor.now.remote(i) for i in range(100)]
         leave = actor.leave.remote()
@@ -81,3 +105,16 @@ def test_calls_finished_before_exit_actor_in_the_same_burst_are_answered(rt):
                 meshrt.get(ref, timeout=30)
             except ActorDiedError:
                 pass
+
+
+def test_a_call_cancelled_while_queued_in_a_burst_fails_alone(rt):
+    actor = Plain.remote()
+    meshrt.get(actor.now.remote(0))
+    refs = [actor.now.remote(i) for i in range(200)]
+    victim = refs[150]
+    meshrt.cancel(victim)
+    for i, ref in enumerate(refs):
+        try:
+            assert meshrt.get(ref, timeout=30) == i
+        except TaskCancelledError:
+            assert ref is victim  # (cancelled before it ran; had it run, its value came back)
