@@ -7,6 +7,9 @@ carry refs, errors, cancels, and an exit_actor() in the middle."""
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
+import time
 
 import pytest
 
@@ -118,3 +121,54 @@ def test_a_call_cancelled_while_queued_in_a_burst_fails_alone(rt):
             assert meshrt.get(ref, timeout=30) == i
         except TaskCancelledError:
             assert ref is victim  # (cancelled before it ran; had it run, its value came back)
+
+
+@meshrt.remote
+class Signal:
+    def __init__(self):
+        self.ready = threading.Event()
+
+    def send(self):
+        self.ready.set()
+
+    def wait(self):
+        return self.ready.wait(60)
+
+
+@meshrt.remote
+class Waiter:
+    def quick(self, i):
+        return i
+
+    def wait_on(self, signal):
+        return meshrt.get(signal.wait.remote())
+
+    def wait_for_file(self, path):
+        while not os.path.exists(path):
+            time.sleep(0.01)  # (polls a file the test writes once it has the quick reply)
+        return "found"
+
+
+def test_a_reply_is_not_held_behind_a_call_that_blocks_in_get(rt):
+    """Ray's SignalActor pattern: the caller lets the blocking call go on only once it
+    has the reply of the call before it."""
+    waiter, signal = Waiter.remote(), Signal.options(max_concurrency=2).remote()
+    for round_ in range(5):
+        for i in range(20):  # (the quick method's runs are known to be short)
+            waiter.quick.remote(i)
+        first = waiter.quick.remote(round_)
+        blocked = waiter.wait_on.remote(signal)
+        assert meshrt.get(first, timeout=30) == round_
+        meshrt.get(signal.send.remote())
+        assert meshrt.get(blocked, timeout=30) is True
+        signal = Signal.options(max_concurrency=2).remote()
+
+
+def test_a_reply_is_not_held_behind_a_call_that_blocks_outside_meshrt(rt, tmp_path):
+    waiter = Waiter.remote()
+    path = str(tmp_path / "go")
+    burst = [waiter.quick.remote(i) for i in range(30)]
+    blocked = waiter.wait_for_file.remote(path)
+    assert meshrt.get(burst, timeout=30) == list(range(30))
+    open(path, "w").close()
+    assert meshrt.get(blocked, timeout=30) == "found"

@@ -4,6 +4,7 @@ its results packed into payloads (into store blocks when large, or lent: loans.p
 from __future__ import annotations
 
 import inspect
+import pickle
 from typing import Any
 
 from ..objstore.serialization import SHM_THRESHOLD, error_from_payload, serialize
@@ -69,3 +70,19 @@ def pack_results(core, call, result: Any):
             core.release_payload(payload)
         raise
     return tuple(payloads), held
+
+
+def may_retry(spec, err: BaseException) -> bool:
+    """A task's error that its ``retry_exceptions`` allows, while attempts remain."""
+    if not isinstance(err, Exception):
+        return False
+    if spec.max_retries >= 0 and spec.attempt >= spec.max_retries:
+        return False
+    allowed = spec.retry_exceptions
+    if allowed is True:
+        return True
+    try:
+        classes = pickle.loads(allowed)
+    except Exception:  # noqa: BLE001 - (classes that cannot be loaded here allow nothing)
+        return False
+    return isinstance(err, classes)

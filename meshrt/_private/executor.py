@@ -24,10 +24,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
-import pickle
 import queue
 import signal
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -48,6 +48,8 @@ from .inbox import Inbox
 
 _CANCEL_SIGNAL = signal.SIGUSR1
 _REPLIES_AT_ONCE = 64  # (a long queue of calls: the caller gets replies on the way)
+_QUICK_NS = 1_000_000  # a method whose last run took less may run while replies wait
+_SLOW = 1 << 62
 
 
 class TaskInterrupted(KeyboardInterrupt):
@@ -101,7 +103,8 @@ class Executor:
         self.semaphore: asyncio.Semaphore | None = None
         self._async_inbox: list = []
         self._async_wake = False
-        self._replies: list | None = None  # an async burst's replies, held to go together
+        self._replies: list | None = None  # replies held to go together (_send_replies)
+        self._quick: dict[str, int] = {}  # a plain actor's method -> ns its last run took
         self._sync_methods: dict[str, bool] = {}
         self._coroutines: dict = {}  # function -> async? (_is_coroutine)
         self.lanes: lanes.Lanes | None = None  # an async actor's helper threads (lanes.py)
@@ -119,20 +122,35 @@ class Executor:
             if item is None:
                 return
             if type(item) is Call:
-                if self._replies is None and not item.is_task and self.queue.waiting():
-                    self._replies = []  # (more calls queued behind: their replies leave together)
-                self.run_call(item)
-                if self._replies is not None and (len(self._replies) >= _REPLIES_AT_ONCE or not self.queue.waiting()):
-                    self._send_replies()
+                self._run_queued(item)
                 if item.last:  # max_calls: what was queued behind it is the controller's again
                     self.take_unstarted()
                     self.core.io.post(self.core._leave, 0)
                     threading.Event().wait()  # (the core loop ends the process once the reply is out)
             else:
                 item()
+                if self._replies is not None:
+                    self._send_replies()
             if self.user_loop is not None:  # became an async actor: the loop takes over
                 self.user_loop.run_forever()
                 return
+
+    def _run_queued(self, call: Call) -> None:
+        """Main thread: a call from the queue. A plain actor with more calls queued holds
+        their replies to send together (``_send_replies``), but never across a call that
+        may take long (its method's last run did, or it has none yet) or that blocks in
+        get() (note_blocking): a caller may wait for one of them before it lets that
+        call go on."""
+        if self._replies is not None and self._quick.get(call.method, _SLOW) >= _QUICK_NS:
+            self._send_replies()
+        if self._replies is None and not call.is_task and self.queue.waiting():
+            self._replies = []
+        started = time.perf_counter_ns()
+        self.run_call(call)
+        if not call.is_task:
+            self._quick[call.method] = time.perf_counter_ns() - started
+        if self._replies is not None and (len(self._replies) >= _REPLIES_AT_ONCE or not self.queue.waiting()):
+            self._send_replies()
 
     def _on_cancel_signal(self, signum, frame) -> None:
         running = self.running
@@ -202,6 +220,8 @@ class Executor:
         those of them waiting for that lane's turn (``helper_turn``) start now, since
         the lane cannot finish first (a plain endpoint waiting on an async endpoint of
         its own actor)."""
+        if self._replies and self.user_loop is None and threading.get_ident() == self.main_ident:
+            self._send_replies()  # (what it waits for may wait for one of those first)
         lane = self.lanes.current() if self.lanes is not None else None
         if lane is None:
             return
@@ -382,7 +402,7 @@ class Executor:
             if name != call.name:
                 err.__meshrt_where__ = name
         spec = call.spec
-        if spec is not None and spec.retry_exceptions and self._may_retry(spec, err):
+        if spec is not None and spec.retry_exceptions and call_payloads.may_retry(spec, err):
             self.core.io.post(self.core.task_retry, call)
             return
         if getattr(err, "__meshrt_plain__", False):  # (meshrt's own error, not the user's code)
@@ -407,20 +427,6 @@ class Executor:
             return self.instance.describe_call(*args, **kwargs)
         except Exception:  # noqa: BLE001 - (only names an error)
             return call.name
-
-    def _may_retry(self, spec: m.TaskSpec, err: BaseException) -> bool:
-        if not isinstance(err, Exception):
-            return False
-        if spec.max_retries >= 0 and spec.attempt >= spec.max_retries:
-            return False
-        allowed = spec.retry_exceptions
-        if allowed is True:
-            return True
-        try:
-            classes = pickle.loads(allowed)
-        except Exception:
-            return False
-        return isinstance(err, classes)
 
     def _finish(self, call: Call, packed, error=None) -> None:
         results, held = packed
