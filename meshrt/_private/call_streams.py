@@ -22,12 +22,12 @@ def stream_sync(core, call, gen, interrupted: type) -> None:
             post(core.stream_item, call, index, payload, held)
             index += 1
     except interrupted:
-        post(core.stream_end, call, index, system_error_payload(exc.TaskCancelledError(f"{call.task_id:x}")))
+        _end(core, call, index, None, cancelled=True)
         return
     except BaseException as err:  # noqa: BLE001 - travels to the caller
-        post(core.stream_end, call, index, error_payload(err, call.name, os.getpid(), 1))
+        _end(core, call, index, err)
         return
-    post(core.stream_end, call, index, None)
+    _end(core, call, index, None)
 
 
 async def stream_async(core, call, agen) -> None:
@@ -46,12 +46,21 @@ async def stream_async(core, call, agen) -> None:
                 post(core.stream_item, call, index, payload, held)
                 index += 1
     except asyncio.CancelledError:
-        post(core.stream_end, call, index, system_error_payload(exc.TaskCancelledError(f"{call.task_id:x}")))
+        _end(core, call, index, None, cancelled=True)
         return
     except BaseException as err:  # noqa: BLE001 - travels to the caller
-        post(core.stream_end, call, index, error_payload(err, call.name, os.getpid(), 1))
+        _end(core, call, index, err)
         return
-    post(core.stream_end, call, index, None)
+    _end(core, call, index, None)
+
+
+def _end(core, call, count: int, err: BaseException | None, cancelled: bool = False) -> None:
+    """The stream's end after ``count`` values: complete, cancelled, or failed with ``err``."""
+    if cancelled:
+        error = system_error_payload(exc.TaskCancelledError(f"{call.task_id:x}"))
+    else:
+        error = error_payload(err, call.name, os.getpid(), 1) if err is not None else None
+    core.io.post(core.stream_end, call, count, error)
 
 
 def _as_iterator(obj, name: str):

@@ -128,9 +128,9 @@ class Executor:
                     self.core.io.post(self.core._leave, 0)
                     threading.Event().wait()  # (the core loop ends the process once the reply is out)
             else:
-                item()
                 if self._replies is not None:
-                    self._send_replies()
+                    self._send_replies()  # (not held across work of another kind)
+                item()
             if self.user_loop is not None:  # became an async actor: the loop takes over
                 self.user_loop.run_forever()
                 return
