@@ -14,12 +14,10 @@ from . import call_payloads
 
 def stream_sync(core, call, gen, interrupted: type) -> None:
     """On the thread that ran the call; ``interrupted``: the exception a cancel raises there."""
-    post = core.io.post
     index = 0
     try:
         for value in _as_iterator(gen, call.name):
-            payload, held = serialize(value, call_payloads.place(core, call, index))
-            post(core.stream_item, call, index, payload, held)
+            _item(core, call, index, value)
             index += 1
     except interrupted:
         _end(core, call, index, None, cancelled=True)
@@ -32,18 +30,15 @@ def stream_sync(core, call, gen, interrupted: type) -> None:
 
 async def stream_async(core, call, agen) -> None:
     """On an async actor's loop: an async generator, or anything awaitable or iterable."""
-    post = core.io.post
     index = 0
     try:
         if hasattr(agen, "__aiter__"):
             async for value in agen:
-                payload, held = serialize(value, call_payloads.place(core, call, index))
-                post(core.stream_item, call, index, payload, held)
+                _item(core, call, index, value)
                 index += 1
         else:
             for value in _as_iterator(await agen if inspect.isawaitable(agen) else agen, call.name):
-                payload, held = serialize(value, call_payloads.place(core, call, index))
-                post(core.stream_item, call, index, payload, held)
+                _item(core, call, index, value)
                 index += 1
     except asyncio.CancelledError:
         _end(core, call, index, None, cancelled=True)
@@ -52,6 +47,11 @@ async def stream_async(core, call, agen) -> None:
         _end(core, call, index, err)
         return
     _end(core, call, index, None)
+
+
+def _item(core, call, index: int, value) -> None:
+    payload, held = serialize(value, call_payloads.place(core, call, index))
+    core.io.post(core.stream_item, call, index, payload, held)
 
 
 def _end(core, call, count: int, err: BaseException | None, cancelled: bool = False) -> None:

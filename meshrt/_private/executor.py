@@ -105,8 +105,7 @@ class Executor:
         self._async_wake = False
         self._replies: list | None = None  # replies held to go together (_send_replies)
         self._quick: dict[str, int] = {}  # a plain actor's method -> ns its last run took
-        self._sync_methods: dict[str, bool] = {}
-        self._coroutines: dict = {}  # function -> async? (_is_coroutine)
+        self._kinds: dict[str, str] = {}  # method name -> "async", "sync" or "other" (_kind)
         self.lanes: lanes.Lanes | None = None  # an async actor's helper threads (lanes.py)
         self.groups: Groups | None = None  # Ray's concurrency groups, when the actor has some
         self._turns: dict[int, tuple] = {}  # async calls waiting for a lane's turn: (lane, future)
@@ -252,24 +251,22 @@ class Executor:
             with self._turn_lock:
                 self._turns.pop(task_id, None)
 
-    def _runs_on_helper(self, method: str) -> bool:
-        sync = self._sync_methods.get(method)
-        if sync is None:
+    def _kind(self, method: str) -> str:
+        """What the actor's class defines under ``method``, remembered: "async" (an
+        ``async def`` or async generator), "sync" (a plain function) or "other" (none,
+        or a descriptor such as a classmethod: the resolved callable decides)."""
+        kind = self._kinds.get(method)
+        if kind is None:
             fn = getattr(type(self.instance), method, None)
-            sync = self._sync_methods[method] = fn is not None and inspect.isfunction(fn) and not (
-                inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn))
-        return sync
+            if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+                kind = "async"
+            else:
+                kind = "sync" if fn is not None and inspect.isfunction(fn) else "other"
+            self._kinds[method] = kind
+        return kind
 
-    def _is_coroutine(self, fn) -> bool:
-        """An ``async def`` method (or async generator), remembered per method (not per
-        function: _resolve_target makes a new one for each built-in call)."""
-        key = getattr(fn, "__func__", None)
-        known = self._coroutines.get(key) if key is not None else None
-        if known is None:
-            known = inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)
-            if key is not None:
-                self._coroutines[key] = known
-        return known
+    def _runs_on_helper(self, method: str) -> bool:
+        return self._kind(method) == "sync"
 
     def runs_after_me(self, actor_id: int, method: str) -> bool:
         """Whether a call to ``method`` of ``actor_id`` can only start once the calling
@@ -525,7 +522,9 @@ class Executor:
             semaphore = self.groups.semaphore(call, self.semaphore) if self.groups else self.semaphore
             async with semaphore:
                 fn = self._resolve_target(call)
-                if self._is_coroutine(fn):
+                kind = self._kind(lanes.split(call.method)[0])
+                if kind == "async" or (kind == "other" and (inspect.iscoroutinefunction(fn)
+                                                             or inspect.isasyncgenfunction(fn))):
                     await self._run_coroutine(call, fn)
                 else:  # a plain method of an async actor: off the loop, on its helper thread
                     await self.user_loop.run_in_executor(self.pool, self.run_call, call)

@@ -374,7 +374,7 @@ class WorkerCore(Core):
         if self.executor.exiting:  # (calls after exit_actor() must not answer)
             return list(replies)
         unpins = self.store is not None and self.store_backend.has_unpins()
-        frames: dict = {}  # connection -> its messages
+        frames: dict = {}  # connection -> (its messages, the replies they carry)
         rest = []
         for reply in replies:
             call = reply[0]
@@ -384,9 +384,9 @@ class WorkerCore(Core):
                 continue
             self.children.pop(call.task_id, None)
             msg = m.TaskReturn(call.task_id, reply[1], ())
-            frames.setdefault(conn, ([], []))
-            frames[conn][0].append(m.Relay(0, self.worker_id, msg) if conn is self.agent else msg)
-            frames[conn][1].append(reply)
+            msgs, sent = frames.setdefault(conn, ([], []))
+            msgs.append(m.Relay(0, self.worker_id, msg) if conn is self.agent else msg)
+            sent.append(reply)
         for conn, (msgs, sent) in frames.items():
             # (with unpins queued, only the store's connection qualifies: they go first)
             update = self.store_backend.take_unpins() if unpins else None
