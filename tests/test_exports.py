@@ -13,9 +13,11 @@ EXPECTED = {
     "cluster_resources", "nodes", "memory_summary", "ObjectRef", "ObjectRefGenerator", "ActorHandle", "ActorClass",
     "ActorMethod", "RemoteFunction", "RuntimeContext", "exceptions", "actor", "runtime_env", "util",
     # Monarch-style meshes
-    "Accumulator", "Actor", "ActorError", "ActorMesh", "Channel", "Extent", "Future", "HostMesh", "MeshFailure", "Point",
-    "Port", "PortReceiver", "ProcMesh", "SupervisionError", "ValueMesh", "Workspace", "context", "current_actor_name", "current_rank",
-    "current_size", "device_mesh", "endpoint", "get_or_spawn_controller", "hosts", "this_host", "this_proc", "unhandled_fault_hook",
+    "Accumulator", "Actor", "ActorError", "ActorMesh", "Channel", "Context", "Endpoint", "Extent", "Future", "HostMesh",
+    "MeshFailure", "Point", "Port", "PortReceiver", "ProcMesh", "SupervisionError", "ValueMesh", "Workspace", "as_endpoint",
+    "concurrent_endpoint", "context", "current_actor_name", "current_rank", "current_size", "device_mesh", "endpoint",
+    "get_or_spawn_controller", "hosts", "returns_future", "send", "shutdown_context", "this_host", "this_proc",
+    "unhandled_fault_hook",
 }
 
 

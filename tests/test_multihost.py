@@ -148,6 +148,10 @@ class Far(Actor):
     def drop(self, port):
         pass
 
+    @endpoint
+    def host_id(self):
+        return int(os.environ.get("MESHRT_HOST_ID", "0"))
+
 
 def test_a_response_port_crosses_hosts_and_a_dropped_one_fails_its_call(cluster):
     hosts, _, _, remember = cluster
@@ -158,6 +162,9 @@ def test_a_response_port_crosses_hosts_and_a_dropped_one_fails_its_call(cluster)
     assert near.via.call_one(far, True).get(timeout=30) not in (0, None)  # (answered from the far host)
     with pytest.raises(RuntimeError, match="every copy of it was dropped"):
         near.via.call_one(far, False).get(timeout=30)  # (it waited for ever)
+    port, receiver = meshrt.Channel.open()
+    meshrt.send(far.host_id, (), {}, port=port)  # (the far actor sends its result to the driver's port)
+    assert receiver.recv().get(timeout=30) not in (0, None)
 
 
 def test_spawn_across_hosts_and_slice_by_host(cluster):

@@ -63,6 +63,13 @@ class CallChecker:
         ]
         return cls(name, inspect.Signature(params), call)
 
+    def without_first(self) -> CallChecker:
+        """This check for the method called with its first argument given by meshrt (the
+        response port of ``as_endpoint(..., explicit_response_port=True)``)."""
+        if self.sig is None:
+            return self
+        return CallChecker(self.name, self.sig.replace(parameters=list(self.sig.parameters.values())[1:]), self.call)
+
     def __getstate__(self):
         return (self.name, self.sig, self.call)
 

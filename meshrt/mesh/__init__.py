@@ -6,6 +6,7 @@ from .actor import (
     Actor,
     ActorInstance,
     Context,
+    concurrent_endpoint,
     context,
     current_actor_name,
     current_rank,
@@ -14,10 +15,12 @@ from .actor import (
 )
 from .actor_mesh import ActorMesh, Endpoint
 from .channel import Channel, Port, PortReceiver
+from .client import shutdown_context
 from .controllers import get_or_spawn_controller
 from .distributed import device_mesh
-from .future import Future
+from .future import Future, returns_future
 from .meshes import HostMesh, ProcMesh, hosts, this_host, this_proc
+from .send import as_endpoint, send
 from .shape import Extent, Point, Shape
 from .supervision import MeshFailure, unhandled_fault_hook
 from .values import ValueMesh
@@ -26,7 +29,7 @@ from .workspace import Workspace
 __all__ = [
     "Accumulator", "Actor", "ActorInstance", "ActorMesh", "Channel", "Context", "Endpoint", "Extent", "Future",
     "HostMesh", "MeshFailure", "Point", "Port", "PortReceiver", "ProcMesh", "Shape", "ValueMesh",
-    "context", "current_actor_name", "current_rank", "current_size", "device_mesh", "endpoint",
-    "get_or_spawn_controller", "hosts",
+    "as_endpoint", "concurrent_endpoint", "context", "current_actor_name", "current_rank", "current_size",
+    "device_mesh", "endpoint", "get_or_spawn_controller", "hosts", "returns_future", "send", "shutdown_context",
     "this_host", "this_proc", "unhandled_fault_hook", "Workspace",
 ]

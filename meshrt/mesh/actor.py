@@ -26,9 +26,12 @@ class Actor:
     """
 
 
+ENDPOINT_OPTIONS = frozenset({"propagate", "explicit_response_port", "instrument"})
+
+
 def endpoint(fn=None, **options):
     """Mark an Actor method callable through the mesh: ``mesh.method.call(...)``."""
-    unknown = set(options) - {"propagate", "explicit_response_port", "instrument"}
+    unknown = set(options) - ENDPOINT_OPTIONS
     if unknown:
         raise TypeError(f"@endpoint got unknown option(s) {sorted(unknown)}")
 
@@ -42,6 +45,26 @@ def endpoint(fn=None, **options):
         return f
 
     return mark(fn) if fn is not None else mark
+
+
+def concurrent_endpoint(method=None, **options):
+    """Monarch's ``@concurrent_endpoint``: an ``async def`` endpoint whose calls do not
+    wait for one another. Every ``async def`` endpoint of meshrt already runs that way
+    (calls start in arrival order and interleave at ``await``), so this is ``@endpoint``
+    for async methods only. Unlike Monarch, an error the body raises goes to its caller
+    (as from any endpoint), not to the actor's supervisor."""
+    unknown = set(options) - ENDPOINT_OPTIONS
+    if unknown:
+        raise TypeError(f"@concurrent_endpoint got unknown option(s) {sorted(unknown)}")
+
+    def mark(f):
+        inner = f.__func__ if isinstance(f, (staticmethod, classmethod)) else f
+        if not (inspect.iscoroutinefunction(inner) or inspect.isasyncgenfunction(inner)):
+            raise TypeError(f"@concurrent_endpoint runs an async def endpoint concurrently with others; "
+                            f"{getattr(inner, '__qualname__', inner)!r} is not async def: mark it @endpoint")
+        return endpoint(f, **options)
+
+    return mark(method) if method is not None else mark
 
 
 def endpoint_names(cls: type) -> dict[str, bool]:
@@ -61,6 +84,17 @@ def endpoint_names(cls: type) -> dict[str, bool]:
             continue
         out[name] = inspect.iscoroutinefunction(member) or inspect.isasyncgenfunction(member)
     return out
+
+
+def plain_method_names(cls: type) -> dict[str, bool]:
+    """name -> is_async for the public methods of an Actor subclass that are not
+    endpoints: ``mesh.method`` names them, and ``as_endpoint(mesh.method)`` calls them."""
+    if not issubclass(cls, Actor):
+        return {}
+    marked = endpoint_names(cls)
+    return {name: inspect.iscoroutinefunction(member) or inspect.isasyncgenfunction(member)
+            for name, member in inspect.getmembers(cls)
+            if callable(member) and not inspect.isclass(member) and not name.startswith("_") and name not in marked}
 
 
 @dataclass(frozen=True)

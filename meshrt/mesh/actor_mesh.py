@@ -47,13 +47,15 @@ class ActorMesh(Shaped):
 
     def __init__(self, name: str, class_name: str, endpoints: dict, procs: tuple, shape: Shape,
                  mesh_state: MeshState | None = None, spawned: list | None = None,
-                 origin: Shape | None = None, hosts: tuple | None = None, key: str | None = None) -> None:
+                 origin: Shape | None = None, hosts: tuple | None = None, key: str | None = None,
+                 plain: dict | None = None) -> None:
         self._origin = origin or shape  # the shape it was spawned with: actors' own ranks
         self._hosts = hosts or (0,) * len(procs)  # host id per process
         self._name = name
         self._key = key or name  # this spawn's own name in its processes (proc_host.py)
         self._class_name = class_name
         self._endpoints = endpoints  # name -> (CallChecker, is_async)
+        self._plain = plain or {}  # an Actor's public methods that are no endpoints: name -> (CallChecker, is_async)
         self._procs = procs
         self._shape = shape
         self._state = mesh_state
@@ -67,7 +69,7 @@ class ActorMesh(Shaped):
 
     def _reshaped(self, shape: Shape) -> ActorMesh:
         return ActorMesh(self._name, self._class_name, self._endpoints, self._procs, shape, self._state,
-                         self._spawned, self._origin, self._hosts, self._key)
+                         self._spawned, self._origin, self._hosts, self._key, self._plain)
 
     def _points(self) -> list[Point]:
         """Each addressed actor's own Point in the mesh as spawned (for errors)."""
@@ -117,9 +119,11 @@ class ActorMesh(Shaped):
 
     # -- endpoints ------------------------------------------------------------------------
 
-    def __getattr__(self, name: str) -> Endpoint:
+    def __getattr__(self, name: str) -> Endpoint | NotAnEndpoint:
         if self.__dict__.get("_endpoints") is None or name.startswith("__"):
             raise AttributeError(name)
+        if name not in self._endpoints and name in self._plain:
+            return NotAnEndpoint(self, name)
         return self.endpoint(name)
 
     def endpoint(self, name: str) -> Endpoint:
@@ -129,6 +133,8 @@ class ActorMesh(Shaped):
         if found is None:
             hint = difflib.get_close_matches(name, list(endpoints), n=1)
             extra = f"; did you mean {hint[0]!r}?" if hint else f"; its endpoints are {sorted(endpoints)}"
+            if name in self._plain:
+                extra = f": it is a method without @endpoint; mark it, or call it as as_endpoint(mesh.{name})"
             raise AttributeError(f"actor mesh {self._name!r} ({self._class_name}) has no endpoint {name!r}{extra}")
         return Endpoint(self, name, *found)
 
@@ -136,21 +142,47 @@ class ActorMesh(Shaped):
         # The constructor refs travel along: a process that got the mesh from someone
         # else waits on them before its first call (see Endpoint._send).
         return (ActorMesh, (self._name, self._class_name, self._endpoints, self._procs, self._shape, None,
-                            self._spawned, self._origin, self._hosts, self._key))
+                            self._spawned, self._origin, self._hosts, self._key, self._plain))
 
     def __repr__(self) -> str:
         return f"<ActorMesh {self._name!r} of {self._class_name} {self.extent}>"
 
 
+class NotAnEndpoint:
+    """``mesh.method`` for a public method of the actor's class without ``@endpoint``:
+    ``as_endpoint(mesh.method)`` makes it one (as in Monarch); calling it says so."""
+
+    __slots__ = ("_mesh", "_name")
+
+    def __init__(self, mesh: ActorMesh, name: str) -> None:
+        self._mesh = mesh
+        self._name = name
+
+    def __getattr__(self, adverb: str):
+        raise AttributeError(f"{self._mesh._class_name}.{self._name} of actor mesh {self._mesh._name!r} is not "
+                             f"an @endpoint, so it has no {adverb!r}; mark it @endpoint, or call it through "
+                             f"as_endpoint(mesh.{self._name}).{adverb}(...)")
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"{self._mesh._class_name}.{self._name} of actor mesh {self._mesh._name!r} runs in the "
+                        f"actors' processes: call it through as_endpoint(mesh.{self._name}).call(...) (or mark it "
+                        f"@endpoint)")
+
+    def __repr__(self) -> str:
+        return f"<method {self._mesh._name}.{self._name} (not an endpoint)>"
+
+
 class Endpoint:
     """``mesh.method``: choose how to send it."""
 
-    __slots__ = ("_mesh", "_name", "_checker", "_target")
+    __slots__ = ("_mesh", "_name", "_checker", "_target", "_options")
 
-    def __init__(self, mesh: ActorMesh, name: str, checker: CallChecker, is_async: bool) -> None:
+    def __init__(self, mesh: ActorMesh, name: str, checker: CallChecker, is_async: bool,
+                 options: dict | None = None) -> None:
         self._mesh = mesh
         self._name = name
         self._checker = checker
+        self._options = options  # as_endpoint's options for a method without @endpoint (its mark has them)
         # A plain endpoint runs on its actor's own helper thread in each process (lanes.py).
         self._target = "call" if is_async else lanes.named("call_sync", mesh._key)
 
@@ -164,8 +196,9 @@ class Endpoint:
                                      cause="it was stopped with stop(); spawn it again to call it")
         self._checker.check(args, kwargs)
 
-    def _send(self, ranks: list[int], args: tuple, kwargs: dict) -> list:
-        """One call per target process; arguments serialized once."""
+    def _send(self, ranks: list[int], args: tuple, kwargs: dict, reply_to=None) -> list:
+        """One call per target process; arguments serialized once. ``reply_to``: a Port
+        each actor sends its result to (``send(..., port=)``); the calls resolve to None."""
         mesh = self._mesh
         core = state.core()
         extent = mesh._shape.extent
@@ -199,7 +232,9 @@ class Endpoint:
         where = mesh._origin_index() if spawned else None
         batch = len(ranks) > 1 and any(remote)  # one frame per agent, made by the core loop
         # A call without arguments sends the same bytes to a rank every time: pickled once.
-        reuse = mesh.__dict__.setdefault("_no_args", {}) if not args and not kwargs and not spawned else None
+        reuse = (mesh.__dict__.setdefault("_no_args", {})
+                 if not args and not kwargs and not spawned and self._options is None and reply_to is None else None)
+        extra = (self._options, reply_to) if self._options is not None or reply_to is not None else ()
         refs = []
         for i, rank in enumerate(ranks):
             message_rank = i if local is None else local.index(rank)
@@ -207,7 +242,7 @@ class Endpoint:
             # To another host a stored value goes as [ref], fetched on arrival: a bare
             # (top-level) ref would be resolved here and its bytes sent in the message.
             sent = [packed] if shared and remote[i] else packed
-            call_args = (mesh._key, self._name, message_rank, labels, sizes, sent, ready)
+            call_args = (mesh._key, self._name, message_rank, labels, sizes, sent, ready, *extra)
             pickled = None
             if reuse is not None:
                 key = (self._target, self._name, message_rank, labels, sizes, remote[i])
@@ -246,6 +281,12 @@ class Endpoint:
         outstanding with (ties at random); resolves to its reply."""
         self._check(args, kwargs)
         mesh = self._mesh
+        rank = self._least_loaded()
+        ref = self._send([rank], args, kwargs)[0]
+        return _one(mesh, ref, mesh._points()[mesh._shape.ranks().index(rank)], self._name)
+
+    def _least_loaded(self) -> int:
+        mesh = self._mesh
         ranks = mesh._shape.ranks()
         core = state.core()
         # (all dead: one of them is called anyway, and the call says how it died)
@@ -257,20 +298,30 @@ class Endpoint:
                 best, best_n = [r], n
             elif n == best_n:
                 best.append(r)
-        rank = random.choice(best)
-        ref = self._send([rank], args, kwargs)[0]
-        return _one(mesh, ref, mesh._points()[ranks.index(rank)], self._name)
+        return random.choice(best)
 
     def broadcast(self, *args, **kwargs) -> None:
         """Every actor, no replies; a failure goes to the mesh's supervisor."""
+        self._post(args, kwargs, None, "all")
+
+    def _post(self, args: tuple, kwargs: dict, port, selection: str) -> None:
+        """Every actor (``selection="all"``) or one (``"choose"``), with no reply to the
+        caller: each result goes to ``port`` when given (its ``recv()`` raises what an
+        actor raised or how it died); otherwise a failure goes to the mesh's supervisor.
+        (``meshrt.send`` and ``broadcast``.)"""
         self._check(args, kwargs)
         mesh = self._mesh
-        refs = self._send(mesh._shape.ranks(), args, kwargs)
+        ranks = mesh._shape.ranks()
+        points = mesh._points()
+        if selection != "all":
+            rank = self._least_loaded()
+            ranks, points = [rank], [points[ranks.index(rank)]]
+        refs = self._send(ranks, args, kwargs, port)
         core = state.core()
-        owner = _owner(mesh)
-        for ref, point in zip(refs, mesh._points(), strict=True):
-            cf = core.concurrent_future(ref)
-            cf.add_done_callback(lambda f, point=point: _broadcast_done(mesh, point, owner, self._name, f))
+        owner = _owner(mesh) if port is None else None
+        for ref, point in zip(refs, points, strict=True):
+            core.concurrent_future(ref).add_done_callback(
+                lambda f, point=point: _unanswered_done(mesh, point, owner, port, self._name, f))
 
     def stream(self, *args, **kwargs):
         """Every actor; yields one Future per reply, in the order replies arrive."""
@@ -423,7 +474,9 @@ def _owner(mesh: ActorMesh):
     return current_owner()
 
 
-def _broadcast_done(mesh: ActorMesh, point: Point, owner, endpoint: str, done) -> None:
+def _unanswered_done(mesh: ActorMesh, point: Point, owner, port, endpoint: str, done) -> None:
+    """A call nobody awaits has ended (``post``): its failure goes to the port, if
+    any, or else to the mesh's supervisor."""
     err = done.exception()
     if err is None:
         return
@@ -433,5 +486,8 @@ def _broadcast_done(mesh: ActorMesh, point: Point, owner, endpoint: str, done) -
         if getattr(state.core_or_none(), "closing", True):
             return  # (meshrt.shutdown() ended it: not a failure to report)
     err = _relabel(mesh, point, endpoint)(err)
+    if port is not None:
+        port.exception(err)
+        return
     cause = str(err).split("\n", 1)[0] if isinstance(err, exc.TaskError) else str(err)
     supervision.report(supervision.MeshFailure(mesh._name, point, cause, f"{mesh._name}.{endpoint}", err), owner)

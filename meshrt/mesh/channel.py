@@ -53,7 +53,8 @@ class Port:
     def exception(self, err: BaseException) -> None:
         """Make the receiver's next ``recv()`` raise ``err``."""
         core = state.core()
-        core.io.post(core.send_port, self._owner, self._port_id, error_payload(err, "Port.exception", os.getpid()),
+        where = getattr(err, "__meshrt_where__", None) or "Port.exception"  # (an endpoint's, by ProcHost)
+        core.io.post(core.send_port, self._owner, self._port_id, error_payload(err, where, os.getpid()),
                      self._life, _sender_rank())
 
     def __reduce__(self):

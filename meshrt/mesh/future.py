@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
+import functools
+import inspect
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -113,3 +117,82 @@ def ready(value: Any) -> Future:
         return value
 
     return Future(aget, lambda timeout: value)
+
+
+def returns_future(function: Callable[..., Awaitable[Any]]) -> Callable[..., Future]:
+    """Monarch's ``@returns_future``: calling the ``async def`` gives a Future instead of
+    a coroutine. The call only takes a copy of the caller's context variables (so
+    ``context()`` inside is the caller's); the body starts at the first ``await`` (on the
+    awaiting loop) or ``.get()`` (on a loop of its own: this thread's, or a helper
+    thread's inside a running loop), runs once, and every observer shares its outcome.
+    A ``.get(timeout)`` that runs out cancels the body; cancelling an ``await`` cancels
+    only that observer."""
+    if not inspect.iscoroutinefunction(function):
+        raise TypeError(f"@returns_future takes an async def function (put @staticmethod or @classmethod "
+                        f"above it); {function!r} is not one")
+
+    @functools.wraps(function)
+    def call(*args, **kwargs) -> Future:
+        body = _Body(function, args, kwargs)
+        return Future(body.wait, body.run)
+
+    return call
+
+
+class _Body:
+    """One run of a ``@returns_future`` body, started by whichever observer comes first."""
+
+    def __init__(self, function, args: tuple, kwargs: dict) -> None:
+        self.context = contextvars.copy_context()
+        self.start = functools.partial(function, *args, **kwargs)
+        self.outcome = concurrent.futures.Future()
+        self.lock = threading.Lock()
+        self.started = False
+
+    def _claim(self) -> bool:
+        with self.lock:
+            first, self.started = not self.started, True
+            return first
+
+    async def wait(self) -> Any:
+        if self._claim():
+            task = asyncio.get_running_loop().create_task(self.start(), context=self.context)
+            task.add_done_callback(self._settle)
+        return await asyncio.shield(asyncio.wrap_future(self.outcome))
+
+    def _settle(self, task: asyncio.Task) -> None:
+        if task.cancelled():
+            self.outcome.set_exception(asyncio.CancelledError())
+        elif task.exception() is not None:
+            self.outcome.set_exception(task.exception())
+        else:
+            self.outcome.set_result(task.result())
+
+    def run(self, timeout: float | None) -> Any:
+        if self._claim():
+            try:
+                asyncio.get_running_loop()
+                in_loop = True
+            except RuntimeError:
+                in_loop = False
+            if in_loop:  # (asyncio.run refuses to nest: the body gets a helper thread's loop)
+                threading.Thread(target=self._run_here, args=(timeout,), daemon=True).start()
+            else:
+                self._run_here(timeout)
+        try:
+            return self.outcome.result(None if timeout is None else timeout + _GRACE_S)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(f"returns_future: the result was not here after {timeout} s") from None
+
+    def _run_here(self, timeout: float | None) -> None:
+        async def bounded():
+            return await asyncio.wait_for(self.start(), timeout)
+
+        try:
+            self.outcome.set_result(self.context.run(asyncio.run, bounded()))
+        except BaseException as err:  # noqa: BLE001 - the outcome every observer gets
+            self.outcome.set_exception(TimeoutError(f"returns_future: the body ran past {timeout} s and was "
+                                                    f"cancelled") if isinstance(err, asyncio.TimeoutError) else err)
+
+
+_GRACE_S = 1.0  # (a body cancelled at its timeout takes a moment to say so)

@@ -25,7 +25,7 @@ from .._private import lanes, state
 from .._private.args import CallChecker
 from ..objstore.serialization import dumps_code
 from . import supervision
-from .actor import ENDPOINT_MARK, OwnerCell, current_owner, endpoint_names
+from .actor import ENDPOINT_MARK, OwnerCell, current_owner, endpoint_names, plain_method_names
 from .actor_mesh import ActorMesh, MeshState, _gather
 from .future import Future, ready
 from .proc_host import STOPPED, ProcHost
@@ -216,6 +216,7 @@ class ProcMesh(Shaped):
                                f"start new ones with this_host().spawn_procs(...) (or hosts.spawn_procs)")
         cls = checked_class("spawn", name, actor_class, args, kwargs)
         endpoints = {n: (_endpoint_checker(cls, n, name), is_async) for n, is_async in endpoint_names(cls).items()}
+        plain = {n: (_endpoint_checker(cls, n, name), is_async) for n, is_async in plain_method_names(cls).items()}
         hidden = sorted(n for n in endpoints if hasattr(ActorMesh, n))
         if hidden:
             warnings.warn(f"spawn({name!r}, {cls.__name__}, ...): the mesh's own {hidden} hide the endpoint(s) "
@@ -235,7 +236,7 @@ class ProcMesh(Shaped):
             for i, r in enumerate(self._shape.ranks())
         ]
         return ActorMesh(name, cls.__name__, endpoints, self._procs, self._shape, self._state, spawned,
-                         hosts=self._hosts, key=key)
+                         hosts=self._hosts, key=key, plain=plain)
 
     def sync_workspace(self, workspace, conda: bool = False, auto_reload: bool = False) -> Future:
         """``HostMesh.sync_workspace`` on the hosts these processes run on."""
@@ -412,6 +413,22 @@ def _spawn(name: str, labels: tuple, sizes: tuple, per_host_count: int, host_ids
     # (weakly: the processes end when the last handle to them goes, as ever)
     _spawned(core)[mesh_state] = (tuple(weakref.ref(p) for p in procs), proc_hosts, local)
     return mesh
+
+
+def stop_spawned(core, timeout: float) -> None:
+    """Stop every process mesh this process spawned and has not stopped, and wait for
+    them (shutdown_context): a process still busy after ``timeout`` s is killed."""
+    registry = _spawned(core)
+    meshes = [_whole(registry, st) for st in list(registry) if not st.stopping]
+    stops = [mesh.stop(timeout) for mesh in meshes if mesh is not None and not mesh._in_driver]
+    for stop in stops:
+        try:
+            stop.get(timeout + _KILL_WAIT_S)
+        except Exception as err:  # noqa: BLE001 - shutdown goes on: what is left ends with the runtime
+            log.warning("meshrt: shutdown_context(): %s", err)
+
+
+_KILL_WAIT_S = 10.0  # (a process killed at the timeout takes a moment to be seen gone)
 
 
 def _spawned(core) -> weakref.WeakKeyDictionary:

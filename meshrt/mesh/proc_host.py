@@ -25,6 +25,7 @@ from .._private import workspace_files
 from ..objstore.serialization import loads_code
 from . import distributed
 from .actor import ENDPOINT_MARK, ActorInstance, Context, OwnerCell, reset_context, set_context
+from .channel import Port
 from .response_port import ResponsePort
 from .shape import Extent, Point
 
@@ -99,8 +100,10 @@ class ProcHost:
         self.actors[key] = _Hosted(instance, info, None, owner)
 
     async def call(self, key: str, method: str, message_rank: int, labels: tuple, sizes: tuple,
-                   packed: tuple, ready: Any = None) -> Any:
-        """An ``async def`` endpoint: runs on this process's loop, interleaving at await."""
+                   packed: tuple, ready: Any = None, options: dict | None = None, reply_to: Port | None = None) -> Any:
+        """An ``async def`` endpoint: runs on this process's loop, interleaving at await.
+        ``options``: as_endpoint's, for a method without ``@endpoint``. ``reply_to``: the
+        Port of ``meshrt.send(..., port=)``, which gets the result (or the error)."""
         if self._executor.helper_busy(key):
             # Calls to this actor that arrived before this one (its spawn, plain-def
             # endpoints) run on its helper thread: let them finish first, so one
@@ -111,22 +114,27 @@ class ProcHost:
         fn = getattr(hosted.instance, method)
         args, kwargs = (await packed[0]) if type(packed) is list else packed
         tokens = set_context(Context(hosted.info, Point(message_rank, self._extent(labels, sizes))), hosted.owner)
-        port = self._response_port(fn, hosted, method)
+        port = self._response_port(fn, hosted, method, options, reply_to)
         try:
             result = fn(port, *args, **kwargs) if port is not None else fn(*args, **kwargs)
             if inspect.isawaitable(result):
                 result = await result
+            if reply_to is not None:
+                return _sent_on(reply_to, port, result)
             return result if port is None else port
         except BaseException as err:
             if _replied_already(port, err):
                 return port
             _label(err, f"{hosted.info.name}.{method} at {hosted.info.rank}")
+            if reply_to is not None and isinstance(err, Exception):  # (the sender's port gets it)
+                reply_to.exception(err)
+                return None
             raise
         finally:
             reset_context(tokens)
 
     def call_sync(self, key: str, method: str, message_rank: int, labels: tuple, sizes: tuple,
-                  packed: tuple, ready: Any = None) -> Any:
+                  packed: tuple, ready: Any = None, options: dict | None = None, reply_to: Port | None = None) -> Any:
         """A plain ``def`` endpoint: runs on the process's helper thread, one at a time in
         arrival order, so it may block (``meshrt.get``, collectives) without stalling
         the async endpoints."""
@@ -136,25 +144,34 @@ class ProcHost:
         # pulls them once per host); a bare ref would have travelled inside the message.
         args, kwargs = _fetch(packed[0]) if type(packed) is list else packed
         tokens = set_context(Context(hosted.info, Point(message_rank, self._extent(labels, sizes))), hosted.owner)
-        port = self._response_port(fn, hosted, method)
+        port = self._response_port(fn, hosted, method, options, reply_to)
         try:
             if port is None:
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
+                return result if reply_to is None else _sent_on(reply_to, port, result)
             fn(port, *args, **kwargs)  # (its return value is dropped, as in Monarch)
-            return port  # (the reply is what is sent there: executor.py takes it as a Deferred)
+            # (the reply is what is sent there: executor.py takes it as a Deferred)
+            return port if reply_to is None else None
         except BaseException as err:
             if _replied_already(port, err):
                 return port
             _label(err, f"{hosted.info.name}.{method} at {hosted.info.rank}")
+            if reply_to is not None and isinstance(err, Exception):  # (the sender's port gets it)
+                reply_to.exception(err)
+                return None
             raise
         finally:
             reset_context(tokens)
 
-    def _response_port(self, fn, hosted: _Hosted, method: str) -> ResponsePort | None:
-        """For an ``@endpoint(explicit_response_port=True)``: the port it answers through."""
-        options = getattr(fn, ENDPOINT_MARK, None)
+    def _response_port(self, fn, hosted: _Hosted, method: str, options: dict | None,
+                       reply_to: Port | None) -> ResponsePort | Port | None:
+        """For an ``@endpoint(explicit_response_port=True)``: the port it answers through
+        (the sender's own, when it gave one)."""
+        options = getattr(fn, ENDPOINT_MARK, None) or options
         if not options or not options.get("explicit_response_port"):
             return None
+        if reply_to is not None:
+            return reply_to
         return ResponsePort(self._loop, f"{hosted.info.name}.{method} at {hosted.info.rank}")
 
     def describe_call(self, key: str, method: str, *_rest) -> str:
@@ -281,10 +298,17 @@ class ProcHost:
             asyncio.run_coroutine_threadsafe(asyncio.wait(running.values()), executor.user_loop).result()
 
 
-def _replied_already(port: ResponsePort | None, err: BaseException) -> bool:
+def _sent_on(reply_to: Port, port, result: Any) -> None:
+    """``send(..., port=)``: the endpoint's result goes to the sender's port (an endpoint
+    given that port itself sent what it meant to already); the call returns nothing."""
+    if port is None:
+        reply_to.send(result)
+
+
+def _replied_already(port: ResponsePort | Port | None, err: BaseException) -> bool:
     """An endpoint that sent its reply and then raised: the reply stands (the first one
     wins, as in Monarch); the error is logged here, in the actor's process."""
-    if port is None or not port.settled or not isinstance(err, Exception):
+    if type(port) is not ResponsePort or not port.settled or not isinstance(err, Exception):
         return False
     logging.getLogger("meshrt").error("meshrt: %r raised after sending its reply (the reply stands)",
                                       port, exc_info=err)
