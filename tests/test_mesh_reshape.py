@@ -77,6 +77,17 @@ def test_value_mesh_reshapes_and_gets_by_rank():
         values.get(6)
     with pytest.raises(TypeError, match="item"):
         values.get({"hosts": 0})
+    shape = Shape.dense(("hosts", "gpus"), (2, 2))
+    built = ValueMesh.from_indexed(shape, [(0, "a"), (1, "b"), (2, "c"), (3, "d"), (1, "B")])  # (the last wins)
+    assert list(built.values()) == ["a", "B", "c", "d"] and built.item(hosts=1, gpus=0) == "c"
+    with pytest.raises(ValueError, match=r"no value for rank\(s\) \[1, 2, 3\]"):
+        ValueMesh.from_indexed(shape, [(0, "a")])
+    with pytest.raises(ValueError, match="rank 4 is not in 0 .. 3"):
+        ValueMesh.from_indexed(shape, [(4, "a")])
+    point = built.flatten("r").items().__next__()[0]
+    assert point.size("r") == 4 and list(built.items())[3][0].size("gpus") == 2
+    with pytest.raises(ValueError, match="no such dimension"):
+        point.size("hosts")
 
 
 async def test_reshaped_meshes_are_called_with_their_new_dims(rt):

@@ -82,6 +82,13 @@ class Point(Mapping):
         except ValueError:
             raise KeyError(label) from None
 
+    def size(self, label: str) -> int:
+        """The size of dimension ``label`` of this point's extent (as in Monarch)."""
+        try:
+            return self.extent.sizes[self.extent.labels.index(label)]
+        except ValueError:
+            raise ValueError(f"Point.size({label!r}): no such dimension; the extent is {self.extent}") from None
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.extent.labels)
 

@@ -18,6 +18,21 @@ class ValueMesh(Shaped):
         self._shape = shape
         self._values = list(values)
 
+    @classmethod
+    def from_indexed(cls, shape: Shape, pairs) -> ValueMesh:
+        """A ValueMesh over ``shape`` from ``(rank, value)`` pairs (a later pair for the
+        same rank wins), as in Monarch; every rank needs a value."""
+        n = len(shape)
+        values: dict = {}
+        for rank, value in pairs:
+            if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < n:
+                raise ValueError(f"ValueMesh.from_indexed(): rank {rank!r} is not in 0 .. {n - 1} ({shape.extent})")
+            values[rank] = value
+        if len(values) != n:
+            missing = sorted(set(range(n)) - set(values))
+            raise ValueError(f"ValueMesh.from_indexed(): no value for rank(s) {missing[:8]} of {shape.extent}")
+        return cls(Shape.dense(shape.labels, shape.sizes), [values[r] for r in range(n)])
+
     def values(self) -> Iterator[Any]:
         return iter(self._values)
 
