@@ -201,6 +201,43 @@ async def test_a_concurrent_endpoint_does_not_hold_up_the_next_call(rt):
     await procs.stop()
 
 
+class Reentrant(Actor):
+    def __init__(self):
+        self.depth = 0
+
+    @endpoint
+    async def outer(self, me):
+        self.depth += 1
+        return await me.inner.call_one()  # (a call to its own actor, while its turn runs)
+
+    @endpoint
+    async def inner(self):
+        return self.depth
+
+
+class RayStyle:  # a @meshrt.remote class spawned as a mesh: its async methods interleave, as in Ray
+    def __init__(self):
+        self.gate = asyncio.Event()
+
+    async def wait_gate(self):
+        await self.gate.wait()
+        return "opened"
+
+    async def open_gate(self):
+        self.gate.set()
+
+
+async def test_an_async_endpoint_calling_its_own_actor_does_not_wait_for_itself(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    mesh = procs.spawn("r", Reentrant)
+    assert await asyncio.wait_for(mesh.outer.call_one(mesh).as_asyncio(), 60) == 1
+    ray_style = procs.spawn("ray_style", meshrt.remote(RayStyle))
+    waiter = asyncio.ensure_future(ray_style.wait_gate.call_one().as_asyncio())
+    await ray_style.open_gate.call_one()
+    assert await asyncio.wait_for(waiter, 60) == "opened"
+    await procs.stop()
+
+
 def test_concurrent_endpoint_takes_only_async_methods():
     with pytest.raises(TypeError, match="not async def: mark it @endpoint"):
         class Bad(Actor):

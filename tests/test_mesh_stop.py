@@ -8,7 +8,7 @@ import threading
 import pytest
 
 import meshrt
-from meshrt import Actor, endpoint, this_host
+from meshrt import Actor, concurrent_endpoint, endpoint, this_host
 from meshrt.exceptions import ActorDiedError, TaskError
 
 
@@ -107,13 +107,13 @@ class Gate(Actor):
         self.waiting = asyncio.Event()
         self.opened = asyncio.Event()
 
-    @endpoint
+    @concurrent_endpoint  # (waits while the others run: an Actor's async endpoints otherwise take turns)
     async def wait(self):
         self.waiting.set()
         await self.opened.wait()
         return "opened"
 
-    @endpoint
+    @concurrent_endpoint
     async def someone_waits(self):
         await self.waiting.wait()
 

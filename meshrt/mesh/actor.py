@@ -48,11 +48,11 @@ def endpoint(fn=None, **options):
 
 
 def concurrent_endpoint(method=None, **options):
-    """Monarch's ``@concurrent_endpoint``: an ``async def`` endpoint whose calls do not
-    wait for one another. Every ``async def`` endpoint of meshrt already runs that way
-    (calls start in arrival order and interleave at ``await``), so this is ``@endpoint``
-    for async methods only. Unlike Monarch, an error the body raises goes to its caller
-    (as from any endpoint), not to the actor's supervisor."""
+    """Monarch's ``@concurrent_endpoint``: an ``async def`` endpoint that does not take
+    the actor's turn (an Actor's other async endpoints run one at a time): its calls
+    start in arrival order and interleave at ``await`` with everything else on the
+    process's loop. Unlike Monarch, an error the body raises goes to its caller (as from
+    any endpoint), not to the actor's supervisor."""
     unknown = set(options) - ENDPOINT_OPTIONS
     if unknown:
         raise TypeError(f"@concurrent_endpoint got unknown option(s) {sorted(unknown)}")
@@ -62,7 +62,9 @@ def concurrent_endpoint(method=None, **options):
         if not (inspect.iscoroutinefunction(inner) or inspect.isasyncgenfunction(inner)):
             raise TypeError(f"@concurrent_endpoint runs an async def endpoint concurrently with others; "
                             f"{getattr(inner, '__qualname__', inner)!r} is not async def: mark it @endpoint")
-        return endpoint(f, **options)
+        marked = endpoint(f, **options)
+        getattr(inner, ENDPOINT_MARK)["concurrent"] = True  # (ProcHost._take_turn reads it)
+        return marked
 
     return mark(method) if method is not None else mark
 

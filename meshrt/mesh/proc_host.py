@@ -3,11 +3,11 @@
 Each process of a mesh is an ordinary meshrt actor running ProcHost, so meshes get
 the runtime's direct calls, per-caller FIFO order, death detection and object store
 for free. ProcHost holds the mesh actors spawned on the process (several meshes may
-share one process, as in Monarch) and runs their endpoints on its event loop:
-``async def`` endpoints interleave at ``await``; each actor's plain ``def`` endpoints
-run to completion on a helper thread of its own (lanes.py), one at a time, in arrival
-order; an ``async def`` call starts after the plain calls to its actor that arrived
-before it.
+share one process, as in Monarch) and runs their endpoints: an Actor's ``async def``
+endpoints on the process's loop, one at a time in arrival order (``_take_turn``); each
+actor's plain ``def`` endpoints to completion on a helper thread of its own (lanes.py),
+one at a time, in arrival order; an ``async def`` call starts after the plain calls to
+its actor that arrived before it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,15 @@ from .._private import context as rt_context
 from .._private import workspace_files
 from ..objstore.serialization import loads_code
 from . import distributed
-from .actor import ENDPOINT_MARK, ActorInstance, Context, OwnerCell, reset_context, set_context
+from .actor import (
+    ENDPOINT_MARK,
+    Actor,
+    ActorInstance,
+    Context,
+    OwnerCell,
+    reset_context,
+    set_context,
+)
 from .channel import Port
 from .response_port import ResponsePort
 from .shape import Extent, Point
@@ -35,7 +43,7 @@ STOPPED = "its processes were stopped with stop()"
 
 
 class _Hosted:
-    __slots__ = ("instance", "info", "error", "owner", "error_tb")
+    __slots__ = ("instance", "info", "error", "owner", "error_tb", "turn", "holder")
 
     def __init__(self, instance, info: ActorInstance, error: BaseException | None, owner: OwnerCell,
                  error_tb: str = "") -> None:
@@ -44,6 +52,9 @@ class _Hosted:
         self.error = error
         self.owner = owner
         self.error_tb = error_tb  # the constructor's traceback, for every later call's error
+        # An Actor's async endpoints take turns, as in Monarch (a Ray-style class's interleave, as in Ray)
+        self.turn = asyncio.Lock() if isinstance(instance, Actor) else None
+        self.holder: int | None = None  # the call whose turn it is
 
 
 class ProcHost:
@@ -101,37 +112,61 @@ class ProcHost:
 
     async def call(self, key: str, method: str, message_rank: int, labels: tuple, sizes: tuple,
                    packed: tuple, ready: Any = None, options: dict | None = None, reply_to: Port | None = None) -> Any:
-        """An ``async def`` endpoint: runs on this process's loop, interleaving at await.
-        ``options``: as_endpoint's, for a method without ``@endpoint``. ``reply_to``: the
-        Port of ``meshrt.send(..., port=)``, which gets the result (or the error)."""
+        """An ``async def`` endpoint, on this process's loop: an Actor's run one at a time
+        in arrival order, as in Monarch (``_take_turn``). ``options``: as_endpoint's, for a
+        method without ``@endpoint``. ``reply_to``: the Port of ``meshrt.send(..., port=)``,
+        which gets the result (or the error)."""
+        task_id = rt_context.current_call().task_id
         if self._executor.helper_busy(key):
             # Calls to this actor that arrived before this one (its spawn, plain-def
             # endpoints) run on its helper thread: let them finish first, so one
             # caller's calls start in the order it made them; unless the plain call
             # running there is blocked waiting for this very call.
-            await self._executor.helper_turn(rt_context.current_call().task_id, key)
+            await self._executor.helper_turn(task_id, key)
         hosted = self._hosted(key)
         fn = getattr(hosted.instance, method)
-        args, kwargs = (await packed[0]) if type(packed) is list else packed
-        tokens = set_context(Context(hosted.info, Point(message_rank, self._extent(labels, sizes))), hosted.owner)
-        port = self._response_port(fn, hosted, method, options, reply_to)
+        turn = await self._take_turn(hosted, fn, task_id)
         try:
-            result = fn(port, *args, **kwargs) if port is not None else fn(*args, **kwargs)
-            if inspect.isawaitable(result):
-                result = await result
-            if reply_to is not None:
-                return _sent_on(reply_to, port, result)
-            return result if port is None else port
-        except BaseException as err:
-            if _replied_already(port, err):
-                return port
-            _label(err, f"{hosted.info.name}.{method} at {hosted.info.rank}")
-            if reply_to is not None and isinstance(err, Exception):  # (the sender's port gets it)
-                reply_to.exception(err)
-                return None
-            raise
+            args, kwargs = (await packed[0]) if type(packed) is list else packed
+            tokens = set_context(Context(hosted.info, Point(message_rank, self._extent(labels, sizes))), hosted.owner)
+            port = self._response_port(fn, hosted, method, options, reply_to)
+            try:
+                result = fn(port, *args, **kwargs) if port is not None else fn(*args, **kwargs)
+                if inspect.isawaitable(result):
+                    result = await result
+                if reply_to is not None:
+                    return _sent_on(reply_to, port, result)
+                return result if port is None else port
+            except BaseException as err:
+                if _replied_already(port, err):
+                    return port
+                _label(err, f"{hosted.info.name}.{method} at {hosted.info.rank}")
+                if reply_to is not None and isinstance(err, Exception):  # (the sender's port gets it)
+                    reply_to.exception(err)
+                    return None
+                raise
+            finally:
+                reset_context(tokens)
         finally:
-            reset_context(tokens)
+            if turn is not None:
+                hosted.holder = None
+                turn.release()
+
+    async def _take_turn(self, hosted: _Hosted, fn, task_id: int) -> asyncio.Lock | None:
+        """Wait for an Actor's turn to run an ``async def`` endpoint: Monarch runs them one
+        at a time, in arrival order, so one may change the actor's state across ``await``
+        safely. None when the call takes no turn: a ``@concurrent_endpoint``, any async
+        method of a ``@meshrt.remote`` class (they interleave, as in Ray), and a call made
+        by the endpoint whose turn it is (it would otherwise wait for its own caller)."""
+        turn = hosted.turn
+        if turn is None or (getattr(fn, ENDPOINT_MARK, None) or {}).get("concurrent"):
+            return None
+        holder = hosted.holder
+        if holder is not None and task_id in self._executor.core.children.get(holder, ()):
+            return None
+        await turn.acquire()
+        hosted.holder = task_id
+        return turn
 
     def call_sync(self, key: str, method: str, message_rank: int, labels: tuple, sizes: tuple,
                   packed: tuple, ready: Any = None, options: dict | None = None, reply_to: Port | None = None) -> Any:

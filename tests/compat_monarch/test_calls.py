@@ -93,3 +93,30 @@ def test_blocking_get_outside_async_code():
     assert list(counters.get.call().get().values()) == [3, 3]
     assert counters.slice(gpus=0).get.call_one().get(timeout=60) == 3
     procs.stop().get()
+
+
+class Account(Actor):  # (async endpoints of one actor run one at a time, in arrival order)
+    def __init__(self):
+        self.balance = 0
+        self.log = []
+
+    @endpoint
+    async def deposit(self, amount):
+        before = self.balance
+        await asyncio.sleep(0.01)  # (another call may not run meanwhile)
+        self.balance = before + amount
+        self.log.append(amount)
+        return self.balance
+
+    @endpoint
+    async def history(self):
+        return list(self.log)
+
+
+async def test_async_endpoints_of_one_actor_take_turns():
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    account = procs.spawn("account", Account)
+    balances = await asyncio.gather(*[account.deposit.call_one(n) for n in (1, 2, 3, 4, 5)])
+    assert balances == [1, 3, 6, 10, 15]
+    assert await account.history.call_one() == [1, 2, 3, 4, 5]
+    await procs.stop()

@@ -1,6 +1,18 @@
-"""A Monarch-style program: ports, send, as_endpoint and accumulators."""
+"""A Monarch-style program: ports, send, as_endpoint, accumulators, concurrent endpoints."""
 
-from meshrt import Accumulator, Actor, Channel, as_endpoint, current_rank, endpoint, send, this_host
+import asyncio
+
+from meshrt import (
+    Accumulator,
+    Actor,
+    Channel,
+    as_endpoint,
+    concurrent_endpoint,
+    current_rank,
+    endpoint,
+    send,
+    this_host,
+)
 
 
 class Reporter(Actor):
@@ -57,4 +69,27 @@ async def test_an_accumulator_folds_the_replies():
     reporters = procs.spawn("reporters", Reporter)
     total = Accumulator(reporters.square, 0, lambda acc, x: acc + x)
     assert await total.accumulate(2) == 16
+    await procs.stop()
+
+
+class Gate(Actor):
+    def __init__(self):
+        self.opened = asyncio.Event()
+
+    @concurrent_endpoint
+    async def wait_open(self):
+        await self.opened.wait()
+        return "through"
+
+    @endpoint
+    async def open(self):
+        self.opened.set()
+
+
+async def test_a_concurrent_endpoint_lets_the_next_call_run():
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    gate = procs.spawn("gate", Gate)
+    waiting = asyncio.ensure_future(gate.wait_open.call_one())
+    await gate.open.call_one()  # (runs while wait_open waits)
+    assert await asyncio.wait_for(waiting, 60) == "through"
     await procs.stop()
