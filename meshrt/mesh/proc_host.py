@@ -244,13 +244,20 @@ class ProcHost:
         hosted = self.actors.pop(key, None)
         if hosted is not None and self.names.get(hosted.info.name) == key:
             del self.names[hosted.info.name]  # (the name may be spawned again)
-        stop = getattr(hosted.instance, "__cleanup__", None) if hosted is not None else None
+        if hosted is not None:
+            self._clean_up(hosted)
+
+    def _clean_up(self, hosted: _Hosted) -> None:
+        """Run the actor's ``__cleanup__``, if it has one, as Monarch does when an actor
+        stops: given the exception it stops with (None: stopped on purpose) when it
+        takes one (one written without that parameter is called without it)."""
+        stop = getattr(hosted.instance, "__cleanup__", None)
         if stop is None:
             return
         ctx = Context(hosted.info, hosted.info.rank)
         tokens = set_context(ctx, hosted.owner)
         try:
-            result = stop()
+            result = stop(None) if _takes_an_argument(stop) else stop()
         finally:
             reset_context(tokens)
         if inspect.isawaitable(result):  # an async __cleanup__ runs on the loop, as its actor's context
@@ -315,6 +322,13 @@ class ProcHost:
 
         self._executor.lanes.drain_others()  # (each actor first finishes the calls it was given:
         self._finish_async_calls()  # its plain endpoints on their threads, its async ones here)
+        for key in list(self.actors):  # (then each cleans up, as in Monarch)
+            hosted = self.actors.pop(key)
+            if hosted.error is None:
+                try:
+                    self._clean_up(hosted)
+                except Exception:  # noqa: BLE001 - the others still clean up, and the process still ends
+                    logging.getLogger("meshrt").exception("meshrt: __cleanup__ of %s raised", hosted.info.actor_id)
         raise ActorExit(STOPPED)
 
     def _finish_async_calls(self) -> None:
@@ -331,6 +345,14 @@ class ProcHost:
                 "from the driver or from another process")
         if running and executor.user_loop is not None:
             asyncio.run_coroutine_threadsafe(asyncio.wait(running.values()), executor.user_loop).result()
+
+
+def _takes_an_argument(fn) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # (no signature to read: Monarch's form)
+        return True
+    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params)
 
 
 def _sent_on(reply_to: Port, port, result: Any) -> None:
