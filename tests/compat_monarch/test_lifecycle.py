@@ -1,0 +1,39 @@
+"""A Monarch-style program: constructors, actors in the driver, ValueMesh items.
+
+(Not here: a constructor that raises, and a call to a stopped actor mesh, are
+unhandled faults in Monarch 0.7, which by default end the program; meshrt fails
+those calls, naming the constructor's error or the stop: tests/test_mesh.py.)"""
+
+from meshrt import Actor, current_rank, current_size, endpoint, this_host, this_proc
+
+
+class Picky(Actor):
+    def __init__(self, ok):
+        if not ok:
+            raise RuntimeError("refused to start")
+        self.born_at = (current_rank().rank, current_size())
+
+    @endpoint
+    def birth(self):
+        return self.born_at
+
+
+async def test_the_constructor_sees_its_own_rank():
+    procs = this_host().spawn_procs(per_host={"gpus": 3})
+    picky = procs.spawn("picky", Picky, True)
+    assert list((await picky.slice(gpus=slice(1, 3)).birth.call()).values()) == [(1, {"gpus": 3}), (2, {"gpus": 3})]
+    await procs.stop()
+
+
+async def test_actors_in_the_driver_process():
+    here = this_proc().spawn("here", Picky, True)
+    assert await here.birth.call_one() == (0, {})
+
+
+async def test_iterating_a_value_mesh():
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    picky = procs.spawn("picky", Picky, True)
+    values = await picky.birth.call()
+    pairs = [(point.rank, value[0]) for point, value in values.items()]
+    assert pairs == [(0, 0), (1, 1)]
+    await procs.stop()
