@@ -328,3 +328,48 @@ async def test_shutdown_context_in_an_actor_does_nothing(rt):
     assert await mesh.shut.call_one() == 0
     assert await mesh.shut.call_one() == 0  # (the process still serves)
     await procs.stop()
+
+
+def _set_flag():
+    os.environ["BOOTSTRAPPED"] = "sync"
+
+
+async def _set_flag_async():
+    await asyncio.sleep(0)
+    os.environ["BOOTSTRAPPED"] = "async"
+
+
+def _refuse():
+    raise RuntimeError("no GPU here")
+
+
+class EnvReader(Actor):
+    @endpoint
+    def flag(self):
+        return os.environ.get("BOOTSTRAPPED")
+
+
+async def test_spawn_procs_runs_bootstrap_first_in_each_process(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 2}, bootstrap=_set_flag)
+    assert list((await procs.spawn("e", EnvReader).flag.call()).values()) == ["sync", "sync"]
+    other = this_host().spawn_procs({"gpus": 1}, _set_flag_async, name="other")
+    assert await other.spawn("e", EnvReader).flag.call_one() == "async"
+    failing = this_host().spawn_procs(per_host={"gpus": 1}, bootstrap=_refuse)
+    with pytest.raises(ActorDiedError, match="no GPU here"):
+        await failing.spawn("e", EnvReader).flag.call_one()
+    with pytest.raises(TypeError, match="name=..."):
+        this_host().spawn_procs({"gpus": 1}, "a name")
+    await procs.stop()
+    await other.stop()
+    await failing.stop()
+
+
+async def test_stop_takes_monarchs_reason(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    mesh = procs.spawn("e", EnvReader)
+    await mesh.flag.call_one()
+    await procs.stop("training finished")
+    with pytest.raises(ActorDiedError, match=r"stopped with stop\(\) \(training finished\)"):
+        await mesh.flag.call_one()
+    with pytest.raises(TypeError, match="timeout="):
+        procs.stop(5)

@@ -34,6 +34,7 @@ class MeshState:
         self.extent = extent
         self.owner = owner
         self.stopping = False
+        self.stop_reason = ""  # ProcMesh.stop(reason)
         self.whole = lambda: None  # the ProcMesh as spawned, weakly (meshes.py)
 
 
@@ -189,8 +190,9 @@ class Endpoint:
     def _check(self, args: tuple, kwargs: dict) -> None:
         mesh = self._mesh
         if mesh._state is not None and mesh._state.stopping:
+            reason = f" ({mesh._state.stop_reason})" if mesh._state.stop_reason else ""
             raise exc.ActorDiedError(class_name=f"actor mesh {mesh._name!r}",
-                                     cause="its processes were stopped with stop(); spawn a new mesh")
+                                     cause=f"its processes were stopped with stop(){reason}; spawn a new mesh")
         if mesh._key in _stopped_here:
             raise exc.ActorDiedError(class_name=f"actor mesh {mesh._name!r}",
                                      cause="it was stopped with stop(); spawn it again to call it")

@@ -15,7 +15,7 @@ import logging
 import os
 import warnings
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -105,11 +105,18 @@ class HostMesh(Shaped):
 
         return sync([self._host_ids[r] for r in self._shape.ranks()], workspace, conda, auto_reload)
 
-    def spawn_procs(self, per_host: Mapping | None = None, name: str | None = None) -> ProcMesh:
+    def spawn_procs(self, per_host: Mapping | None = None, bootstrap: Callable | None = None,
+                    name: str | None = None) -> ProcMesh:
         """Start processes: ``per_host={"gpus": 4}`` -> a ProcMesh {"gpus": 4} per host.
 
         ``per_host`` may name several dims (``{"hosts": 2, "gpus": 2}`` on one machine).
+        ``bootstrap``: a function (``def`` or ``async def``, no arguments) each new process
+        runs first, before any actor is spawned there, as in Monarch; if it raises, the
+        calls to that process's actors fail with its error.
         """
+        if bootstrap is not None and not callable(bootstrap):
+            raise TypeError(f"spawn_procs(bootstrap=...): give a function each new process runs first, or None; "
+                            f"got {type(bootstrap).__name__} (name the mesh with name=...)")
         labels, sizes = check_dims(per_host if per_host is not None else {"procs": 1}, "spawn_procs(per_host=...)")
         clash = set(labels) & set(self._shape.labels)
         if clash:
@@ -118,7 +125,8 @@ class HostMesh(Shaped):
         hosts = [self._host_ids[r] for r in self._shape.ranks()]
         labels = self._shape.labels + labels
         sizes = self._shape.sizes + sizes
-        return _spawn(name or f"procs{next(_names)}", labels, sizes, _count(per_host), hosts)
+        setup = dumps_code(bootstrap) if bootstrap is not None else None
+        return _spawn(name or f"procs{next(_names)}", labels, sizes, _count(per_host), hosts, setup)
 
     def __repr__(self) -> str:
         return f"<HostMesh {self.extent}>"
@@ -333,11 +341,15 @@ class ProcMesh(Shaped):
         extent = self.extent
         return [Point(i, extent) for i in range(len(self._shape))]
 
-    def stop(self, timeout: float | None = 30.0) -> Future:
+    def stop(self, reason: str = "stopped by client", timeout: float | None = 30.0) -> Future:
         """End these processes cleanly; resolves when they have exited. Each process
         first finishes the calls it was given before; one still busy after ``timeout``
         seconds (a call blocked for good, say in a collective whose peer died) is killed,
-        so stop() always ends (None: wait as long as it takes)."""
+        so stop() always ends (None: wait as long as it takes). ``reason`` (Monarch's
+        argument) is in the error of every later call to these processes."""
+        if not isinstance(reason, str):
+            raise TypeError(f"stop(reason=...): give the reason as a str (the seconds to wait go in timeout=...); "
+                            f"got {reason!r}")
         if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
             raise ValueError(f"stop(timeout=...): give the seconds to wait before killing, or None; got {timeout!r}")
         if self._in_driver:
@@ -346,9 +358,10 @@ class ProcMesh(Shaped):
                                "call meshrt.shutdown()")
         if self._state is not None:
             self._state.stopping = True
+            self._state.stop_reason = reason
         core = state.core()
         ranks = self._shape.ranks()
-        refs = [core.call_actor(self._procs[r], "stop", (), {}, 1) for r in ranks]  # no args
+        refs = [core.call_actor(self._procs[r], "stop", (reason,), {}, 1) for r in ranks]
 
         def kill_the_rest() -> None:  # (core loop, ``timeout`` after stop(): however it is awaited)
             entries = core.table.entries
@@ -391,7 +404,8 @@ class ProcMesh(Shaped):
         return f"<ProcMesh {self._name!r} {self.extent}>"
 
 
-def _spawn(name: str, labels: tuple, sizes: tuple, per_host_count: int, host_ids: list) -> ProcMesh:
+def _spawn(name: str, labels: tuple, sizes: tuple, per_host_count: int, host_ids: list,
+           bootstrap: bytes | None = None) -> ProcMesh:
     core = state.core()
     total = 1
     for s in sizes:
@@ -400,7 +414,7 @@ def _spawn(name: str, labels: tuple, sizes: tuple, per_host_count: int, host_ids
     gpus = {h: _gpus_per_proc(core, h, labels, per_host_count) for h in set(proc_hosts)}
     extent = Shape.dense(labels, sizes).extent
     procs = tuple(_host_class(gpus[h], h).options(_label=_proc_label(name, Point(rank, extent)))
-                  .remote(name, labels, sizes, rank, {})
+                  .remote(name, labels, sizes, rank, {}, bootstrap=bootstrap)
                   for rank, h in enumerate(proc_hosts))
     owner = current_owner()
     if owner is None and not core.is_driver:  # spawned by a plain (Ray-style) actor
@@ -420,7 +434,7 @@ def stop_spawned(core, timeout: float) -> None:
     them (shutdown_context): a process still busy after ``timeout`` s is killed."""
     registry = _spawned(core)
     meshes = [_whole(registry, st) for st in list(registry) if not st.stopping]
-    stops = [mesh.stop(timeout) for mesh in meshes if mesh is not None and not mesh._in_driver]
+    stops = [mesh.stop("shutdown_context()", timeout) for mesh in meshes if mesh is not None and not mesh._in_driver]
     for stop in stops:
         try:
             stop.get(timeout + _KILL_WAIT_S)

@@ -13,6 +13,7 @@ its actor that arrived before it.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
 import logging
 import os
@@ -63,10 +64,12 @@ class ProcHost:
     __meshrt_waits_for_lanes__ = frozenset({"stop"})
 
     def __init__(self, mesh_name: str, labels: tuple, sizes: tuple, rank: int, env: dict,
-                 executor=None) -> None:
+                 executor=None, bootstrap: bytes | None = None) -> None:
         """``executor``: given for the driver's own process (driver_actors.py), which is
-        not a worker."""
+        not a worker. ``bootstrap``: spawn_procs(bootstrap=fn), run first (``_bootstrap``)."""
         os.environ.update(env)
+        if bootstrap is not None:
+            _bootstrap(bootstrap)
         self.mesh_name = mesh_name
         self.point = Point(rank, Extent(labels, sizes))
         # Keyed by each spawn's own key ("name#id"), not by name: calls made through a
@@ -312,7 +315,7 @@ class ProcHost:
     def free_port(self) -> int:
         return distributed.free_port("")
 
-    def stop(self) -> None:
+    def stop(self, reason: str = "") -> None:
         if self.in_driver:
             raise RuntimeError(
                 "stop() of this_proc() in the driver: that process is the driver itself, which "
@@ -329,7 +332,7 @@ class ProcHost:
                     self._clean_up(hosted)
                 except Exception:  # noqa: BLE001 - the others still clean up, and the process still ends
                     logging.getLogger("meshrt").exception("meshrt: __cleanup__ of %s raised", hosted.info.actor_id)
-        raise ActorExit(STOPPED)
+        raise ActorExit(f"{STOPPED} ({reason})" if reason else STOPPED)
 
     def _finish_async_calls(self) -> None:
         """Wait (on stop's thread) for the ``async def`` calls running or queued on the
@@ -345,6 +348,16 @@ class ProcHost:
                 "from the driver or from another process")
         if running and executor.user_loop is not None:
             asyncio.run_coroutine_threadsafe(asyncio.wait(running.values()), executor.user_loop).result()
+
+
+def _bootstrap(blob: bytes) -> None:
+    """A process's ``spawn_procs(bootstrap=fn)``: ``fn()`` before anything else here. An
+    ``async def`` one runs on a loop of its own, on a thread of its own: the process's
+    loop is busy constructing this ProcHost, and nothing else may run here before it."""
+    result = loads_code(blob)()
+    if inspect.iscoroutine(result):
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="meshrt-bootstrap") as pool:
+            pool.submit(asyncio.run, result).result()
 
 
 def _takes_an_argument(fn) -> bool:

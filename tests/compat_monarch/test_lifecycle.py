@@ -37,3 +37,24 @@ async def test_iterating_a_value_mesh():
     pairs = [(point.rank, value[0]) for point, value in values.items()]
     assert pairs == [(0, 0), (1, 1)]
     await procs.stop()
+
+
+def _setup():
+    import os
+
+    os.environ["SET_BY_BOOTSTRAP"] = "yes"
+
+
+class EnvReader(Actor):
+    @endpoint
+    def read(self):
+        import os
+
+        return os.environ.get("SET_BY_BOOTSTRAP")
+
+
+async def test_bootstrap_runs_in_each_process_first():
+    procs = this_host().spawn_procs(per_host={"gpus": 2}, bootstrap=_setup)
+    readers = procs.spawn("readers", EnvReader)
+    assert list((await readers.read.call()).values()) == ["yes", "yes"]
+    await procs.stop()
