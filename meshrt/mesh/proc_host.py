@@ -141,12 +141,8 @@ class ProcHost:
                     return _sent_on(reply_to, port, result)
                 return result if port is None else port
             except BaseException as err:
-                if _replied_already(port, err):
-                    return port
-                _label(err, f"{hosted.info.name}.{method} at {hosted.info.rank}")
-                if reply_to is not None and isinstance(err, Exception):  # (the sender's port gets it)
-                    reply_to.exception(err)
-                    return None
+                if _ends_without(err, port, reply_to, f"{hosted.info.name}.{method} at {hosted.info.rank}"):
+                    return port if reply_to is None else None
                 raise
             finally:
                 reset_context(tokens)
@@ -191,12 +187,8 @@ class ProcHost:
             # (the reply is what is sent there: executor.py takes it as a Deferred)
             return port if reply_to is None else None
         except BaseException as err:
-            if _replied_already(port, err):
-                return port
-            _label(err, f"{hosted.info.name}.{method} at {hosted.info.rank}")
-            if reply_to is not None and isinstance(err, Exception):  # (the sender's port gets it)
-                reply_to.exception(err)
-                return None
+            if _ends_without(err, port, reply_to, f"{hosted.info.name}.{method} at {hosted.info.rank}"):
+                return port if reply_to is None else None
             raise
         finally:
             reset_context(tokens)
@@ -373,6 +365,19 @@ def _sent_on(reply_to: Port, port, result: Any) -> None:
     given that port itself sent what it meant to already); the call returns nothing."""
     if port is None:
         reply_to.send(result)
+
+
+def _ends_without(err: BaseException, port, reply_to: Port | None, where: str) -> bool:
+    """An endpoint raised ``err``. True when its call ends without it: the reply was sent
+    before (``_replied_already``), or the sender's port takes the error (``send(...,
+    port=)``). Otherwise ``err`` is named ``where`` for the executor, to be re-raised."""
+    if _replied_already(port, err):
+        return True
+    _label(err, where)
+    if reply_to is not None and isinstance(err, Exception):
+        reply_to.exception(err)
+        return True
+    return False
 
 
 def _replied_already(port: ResponsePort | Port | None, err: BaseException) -> bool:
