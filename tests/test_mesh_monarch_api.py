@@ -373,3 +373,15 @@ async def test_stop_takes_monarchs_reason(rt):
         await mesh.flag.call_one()
     with pytest.raises(TypeError, match="timeout="):
         procs.stop(5)
+
+
+async def test_an_actor_mesh_stop_takes_monarchs_reason(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    mesh = procs.spawn("e", EnvReader)
+    await mesh.flag.call_one()
+    await mesh.stop("replaced")
+    with pytest.raises(ActorDiedError, match=r"stopped with stop\(\) \(replaced\)"):
+        await mesh.flag.call_one()
+    with pytest.raises(TypeError, match="reason as a str"):
+        mesh.stop(3)
+    await procs.stop()

@@ -107,10 +107,19 @@ class ActorInstance:
     rank: Point
     proc_rank: int
     actor_id: str
+    class_name: str = ""  # module.Class, as Monarch names it
 
     @property
     def extent(self) -> Extent:
         return self.rank.extent
+
+    @property
+    def proc(self):
+        """The process this actor runs in, as a one-process ProcMesh (Monarch's name;
+        ``this_proc()`` inside the actor)."""
+        from .meshes import this_proc
+
+        return this_proc()
 
 
 @dataclass(frozen=True)

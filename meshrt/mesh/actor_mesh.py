@@ -38,9 +38,9 @@ class MeshState:
         self.whole = lambda: None  # the ProcMesh as spawned, weakly (meshes.py)
 
 
-# Spawn keys of the actor meshes this process stopped: their later calls fail at the
-# call site (a spawn key is never reused).
-_stopped_here: set[str] = set()
+# Spawn keys of the actor meshes this process stopped, with the reason given: their later
+# calls fail at the call site (a spawn key is never reused).
+_stopped_here: dict[str, str] = {}
 
 
 class ActorMesh(Shaped):
@@ -103,10 +103,13 @@ class ActorMesh(Shaped):
         return _gather(self, refs, [Point(i, self._origin.extent) for i in range(len(refs))], None,
                        build=lambda values: None)
 
-    def stop(self) -> Future:
-        """Remove these actors from their processes (``__cleanup__`` runs if defined)."""
+    def stop(self, reason: str = "stopped by client") -> Future:
+        """Remove these actors from their processes (``__cleanup__`` runs if defined);
+        ``reason`` (Monarch's argument) is in the error of every later call from here."""
+        if not isinstance(reason, str):
+            raise TypeError(f"stop(reason=...): give the reason as a str; got {reason!r}")
         core = state.core()
-        _stopped_here.add(self._key)
+        _stopped_here[self._key] = reason
         refs = [core.call_actor(self._procs[r], lanes.named("stop_actor", self._key), (self._key,), {}, 1,
                                 inline=self._hosts[r] != core.host_id)
                 for r in self._shape.ranks()]
@@ -195,7 +198,8 @@ class Endpoint:
                                      cause=f"its processes were stopped with stop(){reason}; spawn a new mesh")
         if mesh._key in _stopped_here:
             raise exc.ActorDiedError(class_name=f"actor mesh {mesh._name!r}",
-                                     cause="it was stopped with stop(); spawn it again to call it")
+                                     cause=f"it was stopped with stop() ({_stopped_here[mesh._key]}); spawn it "
+                                           f"again to call it")
         self._checker.check(args, kwargs)
 
     def _send(self, ranks: list[int], args: tuple, kwargs: dict, reply_to=None) -> list:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import inspect
 import logging
 import os
@@ -98,10 +99,12 @@ class ProcHost:
             raise err
         self.names[name] = key
         cls = self.classes.get(class_blob)
-        tokens = set_context(Context(info, point), owner)
+        tokens = None
         try:
             if cls is None:
                 cls = self.classes[class_blob] = loads_code(class_blob)
+            info = dataclasses.replace(info, class_name=f"{cls.__module__}.{cls.__qualname__}")
+            tokens = set_context(Context(info, point), owner)
             instance = owner.value = cls(*args, **kwargs)
         except BaseException as err:
             tb = err.__traceback__.tb_next if err.__traceback__ is not None else None  # (not this frame)
@@ -110,7 +113,8 @@ class ProcHost:
             _label(err, f"{getattr(cls, '__name__', 'the class')}.__init__ of actor mesh {name!r} at {point}")
             raise
         finally:
-            reset_context(tokens)
+            if tokens is not None:
+                reset_context(tokens)
         self.actors[key] = _Hosted(instance, info, None, owner)
 
     async def call(self, key: str, method: str, message_rank: int, labels: tuple, sizes: tuple,

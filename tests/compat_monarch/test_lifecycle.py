@@ -4,7 +4,7 @@
 unhandled faults in Monarch 0.7, which by default end the program; meshrt fails
 those calls, naming the constructor's error or the stop: tests/test_mesh.py.)"""
 
-from meshrt import Actor, current_rank, current_size, endpoint, this_host, this_proc
+from meshrt import Actor, context, current_rank, current_size, endpoint, this_host, this_proc
 
 
 class Picky(Actor):
@@ -57,4 +57,24 @@ async def test_bootstrap_runs_in_each_process_first():
     procs = this_host().spawn_procs(per_host={"gpus": 2}, bootstrap=_setup)
     readers = procs.spawn("readers", EnvReader)
     assert list((await readers.read.call()).values()) == ["yes", "yes"]
+    await procs.stop()
+
+
+class Kid(Actor):
+    @endpoint
+    def hello(self):
+        return "hello from " + context().actor_instance.class_name.rsplit(".", 1)[-1]
+
+
+class Parent(Actor):
+    @endpoint
+    async def spawn_kid(self):
+        kid = context().actor_instance.proc.spawn("kid", Kid)  # (in this actor's own process)
+        return await kid.hello.call_one()
+
+
+async def test_an_actor_instance_knows_its_class_and_process():
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    parent = procs.spawn("parent", Parent)
+    assert await parent.spawn_kid.call_one() == "hello from Kid"
     await procs.stop()
