@@ -13,9 +13,10 @@ PYTHON="${PYTHON:-/work/venv/bin/python}"
 mkdir -p "$DEST"
 rm -f "$DEST"/*.py
 cp "$HERE"/test_*.py "$DEST"/
-sed -i -e 's/^from meshrt import /from monarch.actor import /' "$DEST"/*.py
+sed -i -e 's/^from meshrt import /from monarch.actor import /' \
+    -e 's/^import meshrt$/import monarch.actor as meshrt/' "$DEST"/*.py
 
-if grep -nE '^\s*(from|import) meshrt|meshrt\.' "$DEST"/*.py; then
+if grep -nE '^\s*(from|import) meshrt\b' "$DEST"/*.py; then
     echo "error: meshrt imports left after rewriting" >&2
     exit 1
 fi
