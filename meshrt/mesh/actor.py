@@ -88,15 +88,14 @@ def endpoint_names(cls: type) -> dict[str, bool]:
     return out
 
 
-def plain_method_names(cls: type) -> dict[str, bool]:
-    """name -> is_async for the public methods of an Actor subclass that are not
-    endpoints: ``mesh.method`` names them, and ``as_endpoint(mesh.method)`` calls them."""
+def plain_method_names(cls: type, endpoints) -> dict[str, bool]:
+    """name -> is_async for the public methods of an Actor subclass that are not among
+    its ``endpoints``: ``mesh.method`` names them, and ``as_endpoint(mesh.method)`` calls them."""
     if not issubclass(cls, Actor):
         return {}
-    marked = endpoint_names(cls)
     return {name: inspect.iscoroutinefunction(member) or inspect.isasyncgenfunction(member)
             for name, member in inspect.getmembers(cls)
-            if callable(member) and not inspect.isclass(member) and not name.startswith("_") and name not in marked}
+            if callable(member) and not inspect.isclass(member) and not name.startswith("_") and name not in endpoints}
 
 
 @dataclass(frozen=True)

@@ -224,7 +224,8 @@ class ProcMesh(Shaped):
                                f"start new ones with this_host().spawn_procs(...) (or hosts.spawn_procs)")
         cls = checked_class("spawn", name, actor_class, args, kwargs)
         endpoints = {n: (_endpoint_checker(cls, n, name), is_async) for n, is_async in endpoint_names(cls).items()}
-        plain = {n: (_endpoint_checker(cls, n, name), is_async) for n, is_async in plain_method_names(cls).items()}
+        plain = {n: (_endpoint_checker(cls, n, name), is_async)
+                 for n, is_async in plain_method_names(cls, endpoints).items()}
         hidden = sorted(n for n in endpoints if hasattr(ActorMesh, n))
         if hidden:
             warnings.warn(f"spawn({name!r}, {cls.__name__}, ...): the mesh's own {hidden} hide the endpoint(s) "

@@ -141,9 +141,7 @@ class ProcHost:
                 result = fn(port, *args, **kwargs) if port is not None else fn(*args, **kwargs)
                 if inspect.isawaitable(result):
                     result = await result
-                if reply_to is not None:
-                    return _sent_on(reply_to, port, result)
-                return result if port is None else port
+                return _outcome(result, port, reply_to)
             except BaseException as err:
                 if _ends_without(err, port, reply_to, f"{hosted.info.name}.{method} at {hosted.info.rank}"):
                     return port if reply_to is None else None
@@ -184,12 +182,7 @@ class ProcHost:
         tokens = set_context(Context(hosted.info, Point(message_rank, self._extent(labels, sizes))), hosted.owner)
         port = self._response_port(fn, hosted, method, options, reply_to)
         try:
-            if port is None:
-                result = fn(*args, **kwargs)
-                return result if reply_to is None else _sent_on(reply_to, port, result)
-            fn(port, *args, **kwargs)  # (its return value is dropped, as in Monarch)
-            # (the reply is what is sent there: executor.py takes it as a Deferred)
-            return port if reply_to is None else None
+            return _outcome(fn(port, *args, **kwargs) if port is not None else fn(*args, **kwargs), port, reply_to)
         except BaseException as err:
             if _ends_without(err, port, reply_to, f"{hosted.info.name}.{method} at {hosted.info.rank}"):
                 return port if reply_to is None else None
@@ -364,11 +357,17 @@ def _takes_an_argument(fn) -> bool:
     return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params)
 
 
-def _sent_on(reply_to: Port, port, result: Any) -> None:
-    """``send(..., port=)``: the endpoint's result goes to the sender's port (an endpoint
-    given that port itself sent what it meant to already); the call returns nothing."""
-    if port is None:
-        reply_to.send(result)
+def _outcome(result: Any, port, reply_to: Port | None) -> Any:
+    """What a call returns once its endpoint returned ``result``. With the sender's port
+    (``send(..., port=)``): nothing, the result going there (unless the endpoint was given
+    that port and answered through it). With a response port: the port, whose reply
+    executor.py waits for (the endpoint's own return value is dropped, as in Monarch).
+    Otherwise the result."""
+    if reply_to is not None:
+        if port is None:
+            reply_to.send(result)
+        return None
+    return result if port is None else port
 
 
 def _ends_without(err: BaseException, port, reply_to: Port | None, where: str) -> bool:
