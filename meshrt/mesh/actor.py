@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .shape import Extent, Point
@@ -107,10 +107,35 @@ class ActorInstance:
     proc_rank: int
     actor_id: str
     class_name: str = ""  # module.Class, as Monarch names it
+    key: str = field(default="", repr=False, compare=False)  # its spawn's own name in its process
 
     @property
     def extent(self) -> Extent:
         return self.rank.extent
+
+    def stop(self, reason: str | None = None) -> None:
+        """End this actor on purpose, as in Monarch: the call running now still returns,
+        ``__cleanup__(None)`` runs once it has, and every later call to this actor fails
+        with ActorDiedError naming ``reason``. Its owner sees no failure; the process
+        meshes it spawned are stopped too. The other actors of its process go on."""
+        self._end("stop", reason)
+
+    def abort(self, reason: str | None = None) -> None:
+        """End this actor with a failure, as in Monarch: as ``stop()``, but
+        ``__cleanup__`` gets the error, and the failure goes to whoever spawned the actor
+        (its ``__supervise__``, or ``meshrt.unhandled_fault_hook`` in the driver)."""
+        self._end("abort", reason)
+
+    def kill(self, reason: str | None = None) -> None:
+        """End this actor with a failure: the same as ``abort()`` (Monarch's two names)."""
+        self._end("kill", reason)
+
+    def _end(self, how: str, reason: str | None) -> None:
+        if reason is not None and not isinstance(reason, str):
+            raise TypeError(f"actor_instance.{how}(reason=...): give the reason as a str, or None; got {reason!r}")
+        from .proc_host import end_actor_here
+
+        end_actor_here(self, how, reason)
 
     @property
     def proc(self):

@@ -35,6 +35,7 @@ class MeshState:
         self.owner = owner
         self.stopping = False
         self.stop_reason = ""  # ProcMesh.stop(reason)
+        self.failures = None  # (Port, keeper) its actors report an abort() to (supervision.failure_port)
         self.whole = lambda: None  # the ProcMesh as spawned, weakly (meshes.py)
 
 
@@ -110,6 +111,9 @@ class ActorMesh(Shaped):
             raise TypeError(f"stop(reason=...): give the reason as a str; got {reason!r}")
         core = state.core()
         _stopped_here[self._key] = reason
+        from .meshes import failure_ports
+
+        failure_ports.pop(self._key, None)
         refs = [core.call_actor(self._procs[r], lanes.named("stop_actor", self._key), (self._key,), {}, 1,
                                 inline=self._hosts[r] != core.host_id)
                 for r in self._shape.ranks()]

@@ -187,6 +187,36 @@ class Channel:
         return port, receiver.ranked()
 
 
+class PortKeeper:
+    """Keeps a handler port (``open_handler``) open: dropping it closes the port."""
+
+    __slots__ = ("__weakref__",)
+
+
+def open_handler(handle) -> tuple[Port, PortKeeper]:
+    """A Port whose values go to ``handle(value)`` (on whichever thread resolves them),
+    with no receiver to read: meshrt's own listeners (supervision.failure_port)."""
+    core = state.core()
+    port_id = next(_port_ids)
+
+    def on_value(ref, _rank):
+        ref.future().add_done_callback(lambda done: _handled(handle, done))
+
+    core.io.post(core.ports.__setitem__, port_id, on_value)
+    keeper = PortKeeper()
+    weakref.finalize(keeper, _forget, core, port_id)
+    return Port(core.worker_id, port_id, core.host_id), keeper
+
+
+def _handled(handle, done: concurrent.futures.Future) -> None:
+    try:
+        handle(done.result())
+    except Exception:  # noqa: BLE001 - a listener's failure must not end the loop that called it
+        import logging
+
+        logging.getLogger("meshrt").exception("meshrt: a port handler failed")
+
+
 def _sender_rank() -> int:
     from .actor import context
 

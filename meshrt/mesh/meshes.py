@@ -239,8 +239,10 @@ class ProcMesh(Shaped):
             if host is not None:
                 host.classes.setdefault(blob, cls)
         key = f"{name}#{os.urandom(6).hex()}"
+        failures = _failure_port(self._state, key)
         spawned = [
-            core.call_actor(self._procs[r], lanes.named("spawn", key), (name, key, blob, extent.labels, extent.sizes, i, args, kwargs),
+            core.call_actor(self._procs[r], lanes.named("spawn", key),
+                            (name, key, blob, extent.labels, extent.sizes, i, args, kwargs, failures),
                             {}, 1, inline=self._hosts[r] != core.host_id)
             for i, r in enumerate(self._shape.ranks())
         ]
@@ -417,10 +419,7 @@ def _spawn(name: str, labels: tuple, sizes: tuple, per_host_count: int, host_ids
     procs = tuple(_host_class(gpus[h], h).options(_label=_proc_label(name, Point(rank, extent)))
                   .remote(name, labels, sizes, rank, {}, bootstrap=bootstrap)
                   for rank, h in enumerate(proc_hosts))
-    owner = current_owner()
-    if owner is None and not core.is_driver:  # spawned by a plain (Ray-style) actor
-        owner = OwnerCell(getattr(getattr(core, "executor", None), "instance", None))
-    mesh_state = MeshState(name, Shape.dense(labels, sizes).extent, owner)
+    mesh_state = MeshState(name, Shape.dense(labels, sizes).extent, _owner_here(core))
     core.io.post(_watch, core, procs, mesh_state)
     local = tuple((r % per_host_count, per_host_count) for r in range(total))
     mesh = ProcMesh(name, procs, Shape.dense(labels, sizes), mesh_state, local, proc_hosts)
@@ -428,6 +427,46 @@ def _spawn(name: str, labels: tuple, sizes: tuple, per_host_count: int, host_ids
     # (weakly: the processes end when the last handle to them goes, as ever)
     _spawned(core)[mesh_state] = (tuple(weakref.ref(p) for p in procs), proc_hosts, local)
     return mesh
+
+
+def _failure_port(mesh_state: MeshState | None, key: str):
+    """The port the actors of a new actor mesh report an abort() to: its process mesh's,
+    when spawned from here, else its own (kept until the actor mesh is stopped)."""
+    if mesh_state is not None:
+        if mesh_state.failures is None:
+            mesh_state.failures = supervision.failure_port(mesh_state.owner)
+        return mesh_state.failures[0]
+    port, keeper = supervision.failure_port(_owner_here(state.core()))
+    failure_ports[key] = keeper
+    return port
+
+
+# Actor mesh spawn key -> the keeper of its failure port, for actor meshes spawned on process
+# meshes spawned elsewhere (dropped when the actor mesh is stopped from here).
+failure_ports: dict = {}
+
+
+def _owner_here(core):
+    """Who supervises what this code spawns: the mesh actor running it, or a plain
+    (Ray-style) actor; None in the driver (its unhandled_fault_hook)."""
+    owner = current_owner()
+    if owner is None and not core.is_driver:
+        owner = OwnerCell(getattr(getattr(core, "executor", None), "instance", None))
+    return owner
+
+
+def stop_owned_by(owner, reason: str) -> None:
+    """Stop, without waiting, the process meshes that the actor behind ``owner`` (an
+    OwnerCell) spawned: it ended itself, and its children end with it, as in Monarch."""
+    core = state.core_or_none()
+    if core is None or owner is None:
+        return
+    registry = _spawned(core)
+    for mesh_state in list(registry):
+        if mesh_state.owner is owner and not mesh_state.stopping:
+            mesh = _whole(registry, mesh_state)
+            if mesh is not None and not mesh._in_driver:
+                mesh.stop(reason)
 
 
 def stop_spawned(core, timeout: float) -> None:

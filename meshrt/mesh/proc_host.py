@@ -18,7 +18,9 @@ import dataclasses
 import inspect
 import logging
 import os
+import threading
 import traceback
+import weakref
 from typing import Any
 
 from .. import exceptions as exc
@@ -45,10 +47,11 @@ STOPPED = "its processes were stopped with stop()"
 
 
 class _Hosted:
-    __slots__ = ("instance", "info", "error", "owner", "error_tb", "turn", "holder")
+    __slots__ = ("instance", "info", "error", "owner", "error_tb", "turn", "holder", "failures", "ending",
+                 "failed", "running_sync", "running_async")
 
     def __init__(self, instance, info: ActorInstance, error: BaseException | None, owner: OwnerCell,
-                 error_tb: str = "") -> None:
+                 error_tb: str = "", failures: Port | None = None) -> None:
         self.instance = instance
         self.info = info
         self.error = error
@@ -57,6 +60,13 @@ class _Hosted:
         # An Actor's async endpoints take turns, as in Monarch (a Ray-style class's interleave, as in Ray)
         self.turn = asyncio.Lock() if isinstance(instance, Actor) else None
         self.holder: int | None = None  # the call whose turn it is
+        self.failures = failures  # the spawner's port for this actor's abort() (supervision.failure_port)
+        self.ending: str | None = None  # how it ended itself (actor_instance.stop/abort/kill): later calls fail
+        self.failed = False  # ended by abort()/kill(), not stop()
+        # Its calls running now, on its lane's thread and on the loop (each written by that thread
+        # only): an actor that ended itself finishes once both are 0 (_finish_end).
+        self.running_sync = 0
+        self.running_async = 0
 
 
 class ProcHost:
@@ -85,11 +95,16 @@ class ProcHost:
 
         self.in_driver = executor is not None
         self._executor = executor or state.core().executor
+        self.ended: dict[str, str] = {}  # key -> how an actor that ended itself ended (for later calls' errors)
+        self._early_ends: dict[str, tuple] = {}  # key -> (how, reason): ended in its constructor
+        self._end_lock = threading.Lock()
+        _hosts_here.add(self)
 
     def spawn(self, name: str, key: str, class_blob: bytes, labels: tuple, sizes: tuple, rank: int,
-              args: tuple, kwargs: dict) -> None:
+              args: tuple, kwargs: dict, failures: Port | None = None) -> None:
+        """``failures``: where this actor reports that it aborted (its spawner's port)."""
         point = Point(rank, Extent(labels, sizes))
-        info = ActorInstance(name, point, self.point.rank, f"{name}[{rank}]")
+        info = ActorInstance(name, point, self.point.rank, f"{name}[{rank}]", key=key)
         owner = OwnerCell()
         if name in self.names:
             err = ValueError(f"process {self.point} of mesh {self.mesh_name!r} already hosts an actor "
@@ -115,7 +130,10 @@ class ProcHost:
         finally:
             if tokens is not None:
                 reset_context(tokens)
-        self.actors[key] = _Hosted(instance, info, None, owner)
+        self.actors[key] = _Hosted(instance, info, None, owner, failures=failures)
+        early = self._early_ends.pop(key, None)
+        if early is not None:  # (it ended itself in its constructor)
+            self.end_actor(key, *early)
 
     async def call(self, key: str, method: str, message_rank: int, labels: tuple, sizes: tuple,
                    packed: tuple, ready: Any = None, options: dict | None = None, reply_to: Port | None = None) -> Any:
@@ -133,7 +151,10 @@ class ProcHost:
         hosted = self._hosted(key)
         fn = getattr(hosted.instance, method)
         turn = await self._take_turn(hosted, fn, task_id)
+        hosted.running_async += 1
         try:
+            if hosted.ending is not None:  # (it waited for its turn behind the call that ended the actor)
+                raise self._ended_error(hosted.info, hosted.ending)
             args, kwargs = (await packed[0]) if type(packed) is list else packed
             tokens = set_context(Context(hosted.info, Point(message_rank, self._extent(labels, sizes))), hosted.owner)
             port = self._response_port(fn, hosted, method, options, reply_to)
@@ -149,9 +170,12 @@ class ProcHost:
             finally:
                 reset_context(tokens)
         finally:
+            hosted.running_async -= 1
             if turn is not None:
                 hosted.holder = None
                 turn.release()
+            if hosted.ending is not None:
+                self._finish_end(key, hosted)
 
     async def _take_turn(self, hosted: _Hosted, fn, task_id: int) -> asyncio.Lock | None:
         """Wait for an Actor's turn to run an ``async def`` endpoint: Monarch runs them one
@@ -181,6 +205,7 @@ class ProcHost:
         args, kwargs = _fetch(packed[0]) if type(packed) is list else packed
         tokens = set_context(Context(hosted.info, Point(message_rank, self._extent(labels, sizes))), hosted.owner)
         port = self._response_port(fn, hosted, method, options, reply_to)
+        hosted.running_sync += 1
         try:
             return _outcome(fn(port, *args, **kwargs) if port is not None else fn(*args, **kwargs), port, reply_to)
         except BaseException as err:
@@ -189,6 +214,9 @@ class ProcHost:
             raise
         finally:
             reset_context(tokens)
+            hosted.running_sync -= 1
+            if hosted.ending is not None:
+                self._finish_end(key, hosted)
 
     def _response_port(self, fn, hosted: _Hosted, method: str, options: dict | None,
                        reply_to: Port | None) -> ResponsePort | Port | None:
@@ -218,8 +246,13 @@ class ProcHost:
 
     def _hosted(self, key: str) -> _Hosted:
         hosted = self.actors.get(key)
+        if hosted is not None and hosted.ending is not None:
+            raise self._ended_error(hosted.info, hosted.ending)
         if hosted is None:
             name = key.partition("#")[0]
+            if key in self.ended:
+                raise _plain(exc.ActorDiedError(class_name=f"mesh actor {name!r} on process {self.point}",
+                                                cause=self.ended[key]))
             raise _plain(exc.ActorDiedError(class_name=f"mesh actor {name!r}",
                                             cause=f"process {self.point} of mesh {self.mesh_name!r} hosts no "
                                                   f"actor by that name (it was stopped, or never spawned here)"))
@@ -233,13 +266,14 @@ class ProcHost:
         """Drop a mesh actor from this process, running its ``__cleanup__`` first (on the
         actor's own helper thread, which then ends)."""
         self._executor.lanes.retire(key)  # (what was queued there before still runs)
-        hosted = self.actors.pop(key, None)
+        with self._end_lock:  # (against an actor that ended itself finishing at the same time)
+            hosted = self.actors.pop(key, None)
         if hosted is not None and self.names.get(hosted.info.name) == key:
             del self.names[hosted.info.name]  # (the name may be spawned again)
         if hosted is not None:
             self._clean_up(hosted)
 
-    def _clean_up(self, hosted: _Hosted) -> None:
+    def _clean_up(self, hosted: _Hosted, error: BaseException | None = None) -> None:
         """Run the actor's ``__cleanup__``, if it has one, as Monarch does when an actor
         stops: given the exception it stops with (None: stopped on purpose) when it
         takes one (one written without that parameter is called without it)."""
@@ -249,7 +283,7 @@ class ProcHost:
         ctx = Context(hosted.info, hosted.info.rank)
         tokens = set_context(ctx, hosted.owner)
         try:
-            result = stop(None) if _takes_an_argument(stop) else stop()
+            result = stop(error) if _takes_an_argument(stop) else stop()
         finally:
             reset_context(tokens)
         if inspect.isawaitable(result):  # an async __cleanup__ runs on the loop, as its actor's context
@@ -261,6 +295,58 @@ class ProcHost:
                     reset_context(inner)
 
             asyncio.run_coroutine_threadsafe(finish(), self._loop).result()
+
+    # -- an actor ending itself: context().actor_instance.stop() / abort() / kill() -------------
+
+    def end_actor(self, key: str, how: str, reason: str | None) -> None:
+        """Mark the actor ended: calls that start from now on fail (Monarch fails the ones
+        queued behind too); it finishes (``_finish_end``) once its calls running now return."""
+        hosted = self.actors.get(key)
+        if hosted is None:
+            if key in self.names.values():  # (in its constructor: it ends once that returns)
+                self._early_ends.setdefault(key, (how, reason))
+            return
+        if hosted.ending is not None:
+            return  # (ended already: the first way stands)
+        said = reason if reason is not None else "no reason given"
+        hosted.failed = how != "stop"
+        hosted.ending = self.ended[key] = {
+            "stop": f"it stopped itself (actor_instance.stop()): {said}",
+            "abort": f"it aborted (actor_instance.abort()): {said}",
+            "kill": f"it was killed (actor_instance.kill()): {said}",
+        }[how]
+        self._finish_end(key, hosted)
+
+    def _finish_end(self, key: str, hosted: _Hosted) -> None:
+        """Any thread, once an ended actor may have no call running: drop it, free its
+        name, and on its own thread run ``__cleanup__``, report an abort to its spawner and
+        stop the process meshes it spawned; that thread then ends."""
+        if hosted.running_sync or hosted.running_async:
+            return
+        with self._end_lock:
+            if self.actors.get(key) is not hosted:
+                return  # (finished already, or stopped from outside meanwhile)
+            del self.actors[key]
+        if self.names.get(hosted.info.name) == key:
+            del self.names[hosted.info.name]
+        lanes = self._executor.lanes
+        lanes.route(key).helper.post(self._after_end, hosted)
+        lanes.retire(key)  # (its thread ends after that)
+
+    def _after_end(self, hosted: _Hosted) -> None:
+        error = self._ended_error(hosted.info, hosted.ending) if hosted.failed else None
+        try:
+            self._clean_up(hosted, error)
+        except Exception:  # noqa: BLE001 - the end goes on: reported, its meshes stopped
+            logging.getLogger("meshrt").exception("meshrt: __cleanup__ of %s raised", hosted.info.actor_id)
+        if hosted.failed and hosted.failures is not None:
+            hosted.failures.send((hosted.info.name, hosted.info.rank, hosted.ending))
+        from .meshes import stop_owned_by
+
+        stop_owned_by(hosted.owner, f"the actor that spawned them ended: {hosted.ending}")
+
+    def _ended_error(self, info: ActorInstance, how: str) -> exc.ActorDiedError:
+        return _plain(exc.ActorDiedError(class_name=f"mesh actor {info.name!r} at {info.rank}", cause=how))
 
     async def init_torch_distributed(self, env: dict, backend: str | None, labels: tuple,
                                      sizes: tuple) -> str:
@@ -337,6 +423,23 @@ class ProcHost:
                 "from the driver or from another process")
         if running and executor.user_loop is not None:
             asyncio.run_coroutine_threadsafe(asyncio.wait(running.values()), executor.user_loop).result()
+
+
+_hosts_here: weakref.WeakSet = weakref.WeakSet()  # this process's ProcHosts
+
+
+def end_actor_here(instance: ActorInstance, how: str, reason: str | None) -> None:
+    """``context().actor_instance.stop()`` and its kin: end that actor, which must run in
+    this process."""
+    for host in list(_hosts_here):
+        if instance.key in host.actors or instance.key in host.names.values():
+            host.end_actor(instance.key, how, reason)
+            return
+        if instance.key in host.ended:
+            return  # (ended already)
+    raise RuntimeError(f"actor_instance.{how}() ends the actor running this code, in its own process; "
+                       f"{instance.actor_id} does not run here. From outside, stop a mesh with "
+                       f"mesh.stop(reason)")
 
 
 def _bootstrap(blob: bytes) -> None:

@@ -41,14 +41,31 @@ class MeshFailure:
 
     def report(self) -> str:
         where = f"mesh {self.mesh_name!r}" + (f" at {self.point}" if self.point is not None else "")
-        what = f"endpoint {self.endpoint} failed" if self.endpoint else "a process failed"
-        return f"{where}: {what}: {self.cause}"
+        if self.endpoint:
+            return f"{where}: endpoint {self.endpoint} failed: {self.cause}"
+        return f"{where}: {self.cause}"  # (its process died: ..., it aborted: ...)
 
     def as_error(self) -> SupervisionError:
         return SupervisionError(f"unhandled failure in {self.report()}")
 
     def __str__(self) -> str:
         return self.report()
+
+
+def failure_port(owner):
+    """(Port, keeper): where the actors of a mesh spawned from here report that they ended
+    with a failure (``actor_instance.abort()``), handed to ``owner``'s supervision like a
+    crash. One per process mesh this process spawned (kept on its MeshState), else one
+    per actor mesh; the port stays open while ``keeper`` is held."""
+    from ..exceptions import ActorDiedError
+    from .channel import open_handler
+
+    def handle(note) -> None:
+        name, point, cause = note
+        err = ActorDiedError(class_name=f"mesh actor {name!r} at {point}", cause=cause)
+        report(MeshFailure(name, point, cause, None, err), owner)
+
+    return open_handler(handle)
 
 
 def unhandled_fault_hook(failure: MeshFailure) -> None:
