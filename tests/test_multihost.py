@@ -92,6 +92,11 @@ class Worker(Actor):
         return value
 
     @endpoint
+    def abort(self, reason):
+        meshrt.context().actor_instance.abort(reason)
+        return "aborting"
+
+    @endpoint
     def total(self, refs):
         return float(meshrt.get(refs[0]).sum())
 
@@ -537,6 +542,20 @@ def test_objects_are_pulled_once_per_host(pull_path, cluster):
     assert one.host_store_used.call_one().get(timeout=30) >= big.nbytes
     del ref  # the owner frees it, and tells the host to drop its copy
     assert wait_until(lambda: one.host_store_used.call_one().get(timeout=30) == 0, timeout=15)
+
+
+def test_an_actor_aborting_on_another_host_reaches_the_driver(cluster, failures):
+    hosts, _, _, _ = cluster
+    seen, event = failures
+    procs = hosts.spawn_procs(per_host={"gpus": 1})
+    mesh = procs.spawn("w", Worker)
+    assert mesh.slice(hosts=1).abort.call_one("host 1 gave up").get(timeout=60) == "aborting"
+    assert event.wait(30)
+    assert seen[0].report() == "mesh 'w' at Point(hosts=1, gpus=0): it aborted (actor_instance.abort()): host 1 gave up"
+    with pytest.raises(meshrt.exceptions.ActorDiedError, match="host 1 gave up"):
+        mesh.slice(hosts=1).echo.call_one(1).get(timeout=30)
+    assert mesh.slice(hosts=0).echo.call_one(2).get(timeout=30) == 2
+    procs.stop().get(timeout=60)
 
 
 def test_host_mesh_stop_and_shutdown(cluster, failures):
