@@ -122,6 +122,7 @@ class ProcHost:
             tokens = set_context(Context(info, point), owner)
             instance = owner.value = cls(*args, **kwargs)
         except BaseException as err:
+            self._early_ends.pop(key, None)
             tb = err.__traceback__.tb_next if err.__traceback__ is not None else None  # (not this frame)
             self.actors[key] = _Hosted(None, info, err, owner, "".join(traceback.format_exception(type(err), err, tb)))
             self._executor.lanes.retire(key)

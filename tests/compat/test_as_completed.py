@@ -1,0 +1,56 @@
+"""Results as they become ready: ``ray.util.as_completed`` over refs, and
+``ray.util.map_unordered`` with back-pressure on the tasks in flight."""
+import threading
+
+import pytest
+
+import meshrt as ray
+from meshrt.util import as_completed, map_unordered
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@ray.remote
+class Gate:
+    def __init__(self):
+        self.opened = threading.Event()
+
+    def open(self):
+        self.opened.set()
+
+    def wait(self):
+        return self.opened.wait(60)
+
+
+@ray.remote
+def slow(gate, x):
+    ray.get(gate.wait.remote())
+    return x
+
+
+@ray.remote
+def double(x):
+    return 2 * x
+
+
+def test_values_come_as_they_are_ready():
+    ray.init(num_cpus=2)
+    gate = Gate.options(max_concurrency=4).remote()
+    held = slow.remote(gate, "last")
+    quick = [double.remote(i) for i in range(5)]
+    seen = []
+    for value in as_completed([held] + quick, chunk_size=1):
+        seen.append(value)
+        if len(seen) == 5:
+            gate.open.remote()  # (the held task can finish only once the quick ones were all seen)
+    assert sorted(seen[:5]) == [0, 2, 4, 6, 8] and seen[5] == "last"
+    refs = list(as_completed([double.remote(3)], yield_obj_refs=True))
+    assert ray.get(refs) == [6]
+    with pytest.raises(ValueError):
+        list(as_completed([double.remote(1)], chunk_size=0))
+
+
+def test_map_unordered_keeps_at_most_the_backpressure_in_flight():
+    ray.init(num_cpus=2)
+    assert sorted(map_unordered(double, range(50), backpressure_size=4, chunk_size=2)) == [2 * i for i in range(50)]
+    assert sorted(map_unordered(double, range(5), backpressure_size=None)) == [0, 2, 4, 6, 8]
