@@ -3,12 +3,10 @@
 Everything the pool decides happens on this thread, in the order events arrive (a job
 submitted, a chunk finished, close, terminate), so no lock guards its state.
 
-How many chunks a worker holds at once adapts to how long its chunks take: enough to
-keep about ``_QUEUED_S`` of work queued in its process (tiny chunks: up to
-``_MOST_IN_FLIGHT``, so it never waits for the next one to arrive), down to one for
-long ones (so at the end no worker sits idle while another still holds several: the
-standard library's workers take one task at a time from a shared queue, for the same
-reason). Chunks go out one per worker in turn. Jobs are served first come first served; a lazy job (imap) reads its input only as
+How much goes out at once follows how long each function's chunks take (pace.py):
+several tiny chunks to a call, and as many calls in flight per worker as keep it busy
+without piling work on one worker at the end. Chunks go out one call per worker in
+turn. Jobs are served first come first served; a lazy job (imap) reads its input only as
 workers free up. A worker that died fails the chunks it held (their results raise
 ActorDiedError) and is replaced; one that ran ``maxtasksperchild`` chunks is replaced
 once it has finished them.
@@ -27,13 +25,10 @@ from typing import Any
 
 from ... import exceptions
 from ..._private import state, toplevel
+from ...objstore.serialization import Payload, error_from_payload
+from .pace import Pace
 
 log = logging.getLogger("meshrt")
-
-_QUEUED_S = 0.01
-_MOST_IN_FLIGHT = 32
-_FIRST_IN_FLIGHT = 2  # (before a worker has finished anything)
-
 
 class PoolTerminated(RuntimeError):
     """The pool was terminated before this work finished."""
@@ -60,26 +55,23 @@ class Job:
 
 
 class _Worker:
-    __slots__ = ("actor", "in_flight", "sent", "retiring", "depth", "seconds", "last_done")
+    __slots__ = ("actor", "in_flight", "sent", "retiring", "last_done")
 
     def __init__(self, actor) -> None:
         self.actor = actor
-        self.in_flight = 0
-        self.sent = 0
+        self.in_flight = 0  # calls sent and not back
+        self.sent = 0  # chunks sent (for maxtasksperchild)
         self.retiring = False
-        self.depth = _FIRST_IN_FLIGHT  # chunks it may hold at once
-        self.seconds: float | None = None  # how long one of its chunks takes (a moving average)
         self.last_done = 0.0
 
-    def finished_one(self, sent_at: float) -> None:
-        """A chunk came back: update how long chunks take here, and the depth that keeps
-        about _QUEUED_S of work queued. Busy since before (in_flight left), the time
-        since its last chunk came back is one chunk's run; otherwise the round trip."""
+    def finished_one(self, sent_at: float, chunks: int) -> float:
+        """A call of ``chunks`` chunks came back: how long one of them ran. Busy since
+        before (a call still in flight), the time since its last call came back is this
+        one's run; otherwise its round trip."""
         now = time.monotonic()
         took = now - (max(sent_at, self.last_done) if self.in_flight else sent_at)
         self.last_done = now
-        self.seconds = took if self.seconds is None else 0.7 * self.seconds + 0.3 * took
-        self.depth = max(1, min(_MOST_IN_FLIGHT, int(_QUEUED_S / max(self.seconds, 1e-6)) + 1))
+        return took / chunks
 
 
 class Dispatcher:
@@ -89,7 +81,9 @@ class Dispatcher:
         self.workers = [_Worker(start_worker()) for _ in range(processes)]
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._jobs: collections.deque = collections.deque()  # jobs with input left
-        self._running: dict[int, tuple] = {}  # chunk id -> (job, index, worker, actor)
+        self._running: dict[int, tuple] = {}  # call id -> ([(job, index)], worker, actor, sent at)
+        self._ahead: tuple | None = None  # the next chunk, taken from its job already: (job, index, items)
+        self._pace = Pace()
         self._ids = itertools.count()
         self._closing = False
         self.finished = threading.Event()
@@ -127,7 +121,7 @@ class Dispatcher:
                     self._terminate()
                     return
                 self._dispatch()
-                if self._closing and not self._jobs and not self._running:
+                if self._closing and not self._jobs and not self._running and self._ahead is None:
                     self._stop_workers()
                     return
         except BaseException:  # noqa: BLE001 - never leave callers waiting on a dead dispatcher
@@ -138,18 +132,41 @@ class Dispatcher:
 
     def _dispatch(self) -> None:
         sent = True
-        while sent:  # (one chunk per worker in turn)
+        while sent:  # (one call per worker in turn)
             sent = False
             for worker in self.workers:
-                if worker.in_flight < worker.depth and not worker.retiring:
-                    chunk = self._next_chunk()
-                    if chunk is None:
-                        return
-                    self._send(worker, *chunk)
-                    sent = True
+                if worker.retiring:
+                    continue
+                ahead = self._peek()
+                if ahead is None:
+                    return
+                func = ahead[0].func
+                if worker.in_flight >= self._pace.calls_in_flight(func):
+                    continue
+                self._send(worker, self._take(func, self._chunks_per_call(worker, func)))
+                sent = True
 
-    def _next_chunk(self) -> tuple[Job, int, list] | None:
-        while self._jobs:
+    def _chunks_per_call(self, worker: _Worker, func) -> int:
+        n = self._pace.chunks_per_call(func)
+        if self._maxtasks is not None:  # (a call never takes a worker past maxtasksperchild)
+            n = min(n, self._maxtasks - worker.sent)
+        return max(1, n)
+
+    def _take(self, func, n: int) -> list:
+        """Up to ``n`` chunks in a row of the same function (the first one at least)."""
+        parts = []
+        while len(parts) < n:
+            ahead = self._peek()
+            if ahead is None or ahead[0].func is not func:
+                break
+            parts.append(ahead)
+            self._ahead = None
+        return parts
+
+    def _peek(self) -> tuple | None:
+        """The next chunk to send, (job, index, items), taken from the first job with
+        input left; None when there is none."""
+        while self._ahead is None and self._jobs:
             job = self._jobs[0]
             try:
                 chunk = job.next_chunk()
@@ -161,44 +178,56 @@ class Dispatcher:
             if chunk is None:
                 self._jobs.popleft()
                 continue
-            return (job, *chunk)
-        return None
+            self._ahead = (job, *chunk)
+        return self._ahead
 
-    def _send(self, worker: _Worker, job: Job, index: int, items: list) -> None:
-        chunk_id = next(self._ids)
+    def _send(self, worker: _Worker, parts: list) -> None:
+        """One call to the worker carrying ``parts``: (job, index, items) chunks."""
+        call_id = next(self._ids)
         actor = worker.actor
         try:
-            ref = actor.run.remote(job.func, items, job.mode)
-        except Exception as err:  # noqa: BLE001 - arguments that cannot be sent: this chunk fails
+            ref = actor.run.remote([(job.func, job.mode, items) for job, _index, items in parts])
+        except Exception as err:  # noqa: BLE001 - arguments that cannot be sent: these chunks fail
+            if len(parts) > 1:  # (one of them, maybe: each alone says which)
+                for part in parts:
+                    self._send(worker, [part])
+                return
+            job, index, _items = parts[0]
             job.sink.chunk_failed(index, err)
             return
         worker.in_flight += 1
-        worker.sent += 1
+        worker.sent += len(parts)
         if self._maxtasks is not None and worker.sent >= self._maxtasks:
             worker.retiring = True
-        self._running[chunk_id] = (job, index, worker, actor, time.monotonic())
-        ref.future().add_done_callback(partial(self._arrived, chunk_id))
+        self._running[call_id] = ([(job, index) for job, index, _items in parts], worker, actor, time.monotonic())
+        ref.future().add_done_callback(partial(self._arrived, call_id))
 
-    def _arrived(self, chunk_id: int, future) -> None:  # (meshrt's loop thread: hand over)
-        self._events.put(("done", chunk_id, future))
+    def _arrived(self, call_id: int, future) -> None:  # (meshrt's loop thread: hand over)
+        self._events.put(("done", call_id, future))
 
-    def _done(self, chunk_id: int, future) -> None:
-        entry = self._running.pop(chunk_id, None)
+    def _done(self, call_id: int, future) -> None:
+        entry = self._running.pop(call_id, None)
         if entry is None:
-            return  # (terminated meanwhile: its job was failed already)
-        job, index, worker, actor, sent_at = entry
+            return  # (terminated meanwhile: its jobs were failed already)
+        parts, worker, actor, sent_at = entry
         if worker.actor is actor:
             worker.in_flight -= 1
-            worker.finished_one(sent_at)
+            self._pace.observed(parts[0][0].func, worker.finished_one(sent_at, len(parts)))
         try:
-            job.sink.chunk_done(index, future.result())
+            outcomes = future.result()
         except exceptions.ActorDiedError as err:
-            job.sink.chunk_failed(index, err)
-            if worker.actor is actor:  # (its other chunks fail too, and find it replaced)
+            for job, index in parts:
+                job.sink.chunk_failed(index, err)
+            if worker.actor is actor:  # (its other calls fail too, and find it replaced)
                 self._replace(worker, kill=False)
             return
-        except Exception as err:  # noqa: BLE001 - the function raised: that chunk's result raises it
-            job.sink.chunk_failed(index, err)
+        except Exception as err:  # noqa: BLE001 - the call itself failed: each of its chunks says so
+            outcomes = [(False, err)] * len(parts)
+        for (job, index), (ok, value) in zip(parts, outcomes, strict=True):
+            if ok:
+                job.sink.chunk_done(index, value)
+            else:
+                job.sink.chunk_failed(index, value if isinstance(value, BaseException) else _error(value))
         if worker.retiring and worker.in_flight == 0 and worker.actor is actor:
             self._replace(worker, kill=True)
 
@@ -222,9 +251,14 @@ class Dispatcher:
         self._closing = True
         error = PoolTerminated("the pool was terminated (terminate(), or its with-block ended) before this "
                                "work finished")
-        for job, index, *_rest in self._running.values():
-            job.sink.chunk_failed(index, error)
+        for parts, *_rest in self._running.values():
+            for job, index in parts:
+                job.sink.chunk_failed(index, error)
         self._running.clear()
+        if self._ahead is not None:
+            job, index, _items = self._ahead
+            job.sink.chunk_failed(index, error)
+            self._ahead = None
         for job in self._jobs:
             job.sink.chunk_failed(job.sent, error)
             job.sink.set_total(job.sent + 1)
@@ -238,6 +272,12 @@ class Dispatcher:
                 event[1].sink.chunk_failed(0, error)
                 event[1].sink.set_total(1)
         self._stop_workers()
+
+
+def _error(record: bytes) -> BaseException:
+    """The error a chunk raised in its worker (sent as meshrt's error record, so it
+    raises as the original exception's type, with the remote traceback)."""
+    return error_from_payload(Payload(record, is_error=True))
 
 
 def _kill(actor: Any) -> None:

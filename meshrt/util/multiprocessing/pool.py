@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from ... import exceptions
 from ..._private import api, toplevel
+from ...objstore.serialization import error_payload
 from .dispatch import Dispatcher, Job
 from .results import AsyncResult, IMapIterator
 
@@ -36,12 +38,25 @@ class _PoolWorker:
     def ready(self) -> bool:
         return True
 
-    def run(self, func: Callable, items: list, mode: str) -> list:
-        if mode == "one":
-            return [func(item) for item in items]
-        if mode == "star":
-            return [func(*item) for item in items]
-        return [func(*args, **kwargs) for args, kwargs in items]
+    def run(self, chunks: list) -> list:
+        """``chunks``: [(func, mode, items)], each run on its own: (True, its values), or
+        (False, meshrt's record of the error it raised)."""
+        out = []
+        for func, mode, items in chunks:
+            try:
+                out.append((True, _values(func, mode, items)))
+            except Exception as err:  # noqa: BLE001 - this chunk's result raises it; the others stand
+                name = getattr(func, "__qualname__", type(func).__name__)
+                out.append((False, error_payload(err, name, os.getpid(), skip_frames=2).data))
+        return out
+
+
+def _values(func: Callable, mode: str, items: list) -> list:
+    if mode == "one":
+        return [func(item) for item in items]
+    if mode == "star":
+        return [func(*item) for item in items]
+    return [func(*args, **kwargs) for args, kwargs in items]
 
 
 class Pool:
