@@ -115,6 +115,19 @@ def test_errors_raise_where_their_results_would_come(rt):
         assert result.ready() and not result.successful()
 
 
+def test_tiny_calls_sent_together_keep_their_own_results_and_errors(rt):
+    with Pool(2) as pool:
+        pool.map(fails_on_three, [0, 1], chunksize=1)  # (the pool learns that these are tiny)
+        results = [pool.apply_async(fails_on_three, (i % 5,)) for i in range(300)]
+        for i, result in enumerate(results):
+            if i % 5 == 3:
+                with pytest.raises(ValueError, match="three"):
+                    result.get(30)
+            else:
+                assert result.get(30) == i % 5
+        assert sorted(pool.imap_unordered(square, range(500))) == sorted(x * x for x in range(500))
+
+
 def test_a_worker_that_dies_fails_its_work_and_is_replaced(rt):
     with Pool(1) as pool:
         with pytest.raises(ActorDiedError):
