@@ -34,6 +34,7 @@ from .log_options import LogOptions
 from .placement_groups import PlacementGroups
 from .pool_upkeep import PoolUpkeep
 from .spawn import Zygote, attach_pipes, end_preforked, new_tail, worker_output
+from .state_tables import StateTables
 from .task_hosts import TaskHosts, TaskRecord
 
 log = logging.getLogger("meshrt")
@@ -79,7 +80,7 @@ class WorkerRecord:
 
 
 class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHosts, PlacementGroups, ControlRequests,
-                 LogOptions, PoolUpkeep):
+                 LogOptions, PoolUpkeep, StateTables):
     def __init__(self, core, io, config: dict) -> None:
         self.core = core
         self.io = io

@@ -1,0 +1,95 @@
+"""What ``meshrt.util.state`` lists, as rows of plain data the controller knows.
+
+Mixed into the Controller (which provides actors, workers, tasks, hosts, store,
+node_id_of_host): ``rpc_state_<kind>`` answers ``list_<kind>`` with one dict per
+actor, worker process, task or object, in Ray's field names and state words.
+"""
+
+from __future__ import annotations
+
+from ..objstore.serialization import error_from_payload
+from ..scheduler.resources import from_units
+from . import ids
+
+_ACTOR_STATES = {"pending": "PENDING_CREATION", "alive": "ALIVE", "restarting": "RESTARTING", "dead": "DEAD"}
+
+
+class StateTables:
+    def rpc_state_actors(self, caller: int) -> list:
+        rows = []
+        for actor_id, rec in list(self.actors.items()):
+            spec = rec.spec
+            w = self.workers.get(rec.worker) if rec.worker is not None else None
+            rows.append({
+                "actor_id": ids.to_hex(actor_id),
+                "class_name": spec.class_name,
+                "state": _ACTOR_STATES.get(rec.state, rec.state.upper()),
+                "name": spec.name or "",
+                "ray_namespace": spec.namespace,
+                "node_id": self.node_id_of_host(w.host if w is not None else spec.host),
+                "pid": w.pid if w is not None and rec.state == "alive" else None,
+                "is_detached": spec.detached,
+                "required_resources": {k: from_units(v) for k, v in spec.resources},
+                "num_restarts": rec.incarnation,
+                "death_cause": _death_cause(rec),
+                "repr_name": spec.label or spec.class_name,
+            })
+        return rows
+
+    def rpc_state_workers(self, caller: int) -> list:
+        return [{
+            "worker_id": ids.to_hex(w.id) if w.id else "driver",
+            "is_alive": w.state != "dead",
+            "worker_type": "WORKER",
+            "pid": w.pid,
+            "node_id": self.node_id_of_host(w.host),
+            "state": w.state.upper(),
+            "actor_id": ids.to_hex(w.actor_id) if w.actor_id is not None else None,
+            "running": w.label,
+        } for w in list(self.workers.values())]
+
+    def rpc_state_tasks(self, caller: int) -> list:
+        rows = []
+        for task_id, rec in list(self.tasks.items()):
+            w = self.workers.get(rec.worker) if rec.worker is not None else None
+            if w is None:
+                status = "PENDING_NODE_ASSIGNMENT"
+            elif w.tasks and w.tasks[0] is rec:
+                status = "RUNNING"
+            else:
+                status = "SUBMITTED_TO_WORKER"
+            rows.append({
+                "task_id": ids.to_hex(task_id),
+                "name": rec.spec.name,
+                "func_or_class_name": rec.spec.name,
+                "state": status,
+                "type": "NORMAL_TASK",
+                "node_id": self.node_id_of_host(w.host if w is not None else rec.host),
+                "worker_pid": w.pid if w is not None else None,
+                "attempt_number": rec.spec.attempt,
+                "required_resources": {k: from_units(v) for k, v in rec.spec.resources},
+            })
+        return rows
+
+    def rpc_state_objects(self, caller: int) -> list:
+        self.store.drain_unpins()
+        node_id = self.node_id_of_host(0)
+        return [{
+            "object_id": ids.to_hex(r["key"], ids.OBJECT_HEX),
+            "object_size": r["size"],
+            "where": r["where"],
+            "owner_worker": r["owner"],
+            "pinned_by": dict(r["pins"]),
+            "node_id": node_id,
+        } for r in self.store.records()]
+
+
+def _death_cause(rec) -> str | None:
+    if rec.state != "dead":
+        return None
+    if rec.death is not None:
+        try:
+            return str(error_from_payload(rec.death))
+        except Exception:  # noqa: BLE001 - an error that cannot be read back: say so
+            return "died (its error could not be read)"
+    return rec.exit_reason or rec.kill_reason or "died"

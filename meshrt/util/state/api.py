@@ -1,0 +1,145 @@
+"""``list_*``, ``get_*`` and ``summarize_*`` of Ray's state API (``ray.util.state``).
+
+Each asks the controller for a snapshot of what it knows now: every actor (dead ones
+too, with how they died), each worker process, each placement group, each host, the
+tasks waiting or running (finished tasks are not kept), and the objects in the head
+host's shared-memory store. ``filters`` are ``(field, "=" or "!=", value)`` triples,
+compared as text (state words in any case).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..._private import state as rt_state
+from .common import ActorState, NodeState, ObjectState, PlacementGroupState, TaskState, WorkerState
+
+_DEFAULT_LIMIT = 100
+
+
+def list_actors(address: str | None = None, filters: list | None = None, limit: int = _DEFAULT_LIMIT,
+                timeout: int = 30, detail: bool = False, raise_on_missing_output: bool = True,
+                _explain: bool = False) -> list[ActorState]:
+    return _listed("actors", ActorState, filters, limit, timeout)
+
+
+def list_workers(address: str | None = None, filters: list | None = None, limit: int = _DEFAULT_LIMIT,
+                 timeout: int = 30, detail: bool = False, raise_on_missing_output: bool = True,
+                 _explain: bool = False) -> list[WorkerState]:
+    return _listed("workers", WorkerState, filters, limit, timeout)
+
+
+def list_tasks(address: str | None = None, filters: list | None = None, limit: int = _DEFAULT_LIMIT,
+               timeout: int = 30, detail: bool = False, raise_on_missing_output: bool = True,
+               _explain: bool = False) -> list[TaskState]:
+    """Tasks waiting for a worker or running now (not actor method calls, which go
+    from caller to actor directly)."""
+    return _listed("tasks", TaskState, filters, limit, timeout)
+
+
+def list_objects(address: str | None = None, filters: list | None = None, limit: int = _DEFAULT_LIMIT,
+                 timeout: int = 30, detail: bool = False, raise_on_missing_output: bool = True,
+                 _explain: bool = False) -> list[ObjectState]:
+    """Objects in the head host's shared-memory store (small values live with their
+    owners and are not listed)."""
+    return _listed("objects", ObjectState, filters, limit, timeout)
+
+
+def list_nodes(address: str | None = None, filters: list | None = None, limit: int = _DEFAULT_LIMIT,
+               timeout: int = 30, detail: bool = False, raise_on_missing_output: bool = True,
+               _explain: bool = False) -> list[NodeState]:
+    rows = [{"node_id": n["NodeID"], "node_ip": n["NodeManagerAddress"], "is_head_node": i == 0,
+             "state": "ALIVE" if n["Alive"] else "DEAD", "node_name": n["NodeName"],
+             "resources_total": dict(n["Resources"])}
+            for i, n in enumerate(_ask("nodes", timeout))]
+    return _rows(rows, NodeState, filters, limit)
+
+
+def list_placement_groups(address: str | None = None, filters: list | None = None, limit: int = _DEFAULT_LIMIT,
+                          timeout: int = 30, detail: bool = False, raise_on_missing_output: bool = True,
+                          _explain: bool = False) -> list[PlacementGroupState]:
+    table = _ask("placement_group_table", timeout, None)
+    rows = [{"placement_group_id": pg_id, "name": g["name"], "state": g["state"], "strategy": g["strategy"],
+             "bundles": [g["bundles"][i] for i in sorted(g["bundles"])]} for pg_id, g in table.items()]
+    return _rows(rows, PlacementGroupState, filters, limit)
+
+
+def get_actor(id: str, address: str | None = None, timeout: int = 30) -> ActorState | None:  # noqa: A002 - Ray's name
+    found = list_actors(filters=[("actor_id", "=", id)], limit=1, timeout=timeout)
+    return found[0] if found else None
+
+
+def get_node(id: str, address: str | None = None, timeout: int = 30) -> NodeState | None:  # noqa: A002
+    found = list_nodes(filters=[("node_id", "=", id)], limit=1, timeout=timeout)
+    return found[0] if found else None
+
+
+def get_placement_group(id: str, address: str | None = None,  # noqa: A002
+                        timeout: int = 30) -> PlacementGroupState | None:
+    found = list_placement_groups(filters=[("placement_group_id", "=", id)], limit=1, timeout=timeout)
+    return found[0] if found else None
+
+
+def summarize_actors(address: str | None = None, timeout: int = 30, raise_on_missing_output: bool = True,
+                     _explain: bool = False) -> dict:
+    """Actors counted by class and state, in the shape of Ray's summary."""
+    summary: dict[str, dict] = {}
+    rows = _ask("state_actors", timeout)
+    for row in rows:
+        entry = summary.setdefault(row["class_name"], {"class_name": row["class_name"], "state_counts": {}})
+        entry["state_counts"][row["state"]] = entry["state_counts"].get(row["state"], 0) + 1
+    return {"cluster": {"summary": summary, "total_actors": len(rows), "summary_by": "class"}}
+
+
+def summarize_tasks(address: str | None = None, timeout: int = 30, raise_on_missing_output: bool = True,
+                    _explain: bool = False) -> dict:
+    """Waiting and running tasks counted by function and state."""
+    summary: dict[str, dict] = {}
+    rows = _ask("state_tasks", timeout)
+    for row in rows:
+        entry = summary.setdefault(row["name"], {"func_or_class_name": row["name"], "type": row["type"],
+                                                 "state_counts": {}})
+        entry["state_counts"][row["state"]] = entry["state_counts"].get(row["state"], 0) + 1
+    return {"cluster": {"summary": summary, "total_tasks": len(rows), "summary_by": "func_name"}}
+
+
+# -- the snapshot and its filters -----------------------------------------------------------------
+
+
+def _listed(kind: str, row_class: type, filters: list | None, limit: int, timeout: int) -> list:
+    return _rows(_ask("state_" + kind, timeout), row_class, filters, limit)
+
+
+def _ask(method: str, timeout: Any, *args) -> Any:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ValueError(f"timeout={timeout!r}: give the seconds to wait for the answer, above 0")
+    core = rt_state.core()
+    return core.request_sync(method, *args, timeout=timeout)
+
+
+def _rows(rows: list, row_class: type, filters: list | None, limit: Any) -> list:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit={limit!r}: give the most rows to return, a number >= 1")
+    checks = [_filter(f, row_class) for f in filters or ()]
+    picked = [row for row in rows if all(check(row) for check in checks)]
+    return [row_class(**row) for row in picked[:limit]]
+
+
+def _filter(spec: Any, row_class: type):
+    fields = list(row_class.__dataclass_fields__)
+    if not isinstance(spec, (tuple, list)) or len(spec) != 3:
+        raise ValueError(f"filters: each filter is a (field, '=' or '!=', value) triple; got {spec!r}")
+    key, op, value = spec
+    if key not in fields:
+        raise ValueError(f"filters: {row_class.__name__} has no field {key!r}; filter on one of {fields}")
+    if op not in ("=", "!="):
+        raise ValueError(f"filters: predicate {op!r} is not supported; use '=' or '!='")
+    fold = key in ("state", "worker_type", "type")  # (state words in any case)
+    want = str(value).upper() if fold else str(value)
+
+    def check(row: dict) -> bool:
+        have = str(row.get(key))
+        equal = (have.upper() if fold else have) == want
+        return equal if op == "=" else not equal
+
+    return check

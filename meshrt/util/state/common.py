@@ -1,0 +1,85 @@
+"""The rows ``meshrt.util.state`` returns, with the field names of Ray's state API
+(``ray.util.state.common``), filled with what meshrt knows."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+
+class _Row:
+    def asdict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def __getitem__(self, key: str):  # (a row read like a dict, as some callers of Ray's do)
+        return getattr(self, key)
+
+
+@dataclass
+class ActorState(_Row):
+    actor_id: str
+    class_name: str
+    state: str  # PENDING_CREATION | ALIVE | RESTARTING | DEAD
+    name: str = ""
+    ray_namespace: str = ""
+    node_id: str | None = None
+    pid: int | None = None
+    is_detached: bool = False
+    required_resources: dict = field(default_factory=dict)
+    num_restarts: int = 0
+    death_cause: str | None = None
+    repr_name: str = ""
+
+
+@dataclass
+class NodeState(_Row):
+    node_id: str
+    node_ip: str
+    is_head_node: bool
+    state: str  # ALIVE | DEAD
+    node_name: str = ""
+    resources_total: dict = field(default_factory=dict)
+
+
+@dataclass
+class WorkerState(_Row):
+    worker_id: str
+    is_alive: bool
+    worker_type: str
+    pid: int | None = None
+    node_id: str | None = None
+    state: str = ""  # STARTING | IDLE | BUSY | DEAD
+    actor_id: str | None = None
+    running: str = ""  # what it was started for, or runs now
+
+
+@dataclass
+class TaskState(_Row):
+    task_id: str
+    name: str
+    state: str  # PENDING_NODE_ASSIGNMENT | SUBMITTED_TO_WORKER | RUNNING
+    type: str = "NORMAL_TASK"
+    func_or_class_name: str = ""
+    node_id: str | None = None
+    worker_pid: int | None = None
+    attempt_number: int = 0
+    required_resources: dict = field(default_factory=dict)
+
+
+@dataclass
+class ObjectState(_Row):
+    object_id: str
+    object_size: int
+    where: str  # shared memory | spilled
+    owner_worker: int = 0
+    pinned_by: dict = field(default_factory=dict)  # worker -> pins
+    node_id: str | None = None
+
+
+@dataclass
+class PlacementGroupState(_Row):
+    placement_group_id: str
+    name: str
+    state: str  # PENDING | CREATED | REMOVED
+    strategy: str = ""
+    bundles: list = field(default_factory=list)

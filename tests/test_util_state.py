@@ -1,0 +1,102 @@
+"""meshrt.util.state: Ray's state API (list_*/get_*/summarize_*) over what the
+controller knows now."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import meshrt
+from meshrt.util.state import (
+    get_actor,
+    list_actors,
+    list_nodes,
+    list_objects,
+    list_placement_groups,
+    list_tasks,
+    list_workers,
+    summarize_actors,
+    summarize_tasks,
+)
+
+from .helpers import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@meshrt.remote
+class Named:
+    def pid(self):
+        return os.getpid()
+
+
+@meshrt.remote
+def hold(port):
+    import socket
+
+    # Waits for the test's word, holding its CPU meanwhile (a get() would hand it back).
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        return sock.recv(16).decode()
+
+
+def test_actors_alive_and_dead_with_how_they_died(rt):
+    alpha = Named.options(name="alpha").remote()
+    beta = Named.remote()
+    pid = meshrt.get(alpha.pid.remote())
+    meshrt.get(beta.pid.remote())
+    meshrt.kill(beta)
+    assert wait_until(lambda: len(list_actors(filters=[("state", "=", "DEAD")])) == 1, timeout=30)
+    (alive,) = list_actors(filters=[("state", "=", "alive"), ("class_name", "=", "Named")])
+    assert alive.name == "alpha" and alive.pid == pid and alive.node_id == meshrt.get_runtime_context().get_node_id()
+    (dead,) = list_actors(filters=[("state", "!=", "ALIVE"), ("class_name", "=", "Named")])
+    assert "meshrt.kill()" in dead.death_cause and dead.pid is None
+    assert get_actor(alive.actor_id).name == "alpha" and get_actor("f" * 30) is None
+    assert summarize_actors()["cluster"]["summary"]["Named"]["state_counts"] == {"ALIVE": 1, "DEAD": 1}
+    assert len(list_actors(limit=1)) == 1
+    assert any(w.pid == pid and w.actor_id == alive.actor_id for w in list_workers())
+
+
+def test_tasks_waiting_and_running(rt):
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(60)
+        refs = [hold.remote(server.getsockname()[1]) for _ in range(4)]  # (2 CPUs: two run, two wait)
+        assert wait_until(lambda: len(list_tasks(filters=[("state", "=", "RUNNING")])) == 2, timeout=30)
+        # (the others wait for a CPU, or queued behind a running one on its worker already)
+        waiting = list_tasks(filters=[("state", "!=", "RUNNING")])
+        assert len(waiting) == 2 and all(t.name == "hold" for t in waiting)
+        assert {t.state for t in waiting} <= {"PENDING_NODE_ASSIGNMENT", "SUBMITTED_TO_WORKER"}
+        counts = summarize_tasks()["cluster"]["summary"]["hold"]["state_counts"]
+        assert counts["RUNNING"] == 2 and sum(counts.values()) == 4
+        for _ in range(4):  # (each task, as it starts, is told to finish)
+            conn, _ = server.accept()
+            with conn:
+                conn.sendall(b"go")
+        assert meshrt.get(refs) == ["go"] * 4
+    assert wait_until(lambda: not list_tasks(filters=[("name", "=", "hold")]), timeout=30)
+
+
+def test_objects_nodes_and_placement_groups(rt):
+    ref = meshrt.put(np.zeros(1 << 20))  # 8 MiB: in the shared-memory store
+    assert any(o.object_size == 8 << 20 and o.where == "shared memory" for o in list_objects())
+    del ref
+    (node,) = list_nodes()
+    assert node.is_head_node and node.state == "ALIVE" and node.resources_total["CPU"] == 2
+    pg = meshrt.util.placement_group([{"CPU": 1}], name="pair")
+    meshrt.get(pg.ready())
+    (group,) = list_placement_groups(filters=[("name", "=", "pair")])
+    assert group.state == "CREATED" and group.bundles == [{"CPU": 1}]
+
+
+def test_bad_filters_are_named(rt):
+    with pytest.raises(ValueError, match="no field 'colour'"):
+        list_actors(filters=[("colour", "=", "red")])
+    with pytest.raises(ValueError, match="'=' or '!='"):
+        list_actors(filters=[("state", ">", "ALIVE")])
+    with pytest.raises(ValueError, match="triple"):
+        list_actors(filters=["state=ALIVE"])
+    with pytest.raises(ValueError, match="limit"):
+        list_actors(limit=0)
