@@ -92,15 +92,15 @@ class Pool:
         self._processes = processes
         self._state = "running"
         self._dispatcher = Dispatcher(lambda: worker_class.remote(initializer, initargs), processes, maxtasksperchild)
+        self._finalizer = weakref.finalize(self, self._dispatcher.terminate)
         # The pool's processes are up, and an initializer that raises says so here.
         try:
             toplevel.get([w.actor.ready.remote() for w in self._dispatcher.workers])
-        except exceptions.ActorDiedError as err:
-            self._dispatcher.terminate()
-            if err.creation_error is not None:  # (the initializer's own error, with its remote traceback)
-                raise err.creation_error from None
+        except BaseException as err:
+            self.terminate()
+            if isinstance(err, exceptions.ActorDiedError) and err.creation_error is not None:
+                raise err.creation_error from None  # (the initializer's own error, with its remote traceback)
             raise
-        self._finalizer = weakref.finalize(self, self._dispatcher.terminate)
 
     # -- one call ---------------------------------------------------------------------------------
 
