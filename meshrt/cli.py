@@ -2,6 +2,7 @@
 
     meshrt agent --address HEAD:PORT [--token-file PATH]   join a cluster as a host
     meshrt status --address HEAD:PORT [--token-file PATH]  hosts, actors, object store
+    meshrt list actors|workers|tasks|objects --address HEAD:PORT [--filter FIELD=VALUE] [--limit N]
 """
 
 from __future__ import annotations
@@ -35,11 +36,21 @@ def main(argv: list[str] | None = None) -> int:
     status = sub.add_parser("status", help="print a running cluster's hosts, actors and object store")
     status.add_argument("--address", help="the driver's HOST:PORT (meshrt.init(address=...))")
     status.add_argument("--token-file", help="file holding the cluster token (as for agent)")
+    listing = sub.add_parser("list", help="list a running cluster's actors, workers, tasks or objects "
+                             "(as `ray list`)")
+    listing.add_argument("kind", choices=["actors", "workers", "tasks", "objects"])
+    listing.add_argument("--address", help="the driver's HOST:PORT (meshrt.init(address=...))")
+    listing.add_argument("--token-file", help="file holding the cluster token (as for agent)")
+    listing.add_argument("--filter", action="append", default=[], metavar="FIELD=VALUE",
+                         help="keep rows whose FIELD is VALUE (FIELD!=VALUE: is not); repeatable")
+    listing.add_argument("--limit", type=int, default=100, help="at most this many rows (default 100)")
     args = parser.parse_args(argv)
     if args.command == "agent":
         return run_agent(args)
     if args.command == "status":
         return run_status(args)
+    if args.command == "list":
+        return run_list(args)
     return 2
 
 
@@ -58,22 +69,51 @@ def _token_and_source(args) -> tuple[bytes | None, str]:
 
 
 def run_status(args) -> int:
+    from ._private.status import render
+
+    answer = _ask(args, "status", "cluster_status")
+    if isinstance(answer, int):
+        return answer
+    print(render(answer))
+    return 0
+
+
+def run_list(args) -> int:
+    from .util.state.table import render_rows, row_filters
+
+    try:
+        filters = row_filters(args.filter, args.kind)
+    except ValueError as err:
+        print(f"meshrt list: {err}", file=sys.stderr)
+        return 2
+    rows = _ask(args, "list", "state_" + args.kind)
+    if isinstance(rows, int):
+        return rows
+    try:
+        print(render_rows(args.kind, rows, filters, args.limit))
+    except ValueError as err:
+        print(f"meshrt list: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _ask(args, command: str, method: str):
+    """The controller's answer to ``method``, or the exit code after saying what went wrong."""
     from ._private import messages as m
     from ._private import slurm, wire
-    from ._private.status import render
 
     address = args.address or slurm.head_address(DEFAULT_PORT)
     if not address:
-        print("meshrt status: give --address HOST:PORT of a driver that called "
+        print(f"meshrt {command}: give --address HOST:PORT of a driver that called "
               "meshrt.init(address=...)", file=sys.stderr)
         return 2
     try:
         token = _token(args)
     except ValueError as err:
-        print(f"meshrt status: {err}", file=sys.stderr)
+        print(f"meshrt {command}: {err}", file=sys.stderr)
         return 2
     if token is None:
-        print("meshrt status: no cluster token: set MESHRT_TOKEN or pass --token-file", file=sys.stderr)
+        print(f"meshrt {command}: no cluster token: set MESHRT_TOKEN or pass --token-file", file=sys.stderr)
         return 2
 
     async def ask():
@@ -86,7 +126,7 @@ def run_status(args) -> int:
                     reply.set_result(msg)
 
         conn = await wire.connect("tcp:" + address.removeprefix("tcp:"), token, on_messages=on_messages)
-        conn.send(m.Request(1, "cluster_status", ()))
+        conn.send(m.Request(1, method, ()))
         try:
             return await asyncio.wait_for(reply, 30)
         finally:
@@ -95,13 +135,12 @@ def run_status(args) -> int:
     try:
         response = asyncio.run(ask())
     except Exception as err:  # noqa: BLE001 - one clear line
-        print(f"meshrt status: cannot ask {address}: {err}", file=sys.stderr)
+        print(f"meshrt {command}: cannot ask {address}: {err}", file=sys.stderr)
         return 1
     if not response.ok:
-        print(f"meshrt status: {response.value}", file=sys.stderr)
+        print(f"meshrt {command}: {response.value}", file=sys.stderr)
         return 1
-    print(render(response.value))
-    return 0
+    return response.value
 
 
 def _custom_resources(text: str | None) -> dict | None:

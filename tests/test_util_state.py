@@ -100,3 +100,28 @@ def test_bad_filters_are_named(rt):
         list_actors(filters=["state=ALIVE"])
     with pytest.raises(ValueError, match="limit"):
         list_actors(limit=0)
+
+
+def test_meshrt_list_on_the_command_line(monkeypatch):
+    import subprocess
+    import sys
+
+    token = "7a" * 16
+    monkeypatch.setenv("MESHRT_TOKEN", token)
+    address = meshrt.init(address="127.0.0.1:0", num_cpus=2)["tcp_address"]
+    try:
+        alpha = Named.options(name="alpha").remote()
+        pid = meshrt.get(alpha.pid.remote())
+        run = [sys.executable, "-m", "meshrt", "list", "actors", "--address", address, "--filter", "name=alpha"]
+        out = subprocess.run(run, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        header, row, count = out.stdout.strip().splitlines()
+        assert header.split()[:3] == ["actor_id", "class_name", "state"]
+        assert "Named" in row and "ALIVE" in row and str(pid) in row and count.startswith("(1 of ")
+        bad = subprocess.run(run[:-1] + ["colour=red"], capture_output=True, text=True, timeout=60)
+        assert bad.returncode == 2 and "no field 'colour'" in bad.stderr
+        workers = subprocess.run([sys.executable, "-m", "meshrt", "list", "workers", "--address", address],
+                                 capture_output=True, text=True, timeout=60)
+        assert workers.returncode == 0 and str(pid) in workers.stdout
+    finally:
+        meshrt.shutdown()

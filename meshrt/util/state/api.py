@@ -52,7 +52,7 @@ def list_nodes(address: str | None = None, filters: list | None = None, limit: i
              "state": "ALIVE" if n["Alive"] else "DEAD", "node_name": n["NodeName"],
              "resources_total": dict(n["Resources"])}
             for i, n in enumerate(_ask("nodes", timeout))]
-    return _rows(rows, NodeState, filters, limit)
+    return filtered(rows, NodeState, filters, limit)
 
 
 def list_placement_groups(address: str | None = None, filters: list | None = None, limit: int = _DEFAULT_LIMIT,
@@ -61,7 +61,7 @@ def list_placement_groups(address: str | None = None, filters: list | None = Non
     table = _ask("placement_group_table", timeout, None)
     rows = [{"placement_group_id": pg_id, "name": g["name"], "state": g["state"], "strategy": g["strategy"],
              "bundles": [g["bundles"][i] for i in sorted(g["bundles"])]} for pg_id, g in table.items()]
-    return _rows(rows, PlacementGroupState, filters, limit)
+    return filtered(rows, PlacementGroupState, filters, limit)
 
 
 def get_actor(id: str, address: str | None = None, timeout: int = 30) -> ActorState | None:  # noqa: A002 - Ray's name
@@ -107,7 +107,7 @@ def summarize_tasks(address: str | None = None, timeout: int = 30, raise_on_miss
 
 
 def _listed(kind: str, row_class: type, filters: list | None, limit: int, timeout: int) -> list:
-    return _rows(_ask("state_" + kind, timeout), row_class, filters, limit)
+    return filtered(_ask("state_" + kind, timeout), row_class, filters, limit)
 
 
 def _ask(method: str, timeout: Any, *args) -> Any:
@@ -117,7 +117,8 @@ def _ask(method: str, timeout: Any, *args) -> Any:
     return core.request_sync(method, *args, timeout=timeout)
 
 
-def _rows(rows: list, row_class: type, filters: list | None, limit: Any) -> list:
+def filtered(rows: list, row_class: type, filters: list | None, limit: Any) -> list:
+    """The rows (dicts) that pass ``filters``, at most ``limit``, as ``row_class``."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ValueError(f"limit={limit!r}: give the most rows to return, a number >= 1")
     checks = [_filter(f, row_class) for f in filters or ()]
