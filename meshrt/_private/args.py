@@ -190,7 +190,8 @@ def _name_bad_argument(args: tuple, kwargs: dict, what: str, made_in: str = "the
             raise TypeError(
                 f"{what}: {label} of type {type(value).__qualname__} cannot be serialized "
                 f"to send to another process ({exc.__cause__ or exc}); pass something picklable, "
-                f"or create it inside {made_in} instead"
+                f"or create it inside {made_in} instead (meshrt.util.inspect_serializability(value) "
+                f"shows which part of it cannot be pickled)"
             ) from None
 
 

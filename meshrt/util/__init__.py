@@ -6,7 +6,7 @@ from __future__ import annotations
 from .actor_pool import ActorPool
 
 __all__ = ["ActorPool", "as_completed", "get_current_placement_group", "get_node_ip_address",
-           "get_placement_group", "list_named_actors", "map_unordered", "placement_group", "placement_group_table",
+           "get_placement_group", "inspect_serializability", "list_named_actors", "map_unordered", "placement_group", "placement_group_table",
            "queue", "remove_placement_group", "scheduling_strategies"]
 
 
@@ -34,6 +34,7 @@ def list_named_actors(all_namespaces: bool = False) -> list:
     return core.request_sync("list_named_actors", None if all_namespaces else core.namespace())
 
 from . import queue, scheduling_strategies  # noqa: E402
+from .check_serialize import inspect_serializability  # noqa: E402
 from .helpers import as_completed, map_unordered  # noqa: E402
 from .placement_group import (  # noqa: E402
     get_current_placement_group,

@@ -54,3 +54,26 @@ def test_map_unordered_keeps_at_most_the_backpressure_in_flight():
     ray.init(num_cpus=2)
     assert sorted(map_unordered(double, range(50), backpressure_size=4, chunk_size=2)) == [2 * i for i in range(50)]
     assert sorted(map_unordered(double, range(5), backpressure_size=None)) == [0, 2, 4, 6, 8]
+
+
+def test_inspect_serializability_finds_the_part_that_cannot_be_pickled():
+    import io
+
+    from meshrt.util import inspect_serializability
+
+    lock = threading.Lock()
+
+    def uses_a_lock():
+        with lock:
+            return 1
+
+    class Holder:
+        def __init__(self):
+            self.fine = [1, 2]
+            self.bad = lock
+
+    assert inspect_serializability(double, print_file=io.StringIO())[0]
+    ok, failures = inspect_serializability(uses_a_lock, name="uses_a_lock", print_file=io.StringIO())
+    assert not ok and [f.obj for f in failures] == [lock]
+    ok, failures = inspect_serializability(Holder(), print_file=io.StringIO())
+    assert not ok and [f.obj for f in failures] == [lock]
