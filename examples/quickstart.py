@@ -14,6 +14,12 @@ import numpy as np
 import meshrt
 from meshrt.exceptions import ActorDiedError
 from meshrt.util import ActorPool
+from meshrt.util.multiprocessing import Pool
+from meshrt.util.state import list_actors
+
+
+def square(x):
+    return x * x
 
 
 def step(title: str) -> None:
@@ -120,6 +126,13 @@ def main() -> None:
     print("ActorPool.map:", list(pool.map(lambda a, v: a.resize.remote(v), [64, 128, 256])))
     ready, not_ready = meshrt.wait([add.remote(i, i) for i in range(4)], num_returns=2, timeout=10)
     print(f"wait: {len(ready)} ready, {len(not_ready)} not yet")
+
+    step("multiprocessing.Pool's calls, on meshrt's processes (and state of what runs)")
+    with Pool(2) as mp_pool:
+        print("Pool.map:", mp_pool.map(square, range(8)))
+        print("imap_unordered, summed:", sum(mp_pool.imap_unordered(square, range(100))))
+    alive = list_actors(filters=[("state", "=", "ALIVE")])
+    print("alive actors:", sorted({a.class_name for a in alive}))
 
     step("shutdown: every worker exits with the driver")
     meshrt.shutdown()

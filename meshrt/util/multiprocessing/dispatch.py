@@ -30,6 +30,9 @@ from .pace import Pace
 
 log = logging.getLogger("meshrt")
 
+_DEATH_WAIT_S = 10.0
+
+
 class PoolTerminated(RuntimeError):
     """The pool was terminated before this work finished."""
 
@@ -242,10 +245,25 @@ class Dispatcher:
         worker.actor = self._start_worker()  # (closing too: the work left still needs it)
 
     def _stop_workers(self) -> None:
+        """Kill the workers and wait (a while) until their deaths are seen, so that the
+        processes are gone once close()+join() or terminate() return, as in multiprocessing."""
+        actors = [worker.actor for worker in self.workers if worker.actor is not None]
         for worker in self.workers:
-            if worker.actor is not None:
-                _kill(worker.actor)
-                worker.actor = None
+            worker.actor = None
+        if state.core_or_none() is None:
+            return  # (shut down: they went with the runtime; a call now would start a new one)
+        probes = []
+        for actor in actors:
+            _kill(actor)
+            try:
+                probes.append(actor.ready.remote())  # (fails once its death is known here)
+            except Exception:  # noqa: BLE001 - the runtime is gone: so is the actor
+                pass
+        if probes:
+            try:
+                toplevel.wait(probes, num_returns=len(probes), timeout=_DEATH_WAIT_S)
+            except Exception:  # noqa: BLE001 - shutting down meanwhile
+                pass
 
     def _terminate(self) -> None:
         self._closing = True
