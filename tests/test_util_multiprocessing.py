@@ -201,3 +201,18 @@ def test_a_pool_starts_the_runtime_when_it_is_not_running():
         assert meshrt.cluster_resources()["CPU"] == 2
     finally:
         meshrt.shutdown()
+
+
+def test_a_pool_outliving_the_runtime_fails_its_work_and_starts_nothing():
+    import gc
+
+    meshrt.init(num_cpus=2)
+    pool = Pool(2)
+    opened = gate()
+    blocked = pool.apply_async(wait_for, (opened,))
+    meshrt.shutdown()
+    with pytest.raises((PoolTerminated, ActorDiedError)):
+        blocked.get(30)
+    del pool
+    gc.collect()
+    assert not meshrt.is_initialized()

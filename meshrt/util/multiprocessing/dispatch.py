@@ -123,13 +123,16 @@ class Dispatcher:
                 elif kind == "terminate":
                     self._terminate()
                     return
+                if state.core_or_none() is None:  # (a call now would start a new runtime)
+                    self._terminate("meshrt was shut down (meshrt.shutdown()) before this work finished")
+                    return
                 self._dispatch()
                 if self._closing and not self._jobs and not self._running and self._ahead is None:
                     self._stop_workers()
                     return
-        except BaseException:  # noqa: BLE001 - never leave callers waiting on a dead dispatcher
+        except BaseException as err:  # noqa: BLE001 - never leave callers waiting on a dead dispatcher
             log.exception("meshrt: the Pool's dispatcher failed; its outstanding work fails")
-            self._terminate()
+            self._terminate(f"the pool's dispatcher failed ({err!r}) before this work finished")
         finally:
             self.finished.set()
 
@@ -265,10 +268,10 @@ class Dispatcher:
             except Exception:  # noqa: BLE001 - shutting down meanwhile
                 pass
 
-    def _terminate(self) -> None:
+    def _terminate(self, why: str = "the pool was terminated (terminate(), or its with-block ended) before "
+                                      "this work finished") -> None:
         self._closing = True
-        error = PoolTerminated("the pool was terminated (terminate(), or its with-block ended) before this "
-                               "work finished")
+        error = PoolTerminated(why)
         for parts, *_rest in self._running.values():
             for job, index in parts:
                 job.sink.chunk_failed(index, error)
