@@ -19,6 +19,7 @@ from typing import Any
 
 from .mesh.future import Future, ready
 from .tensor import TensorBuffer
+from .tensor.memory import region_of
 
 __all__ = ["RDMABuffer", "get_rdma_backend", "is_ibverbs_available", "is_rdma_available"]
 
@@ -115,25 +116,16 @@ def _rebuilt(buffer: TensorBuffer) -> RDMABuffer:
 
 
 def _bytes_of(obj: Any, what: str) -> Any:
-    """``obj``'s memory as one flat run of bytes (uint8), without a copy."""
+    """``obj``'s memory as one flat run of bytes (uint8), without a copy (what is not a
+    contiguous tensor, array or buffer is named by region_of)."""
+    region_of(obj, what)
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(obj, torch.Tensor):
-        if not obj.is_contiguous():
-            raise ValueError(f"{what}: the tensor is not contiguous (strides {obj.stride()} for shape "
-                             f"{tuple(obj.shape)}); pass tensor.contiguous()")
         return obj.reshape(-1).view(torch.uint8)
     np = sys.modules.get("numpy")
     if np is not None and isinstance(obj, np.ndarray):
-        if not obj.flags.c_contiguous:
-            raise ValueError(f"{what}: the array is not C-contiguous; pass numpy.ascontiguousarray(array)")
         return obj.reshape(-1).view(np.uint8)
-    try:
-        view = memoryview(obj)
-    except TypeError:
-        raise TypeError(f"{what}: expected a torch tensor, numpy array or memoryview, got "
-                        f"{type(obj).__qualname__}") from None
-    if not view.c_contiguous:
-        raise ValueError(f"{what}: the memoryview is not contiguous; copy it with bytes(view)")
+    view = memoryview(obj)
     return view.cast("B") if view.nbytes else view
 
 

@@ -171,19 +171,20 @@ def reducescatter(tensor: Any, tensor_list: list, group_name: str = "default",
 
 
 def send(tensor: Any, dst_rank: int, group_name: str = "default") -> None:
-    group = get_group_handle(group_name)
-    dst = _rank(group, dst_rank, "send(dst_rank=...)")
-    if dst == group.rank:
-        raise ValueError("send(dst_rank=...): a rank cannot send to itself")
-    group.pg.send([groups.tensor_of(tensor, "send(tensor)")], dst, 0).wait()
+    _point_to_point("send", tensor, dst_rank, group_name)
 
 
 def recv(tensor: Any, src_rank: int, group_name: str = "default") -> None:
+    _point_to_point("recv", tensor, src_rank, group_name)
+
+
+def _point_to_point(op: str, tensor: Any, peer: int, group_name: str) -> None:
     group = get_group_handle(group_name)
-    src = _rank(group, src_rank, "recv(src_rank=...)")
-    if src == group.rank:
-        raise ValueError("recv(src_rank=...): a rank cannot receive from itself")
-    group.pg.recv([groups.tensor_of(tensor, "recv(tensor)")], src, 0).wait()
+    what = "dst_rank" if op == "send" else "src_rank"
+    peer = _rank(group, peer, f"{op}({what}=...)")
+    if peer == group.rank:
+        raise ValueError(f"{op}({what}=...): {peer} is this rank; a rank cannot {op} to itself")
+    getattr(group.pg, op)([groups.tensor_of(tensor, f"{op}(tensor)")], peer, 0).wait()
 
 
 # -- checks -------------------------------------------------------------------------------------
