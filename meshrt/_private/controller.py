@@ -31,6 +31,7 @@ from .control_requests import ControlRequests
 from .host_choice import HostChoice
 from .host_directory import HostDirectory, host_ip
 from .log_options import LogOptions
+from .metrics_table import MetricsTable
 from .placement_groups import PlacementGroups
 from .pool_upkeep import PoolUpkeep
 from .spawn import Zygote, attach_pipes, end_preforked, new_tail, worker_output
@@ -80,7 +81,7 @@ class WorkerRecord:
 
 
 class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHosts, PlacementGroups, ControlRequests,
-                 LogOptions, PoolUpkeep, StateTables):
+                 LogOptions, PoolUpkeep, StateTables, MetricsTable):
     def __init__(self, core, io, config: dict) -> None:
         self.core = core
         self.io = io

@@ -19,7 +19,7 @@ import uuid
 import warnings
 from typing import Any
 
-from . import context, gpus, runtime_env, spin, state
+from . import context, gpus, metrics_local, runtime_env, spin, state
 from . import messages as m
 from .controller import Controller
 from .core import Core
@@ -217,9 +217,18 @@ class DriverCore(Lending, Core):
     def refuse_waiting_on_itself(self, entries: list) -> None:
         self.driver_actors.refuse_waiting_on_itself(entries)
 
+    def on_shutdown(self, *closers) -> None:
+        """Call ``closers`` first when the runtime shuts down (a metrics HTTP server)."""
+        self.__dict__.setdefault("_closers", []).extend(closers)
+
     def shutdown(self) -> None:
         self.closing = True
         io = self.io
+        for close in self.__dict__.get("_closers", ()):
+            try:
+                close()
+            except Exception:  # noqa: BLE001 - the rest of the shutdown goes on
+                logging.getLogger("meshrt").exception("meshrt: a shutdown hook failed")
         self.driver_actors.close()
 
         async def stop():
@@ -461,6 +470,7 @@ def shutdown() -> None:
             return
         state.set_core(None)
         runtime_env.set_job(None)
+        metrics_local.local().reset()
         try:
             core.shutdown()
         finally:
