@@ -92,6 +92,10 @@ class Worker(Actor):
         return value
 
     @endpoint
+    def count(self, counter):
+        counter.inc(tags={"host": os.environ.get("MESHRT_HOST_ID", "0")})
+
+    @endpoint
     def abort(self, reason):
         meshrt.context().actor_instance.abort(reason)
         return "aborting"
@@ -555,6 +559,22 @@ def test_an_actor_aborting_on_another_host_reaches_the_driver(cluster, failures)
     with pytest.raises(meshrt.exceptions.ActorDiedError, match="host 1 gave up"):
         mesh.slice(hosts=1).echo.call_one(1).get(timeout=30)
     assert mesh.slice(hosts=0).echo.call_one(2).get(timeout=30) == 2
+    procs.stop().get(timeout=60)
+
+
+def test_metrics_from_other_hosts_reach_the_driver(cluster):
+    from meshrt.util.metrics import Counter, collect
+
+    hosts, _, _, _ = cluster
+    procs = hosts.spawn_procs(per_host={"gpus": 1})
+    counter = Counter("mesh_calls", tag_keys=("host",))
+    procs.spawn("w", Worker).count.call(counter).get(timeout=60)
+
+    def series():
+        return {dict(tags)["host"]: value for m in collect() if m["name"] == "mesh_calls"
+                for tags, value in m["series"]}
+    assert wait_until(lambda: len(series()) == 2, timeout=30)
+    assert sorted(series().values()) == [1.0, 1.0]
     procs.stop().get(timeout=60)
 
 
