@@ -578,6 +578,18 @@ def test_metrics_from_other_hosts_reach_the_driver(cluster):
     procs.stop().get(timeout=60)
 
 
+def host_of(_item):
+    return int(os.environ.get("MESHRT_HOST_ID", "0"))
+
+
+def test_a_pool_spans_the_hosts(cluster):
+    from meshrt.util.multiprocessing import Pool
+
+    with Pool(4) as pool:  # (1 CPU on the head, the rest on the agents' hosts)
+        hosts = set(pool.map(host_of, range(64), chunksize=1))
+    assert len(hosts) >= 2, hosts
+
+
 def test_host_mesh_stop_and_shutdown(cluster, failures):
     hosts, agents, _, remember = cluster
     mesh = hosts.spawn_procs(per_host={"gpus": 1}).spawn("w", Worker)
