@@ -175,6 +175,20 @@ def test_imap_reads_its_input_as_processes_free_up(rt):
     assert first == [0, 1, 4, 9, 16]
 
 
+def test_an_input_that_raises_fails_at_its_place(rt):
+    def numbers():
+        yield from range(3)
+        raise OSError("the input file went away")
+
+    with Pool(2) as pool:
+        it = pool.imap(square, numbers())
+        assert [next(it) for _ in range(3)] == [0, 1, 4]
+        with pytest.raises(OSError, match="went away"):
+            next(it)
+        with pytest.raises(StopIteration):
+            next(it)
+
+
 def test_bad_arguments_are_named(rt):
     with pytest.raises(ValueError, match="ray_remote_args"):
         Pool(16)  # (2 CPUs here)
