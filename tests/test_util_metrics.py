@@ -76,3 +76,16 @@ def test_bad_metrics_and_records_are_named(rt):
         counter.set_default_tags({"who": "a"}).inc("1")
     with pytest.raises(ValueError, match="is a counter here already"):
         Gauge("calls_total")
+
+
+def test_a_new_runtime_starts_from_nothing_and_still_hears_the_driver():
+    meshrt.init(num_cpus=1)
+    Counter("before_total").inc()  # (shut down before its report could leave)
+    meshrt.shutdown()
+    meshrt.init(num_cpus=1)
+    try:
+        Counter("after_total").inc(2)
+        assert wait_until(lambda: _series("after_total") == ("counter", {(): 2.0}), timeout=30)
+        assert _series("before_total") == (None, {})
+    finally:
+        meshrt.shutdown()

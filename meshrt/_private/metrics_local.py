@@ -25,7 +25,6 @@ class LocalMetrics:
         self._lock = threading.Lock()
         self._metrics: dict[str, dict] = {}  # name -> {"kind", "description", "boundaries", "series": {...}}
         self._send_pending = False
-        self._version = 0
 
     def declare(self, kind: str, name: str, description: str, boundaries: tuple | None) -> None:
         with self._lock:
@@ -46,6 +45,7 @@ class LocalMetrics:
         before declare themselves again at their next record)."""
         with self._lock:
             self._metrics.clear()
+            self._send_pending = False  # (a send the old runtime's loop never ran)
 
     def record(self, kind: str, name: str, description: str, boundaries: tuple | None, tags: tuple,
                value: float) -> None:
@@ -61,13 +61,11 @@ class LocalMetrics:
                 buckets, total, count = series.get(tags) or ([0] * (len(metric["boundaries"]) + 1), 0.0, 0)
                 buckets[bisect.bisect_left(metric["boundaries"], value)] += 1
                 series[tags] = (buckets, total + value, count + 1)
-            self._version += 1
-            if self._send_pending:
+            core = state.core_or_none()
+            if self._send_pending or core is None:  # (no runtime yet: the first record after init sends)
                 return
             self._send_pending = True
-        core = state.core_or_none()
-        if core is not None:
-            core.io.post(self._send_soon, core)
+        core.io.post(self._send_soon, core)
 
     def _send_soon(self, core) -> None:  # (core loop)
         core.io.loop.call_later(_SEND_EVERY_S, self._send, core)
