@@ -58,6 +58,15 @@ def test_actors_alive_and_dead_with_how_they_died(rt):
     assert any(w.pid == pid and w.actor_id == alive.actor_id for w in list_workers())
 
 
+@meshrt.remote
+def fails_or_dies(how):
+    if how == "raise":
+        raise ValueError("bad input")
+    if how == "die":
+        os._exit(3)
+    return how
+
+
 def test_tasks_waiting_and_running(rt):
     import socket
 
@@ -76,7 +85,22 @@ def test_tasks_waiting_and_running(rt):
             with conn:
                 conn.sendall(b"go")
         assert meshrt.get(refs) == ["go"] * 4
-    assert wait_until(lambda: not list_tasks(filters=[("name", "=", "hold")]), timeout=30)
+    assert wait_until(lambda: len(list_tasks(filters=[("name", "=", "hold"), ("state", "=", "FINISHED")])) == 4,
+                      timeout=30)
+    assert not list_tasks(filters=[("name", "=", "hold"), ("state", "=", "RUNNING")])
+    ended = list_tasks(filters=[("name", "=", "hold")])
+    assert all(t.end_time_ms is not None and t.worker_pid for t in ended)
+
+
+def test_tasks_that_raise_or_lose_their_worker_are_listed_as_failed(rt):
+    meshrt.get(fails_or_dies.options(max_retries=0).remote("ok"))
+    with pytest.raises(ValueError):
+        meshrt.get(fails_or_dies.options(max_retries=0).remote("raise"))
+    with pytest.raises(meshrt.exceptions.WorkerCrashedError):
+        meshrt.get(fails_or_dies.options(max_retries=0).remote("die"))
+    states = {t.state for t in list_tasks(filters=[("name", "=", "fails_or_dies")])}
+    assert states == {"FINISHED", "FAILED"}
+    assert len(list_tasks(filters=[("name", "=", "fails_or_dies"), ("state", "=", "FAILED")])) == 2
 
 
 def test_objects_nodes_and_placement_groups(rt):

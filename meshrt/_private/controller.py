@@ -490,34 +490,6 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
                 self.place_waiting(self.hosts[w.host])
         w.blocked = False
 
-    def on_task_done(self, conn, msg: m.TaskDone) -> None:
-        w = self.workers.get(conn.peer_id)
-        rec = self.tasks.pop(msg.task_id, None)
-        if w is not None and w.state == "busy":
-            if rec is not None and rec in w.tasks:
-                w.tasks.remove(rec)
-            if msg.retiring:  # its max_calls: it exits now; what was queued behind goes back
-                self._retire(w)
-            elif w.tasks:
-                w.label = w.tasks[0].spec.name
-                self._top_up(w)
-            else:
-                self._release_worker_alloc(w)
-                self._set_idle(w)
-        if rec is not None and msg.retry and not rec.cancelled:
-            self._requeue(rec)
-        self.schedule()
-
-    def _retire(self, w: WorkerRecord) -> None:
-        back = [r for r in w.tasks if r.spec.task_id in self.tasks]
-        w.tasks.clear()
-        self._hand_back(back, w)
-        self._release_worker_alloc(w)
-        w.state = "retiring"  # (never idle again: its exit is no failure)
-
-    def _requeue(self, rec: TaskRecord) -> None:
-        self.enqueue_task(rec.spec._replace(attempt=rec.spec.attempt + 1))
-
     def on_worker_blocked(self, conn, msg: m.WorkerBlocked) -> None:
         w = self.workers.get(conn.peer_id)
         if w is not None and msg.blocked is None:
@@ -571,6 +543,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
 
     def _task_worker_died(self, w: WorkerRecord, rec: TaskRecord, cause: str) -> None:
         self.tasks.pop(rec.spec.task_id, None)
+        self.note_task_end(rec, w, "FAILED")
         spec = rec.spec
         if rec.cancelled:
             self._fail_task(spec, system_error_payload(exc.TaskCancelledError(

@@ -111,6 +111,7 @@ class TaskDone(NamedTuple):
     retry: bool = False
     error: Payload | None = None
     retiring: bool = False  # that was the worker's last task (max_calls): it exits now
+    failed: bool = False  # it raised (its error went to the owner): for the state API's FAILED
 
 
 class StreamItem(NamedTuple):

@@ -2,10 +2,14 @@
 
 Mixed into the Controller (which provides actors, workers, tasks, hosts, store,
 node_id_of_host): ``rpc_state_<kind>`` answers ``list_<kind>`` with one dict per
-actor, worker process, task or object, in Ray's field names and state words.
+actor, worker process, task or object, in Ray's field names and state words (the
+last tasks that ended, too).
 """
 
 from __future__ import annotations
+
+import collections
+import time
 
 from ..objstore.serialization import error_from_payload
 from ..scheduler.resources import from_units
@@ -14,7 +18,17 @@ from . import ids
 _ACTOR_STATES = {"pending": "PENDING_CREATION", "alive": "ALIVE", "restarting": "RESTARTING", "dead": "DEAD"}
 
 
+_ENDED_KEPT = 1000  # (the last tasks that ended, for list_tasks; Ray keeps a bounded history too)
+
+
 class StateTables:
+    def note_task_end(self, rec, w, how: str) -> None:
+        """A task ended (FINISHED or FAILED): kept, the last ``_ENDED_KEPT``, for list_tasks."""
+        ended = self.__dict__.get("ended_tasks")
+        if ended is None:
+            ended = self.__dict__["ended_tasks"] = collections.deque(maxlen=_ENDED_KEPT)
+        ended.append(self._task_row(rec.spec.task_id, rec, w, how) | {"end_time_ms": int(time.time() * 1000)})
+
     def rpc_state_actors(self, caller: int) -> list:
         rows = []
         for actor_id, rec in list(self.actors.items()):
@@ -49,7 +63,7 @@ class StateTables:
         } for w in list(self.workers.values())]
 
     def rpc_state_tasks(self, caller: int) -> list:
-        rows = []
+        rows = list(self.__dict__.get("ended_tasks", ()))
         for task_id, rec in list(self.tasks.items()):
             w = self.workers.get(rec.worker) if rec.worker is not None else None
             if w is None:
@@ -58,18 +72,21 @@ class StateTables:
                 status = "RUNNING"
             else:
                 status = "SUBMITTED_TO_WORKER"
-            rows.append({
-                "task_id": ids.to_hex(task_id),
-                "name": rec.spec.name,
-                "func_or_class_name": rec.spec.name,
-                "state": status,
-                "type": "NORMAL_TASK",
-                "node_id": self.node_id_of_host(w.host if w is not None else rec.host),
-                "worker_pid": w.pid if w is not None else None,
-                "attempt_number": rec.spec.attempt,
-                "required_resources": {k: from_units(v) for k, v in rec.spec.resources},
-            })
+            rows.append(self._task_row(task_id, rec, w, status))
         return rows
+
+    def _task_row(self, task_id: int, rec, w, status: str) -> dict:
+        return {
+            "task_id": ids.to_hex(task_id),
+            "name": rec.spec.name,
+            "func_or_class_name": rec.spec.name,
+            "state": status,
+            "type": "NORMAL_TASK",
+            "node_id": self.node_id_of_host(w.host if w is not None else rec.host),
+            "worker_pid": w.pid if w is not None else None,
+            "attempt_number": rec.spec.attempt,
+            "required_resources": {k: from_units(v) for k, v in rec.spec.resources},
+        }
 
     def rpc_state_objects(self, caller: int) -> list:
         self.store.drain_unpins()

@@ -34,7 +34,9 @@ class TaskRecord:
 
 
 class TaskHosts:
-    """Needs from the Controller: node, scheduler, hosts, tasks, config, spreads_tasks."""
+    """Needs from the Controller: node, scheduler, hosts, tasks, config, spreads_tasks,
+    workers and its worker bookkeeping (_top_up, _release_worker_alloc, _set_idle,
+    _hand_back, schedule)."""
 
     pipelined: set  # (set by the Controller) workers that were given tasks to queue behind their current one
 
@@ -197,6 +199,38 @@ class TaskHosts:
                   and self.room_elsewhere(w.host, w.units)):
                 w.giving_back = True
                 w.conn.send(m.GiveBack())
+
+    # -- a task's end, as its worker reports it ---------------------------------------------------
+
+    def on_task_done(self, conn, msg: m.TaskDone) -> None:
+        w = self.workers.get(conn.peer_id)
+        rec = self.tasks.pop(msg.task_id, None)
+        if rec is not None:
+            self.note_task_end(rec, w, "FAILED" if msg.retry or msg.failed else "FINISHED")
+        if w is not None and w.state == "busy":
+            if rec is not None and rec in w.tasks:
+                w.tasks.remove(rec)
+            if msg.retiring:  # its max_calls: it exits now; what was queued behind goes back
+                self._retire(w)
+            elif w.tasks:
+                w.label = w.tasks[0].spec.name
+                self._top_up(w)
+            else:
+                self._release_worker_alloc(w)
+                self._set_idle(w)
+        if rec is not None and msg.retry and not rec.cancelled:
+            self._requeue(rec)
+        self.schedule()
+
+    def _retire(self, w) -> None:
+        back = [r for r in w.tasks if r.spec.task_id in self.tasks]
+        w.tasks.clear()
+        self._hand_back(back, w)
+        self._release_worker_alloc(w)
+        w.state = "retiring"  # (never idle again: its exit is no failure)
+
+    def _requeue(self, rec) -> None:
+        self.enqueue_task(rec.spec._replace(attempt=rec.spec.attempt + 1))
 
 
 def _may_move(rec: TaskRecord) -> bool:

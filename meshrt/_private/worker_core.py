@@ -351,13 +351,14 @@ class WorkerCore(Core):
         self.drain()
         borrowed = self._still_borrowed(call.arg_refs)
         dest = call.dest
+        failed = call.is_task and any(payload.is_error for payload in results)  # (before any is lent out)
         for payload in results:
             self.account_outgoing(payload, dest)
         if self.remote_peer(dest):  # large results are pulled from here, not sent
             results = tuple(lend_out(self, payload, dest) for payload in results)
         self.send_to(dest, m.TaskReturn(call.task_id, results, borrowed))
         if call.is_task:
-            self.send_controller(m.TaskDone(call.task_id, retiring=call.last))
+            self.send_controller(m.TaskDone(call.task_id, retiring=call.last, failed=failed))
 
     def reply_now(self, call: Call, results: tuple, result_held) -> bool:
         """From the thread that ran an actor call: send a plain reply at once, without

@@ -2,7 +2,7 @@
 
 Each asks the controller for a snapshot of what it knows now: every actor (dead ones
 too, with how they died), each worker process, each placement group, each host, the
-tasks waiting or running (finished tasks are not kept), and the objects in the head
+tasks waiting or running and the last 1,000 that ended, and the objects in the head
 host's shared-memory store. ``filters`` are ``(field, "=" or "!=", value)`` triples,
 compared as text (state words in any case).
 """
@@ -32,8 +32,9 @@ def list_workers(address: str | None = None, filters: list | None = None, limit:
 def list_tasks(address: str | None = None, filters: list | None = None, limit: int = _DEFAULT_LIMIT,
                timeout: int = 30, detail: bool = False, raise_on_missing_output: bool = True,
                _explain: bool = False) -> list[TaskState]:
-    """Tasks waiting for a worker or running now (not actor method calls, which go
-    from caller to actor directly)."""
+    """Tasks waiting for a worker or running now, and the last 1,000 that ended
+    (FINISHED or FAILED, with ``end_time_ms``); not actor method calls, which go from
+    caller to actor directly."""
     return _listed("tasks", TaskState, filters, limit, timeout)
 
 

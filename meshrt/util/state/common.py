@@ -57,13 +57,14 @@ class WorkerState(_Row):
 class TaskState(_Row):
     task_id: str
     name: str
-    state: str  # PENDING_NODE_ASSIGNMENT | SUBMITTED_TO_WORKER | RUNNING
+    state: str  # PENDING_NODE_ASSIGNMENT | SUBMITTED_TO_WORKER | RUNNING | FINISHED | FAILED
     type: str = "NORMAL_TASK"
     func_or_class_name: str = ""
     node_id: str | None = None
     worker_pid: int | None = None
     attempt_number: int = 0
     required_resources: dict = field(default_factory=dict)
+    end_time_ms: int | None = None  # (an ended task's)
 
 
 @dataclass
