@@ -111,9 +111,7 @@ class ActorMesh(Shaped):
             raise TypeError(f"stop(reason=...): give the reason as a str; got {reason!r}")
         core = state.core()
         _stopped_here[self._key] = reason
-        from .meshes import failure_ports
-
-        failure_ports.pop(self._key, None)
+        supervision.forget_failure_port(self._key)
         refs = [core.call_actor(self._procs[r], lanes.named("stop_actor", self._key), (self._key,), {}, 1,
                                 inline=self._hosts[r] != core.host_id)
                 for r in self._shape.ranks()]

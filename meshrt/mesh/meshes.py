@@ -239,7 +239,7 @@ class ProcMesh(Shaped):
             if host is not None:
                 host.classes.setdefault(blob, cls)
         key = f"{name}#{os.urandom(6).hex()}"
-        failures = _failure_port(self._state, key)
+        failures = supervision.failure_port_for(self._state, key, lambda: _owner_here(core))
         spawned = [
             core.call_actor(self._procs[r], lanes.named("spawn", key),
                             (name, key, blob, extent.labels, extent.sizes, i, args, kwargs, failures),
@@ -427,23 +427,6 @@ def _spawn(name: str, labels: tuple, sizes: tuple, per_host_count: int, host_ids
     # (weakly: the processes end when the last handle to them goes, as ever)
     _spawned(core)[mesh_state] = (tuple(weakref.ref(p) for p in procs), proc_hosts, local)
     return mesh
-
-
-def _failure_port(mesh_state: MeshState | None, key: str):
-    """The port the actors of a new actor mesh report an abort() to: its process mesh's,
-    when spawned from here, else its own (kept until the actor mesh is stopped)."""
-    if mesh_state is not None:
-        if mesh_state.failures is None:
-            mesh_state.failures = supervision.failure_port(mesh_state.owner)
-        return mesh_state.failures[0]
-    port, keeper = supervision.failure_port(_owner_here(state.core()))
-    failure_ports[key] = keeper
-    return port
-
-
-# Actor mesh spawn key -> the keeper of its failure port, for actor meshes spawned on process
-# meshes spawned elsewhere (dropped when the actor mesh is stopped from here).
-failure_ports: dict = {}
 
 
 def _owner_here(core):

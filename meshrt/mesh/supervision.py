@@ -18,6 +18,7 @@ import os
 import sys
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from ..exceptions import SupervisionError
 from .shape import Point
@@ -66,6 +67,29 @@ def failure_port(owner):
         report(MeshFailure(name, point, cause, None, err), owner)
 
     return open_handler(handle)
+
+
+def failure_port_for(mesh_state, key: str, owner_here) -> Any:
+    """The port the actors of a new actor mesh (spawn ``key``) report an abort() to:
+    its process mesh's, when that was spawned from here (kept on its MeshState), else
+    its own, for ``owner_here()``, kept until the actor mesh is stopped from here."""
+    if mesh_state is not None:
+        if mesh_state.failures is None:
+            mesh_state.failures = failure_port(mesh_state.owner)
+        return mesh_state.failures[0]
+    port, keeper = failure_port(owner_here())
+    _spawn_ports[key] = keeper
+    return port
+
+
+def forget_failure_port(key: str) -> None:
+    """The actor mesh was stopped from here: its own failure port closes."""
+    _spawn_ports.pop(key, None)
+
+
+# Spawn key -> the keeper of the failure port of an actor mesh spawned on a process mesh
+# that was spawned elsewhere.
+_spawn_ports: dict = {}
 
 
 def unhandled_fault_hook(failure: MeshFailure) -> None:
