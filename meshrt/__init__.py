@@ -131,6 +131,7 @@ __all__ = [
     "actor",
     "runtime_env",
     "util",
+    "dag",
 ]
 
 
@@ -147,4 +148,4 @@ def _fixup_module_metadata() -> None:
 
 _fixup_module_metadata()
 
-from . import actor, runtime_env, util  # noqa: E402  (these import names defined above)
+from . import actor, dag, runtime_env, util  # noqa: E402  (these import names defined above)

@@ -11,7 +11,7 @@ EXPECTED = {
     "init", "shutdown", "is_initialized", "remote", "method", "get", "put", "wait", "kill",
     "cancel", "get_actor", "get_runtime_context", "get_gpu_ids", "available_resources",
     "cluster_resources", "nodes", "memory_summary", "ObjectRef", "ObjectRefGenerator", "ActorHandle", "ActorClass",
-    "ActorMethod", "RemoteFunction", "RuntimeContext", "exceptions", "actor", "runtime_env", "util",
+    "ActorMethod", "RemoteFunction", "RuntimeContext", "exceptions", "actor", "runtime_env", "util", "dag",
     # Monarch-style meshes
     "Accumulator", "Actor", "ActorError", "ActorMesh", "Channel", "Context", "Endpoint", "Extent", "Future", "HostMesh",
     "MeshFailure", "Point", "Port", "PortReceiver", "ProcMesh", "SupervisionError", "ValueMesh", "Workspace", "as_endpoint",
@@ -35,8 +35,10 @@ def test_public_classes_say_meshrt():
 
 
 def test_ray_style_submodules():
+    from meshrt.dag import InputNode, MultiOutputNode  # noqa: F401
     from meshrt.util import ActorPool  # noqa: F401
     from meshrt.util.queue import Empty, Full, Queue  # noqa: F401
+    assert meshrt.dag.InputNode is InputNode
 
     assert callable(meshrt.actor.exit_actor)
     for name in ("RayError", "RayTaskError", "RayActorError", "GetTimeoutError", "TaskCancelledError",

@@ -65,6 +65,13 @@ class RemoteFunction:
             core.check_feasible(self._opts.resources, f"task {self._opts.name}")
         return core.submit_task(self, args, kwargs, self._opts)
 
+    def bind(self, *args, **kwargs):
+        """A node of a lazy call graph (``meshrt.dag``): this call, made when the graph
+        is executed."""
+        from ..dag.nodes import FunctionNode
+
+        return FunctionNode(self, args, kwargs, self._options)
+
     def options(self, **options) -> RemoteFunction:
         """A copy with some options changed (``f.options(num_cpus=2).remote()``)."""
         merged = {**self._options, **options}
@@ -184,6 +191,13 @@ class ActorClass:
         if core.is_driver and not opts.host:  # (another host's own resources are checked as it is placed)
             core.check_feasible(opts.resources, what, actor=True)
         return core.create_actor(self, args, kwargs, opts)
+
+    def bind(self, *args, **kwargs):
+        """A node of a lazy call graph (``meshrt.dag``): an actor created when the
+        graph is executed; ``node.method.bind(...)`` calls it."""
+        from ..dag.nodes import ClassNode
+
+        return ClassNode(self, args, kwargs, self._options)
 
     def options(self, **options) -> ActorClass:
         merged = {**self._options, **options}
@@ -316,6 +330,16 @@ class ActorMethod:
                                    retry_exceptions=self._retry, concurrency_group=self._group)
         return core.call_actor(self._handle, self._name, args, kwargs, self._num_returns,
                                retry_exceptions=self._retry, concurrency_group=self._group)
+
+    def bind(self, *args, **kwargs):
+        """A node of a lazy call graph (``meshrt.dag``): this method call, made when
+        the graph is executed (or compiled: ``experimental_compile()``)."""
+        from ..dag.nodes import ClassMethodNode, check_bind
+
+        check_bind(self._checker, args, kwargs)
+        options = {} if self._num_returns == self._handle._meta.methods[self._name].num_returns else {
+            "num_returns": self._num_returns}
+        return ClassMethodNode(self._handle, self._name, args, kwargs, options, method=self)
 
     def options(self, num_returns: Any = None, **other) -> ActorMethod:
         unknown = set(other) - {"name", "concurrency_group", "max_task_retries", "retry_exceptions",

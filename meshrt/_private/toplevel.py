@@ -41,6 +41,11 @@ def get(object_refs, *, timeout: float | None = None) -> Any:
     exception class), ActorDiedError, TaskCancelledError, or GetTimeoutError.
     """
     _check_timeout(timeout, "get()")
+    if getattr(object_refs, "_meshrt_compiled_ref", False):  # (a compiled graph's result: meshrt.dag)
+        return object_refs.get(timeout)
+    if (isinstance(object_refs, list) and object_refs
+            and all(getattr(ref, "_meshrt_compiled_ref", False) for ref in object_refs)):
+        return [ref.get(timeout) for ref in object_refs]
     if isinstance(object_refs, ObjectRef):
         _warn_if_in_event_loop("get")
         return state.core().get([object_refs], timeout)[0]
