@@ -1,10 +1,10 @@
 """Ray's compiled graphs (``dag.experimental_compile()``): a graph of actor method
 calls, checked once and then executed many times.
 
-Ray compiles such a graph into shared-memory channels between long-running loops in
-its actors. meshrt's actor calls already take the short path (a socket straight to the
-actor's thread, shared memory for large values), so an execution makes the graph's
-calls as ``execute()`` does; what is kept from Ray is the contract: the graph must be
+Ray compiles such a graph into loops in its actors that read shared-memory channels,
+so a result goes straight to the next actor. Here an execution makes the calls
+``execute()`` makes (each result comes back through the driver: about half Ray's speed
+per execution, benchmarks/dag.py); what is kept of Ray is the contract: the graph is
 actor methods on live actors fed by one InputNode, each result is read once, and a
 torn-down graph runs no more.
 """
