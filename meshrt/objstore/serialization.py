@@ -205,7 +205,7 @@ def _pickle_value(value: Any, keep, sink: list, buffers: list) -> bytes:
     """Plain pickle first (fastest); our reducers when torch is loaded or pickle refused
     (a memoryview); cloudpickle for code and anything defined in ``__main__``, which a
     worker could not import by name."""
-    for dump in _FAST_DUMPS if "torch" not in sys.modules else _TABLE_DUMPS:
+    for dump in _FAST_DUMPS if "torch" not in sys.modules and not _CUSTOM else _TABLE_DUMPS:
         try:
             data = dump(value, keep)
             if _MAIN_MARK not in data:
@@ -216,7 +216,7 @@ def _pickle_value(value: Any, keep, sink: list, buffers: list) -> bytes:
         buffers.clear()
     table = collections.ChainMap(_reducers(), cloudpickle.Pickler.dispatch_table)
     try:
-        return _dump_with(cloudpickle.Pickler, table, value, keep)
+        return _dump_with(_CloudPickler, table, value, keep)
     except Exception as exc:
         raise TypeError(f"cannot serialize a value of type {type(value).__qualname__}: {exc}") from exc
 
@@ -235,14 +235,39 @@ _TABLE_DUMPS = (_table_dumps,)
 
 def _dump_with(pickler_class, table, value: Any, keep) -> bytes:
     out = io.BytesIO()
-    pickler = pickler_class(out, protocol=5, buffer_callback=keep)
-    pickler.dispatch_table = table
+    if pickler_class is pickle.Pickler:
+        pickler = pickler_class(out, protocol=5, buffer_callback=keep)
+        pickler.dispatch_table = table
+    else:
+        pickler = pickler_class(out, protocol=5, buffer_callback=keep, table=table)
     pickler.dump(value)
     return out.getvalue()
 
 
+class _CloudPickler(cloudpickle.Pickler):
+    """cloudpickle's Pickler with our dispatch table. (Set before pickle's __init__,
+    which reads it: cloudpickle's own class attribute hides the slot a later
+    assignment would fill, so that table would never be used.)"""
+
+    def __init__(self, file, *, table, **kwargs) -> None:
+        self.dispatch_table = table
+        super().__init__(file, **kwargs)
+
+
 _TABLE: dict | None = None
 _TABLE_HAS_TORCH = False
+_CUSTOM: dict = {}  # type -> reducer, from meshrt.util.register_serializer (this process only)
+
+
+def set_custom_reducer(cls: type, reducer) -> None:
+    """Values of exactly ``cls`` are pickled as ``reducer(value)`` says, ahead of pickle's
+    own way (``None``: back to pickle's)."""
+    global _TABLE
+    if reducer is None:
+        _CUSTOM.pop(cls, None)
+    else:
+        _CUSTOM[cls] = reducer
+    _TABLE = None  # (rebuilt with the change on next use)
 
 
 def _reducers() -> dict:
@@ -251,6 +276,7 @@ def _reducers() -> dict:
         from .tensors import tensor_reducers
 
         table.update(tensor_reducers())
+    table.update(_CUSTOM)
     return table
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from .actor_pool import ActorPool
 
-__all__ = ["ActorPool", "as_completed", "get_current_placement_group", "get_node_ip_address",
-           "get_placement_group", "inspect_serializability", "list_named_actors", "map_unordered", "placement_group", "placement_group_table",
-           "queue", "remove_placement_group", "scheduling_strategies"]
+__all__ = ["ActorPool", "as_completed", "deregister_serializer", "get_current_placement_group", "get_node_ip_address",
+           "get_placement_group", "inspect_serializability", "list_named_actors", "map_unordered", "placement_group",
+           "placement_group_table", "queue", "register_serializer", "remove_placement_group", "scheduling_strategies"]
 
 
 def get_node_ip_address() -> str:
@@ -43,3 +43,4 @@ from .placement_group import (  # noqa: E402
     placement_group_table,
     remove_placement_group,
 )
+from .serialization import deregister_serializer, register_serializer  # noqa: E402
