@@ -276,6 +276,14 @@ class TaskUnschedulableError(MeshrtError, ValueError):
         self.resource = resource
         self.requested = requested
         self.largest = largest
+        if resource.startswith("accelerator_type:"):  # (accelerator_type=: a GPU model, not an amount)
+            model = resource.split(":", 1)[1]
+            super().__init__(
+                f"{what} asks for accelerator_type={model!r}, but no node has {model} GPUs (meshrt.nodes() and "
+                f"cluster_resources() show each node's accelerator_type:<model>); drop accelerator_type= or name a "
+                f"model a node has, or declare it: init(resources={{{resource!r}: 1}})"
+            )
+            return
         super().__init__(
             f"{what} asks for {resource}={_num(requested)}, but the largest node has "
             f"{resource}={_num(largest)}; lower the request in @remote(...)/.options(...) "

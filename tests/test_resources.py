@@ -195,3 +195,28 @@ def test_the_task_pool_starts_after_init_and_counts_processes_tasks_started_mean
         assert len(pids) <= 2 and controller.default_pool_size() == 2
     finally:
         meshrt.shutdown()
+
+
+def test_accelerator_type_names_a_gpu_model():
+    from meshrt._private.gpus import accelerator_type_of
+
+    names = {
+        "NVIDIA H100 80GB HBM3": "H100", "NVIDIA A100-SXM4-40GB": "A100", "Tesla V100-SXM2-16GB": "V100",
+        "Tesla T4": "T4", "NVIDIA A10G": "A10G", "NVIDIA L40S": "L40S", "NVIDIA H100 PCIe": "H100",
+        "NVIDIA RTX PRO 6000 Blackwell Server Edition": "RTX-PRO-6000", "NVIDIA GeForce RTX 4090": "GeForce-RTX-4090",
+    }
+    assert {name: accelerator_type_of(name) for name in names} == names
+
+
+def test_accelerator_type_without_such_a_node_fails_at_the_call(rt):
+    from meshrt.util.accelerators import NVIDIA_H100
+
+    @meshrt.remote
+    def f():
+        return 1
+
+    with pytest.raises(meshrt.exceptions.TaskUnschedulableError, match=r"accelerator_type='H100', but no node has H100"):
+        f.options(accelerator_type=NVIDIA_H100).remote()
+    with pytest.raises(ValueError, match=r"accelerator_type=3: give a GPU model"):
+        f.options(accelerator_type=3).remote()
+    assert not any(name.startswith("accelerator_type:") for name in meshrt.cluster_resources())  # (no GPU here)

@@ -26,6 +26,7 @@ from .core import Core
 from .direct_lanes import DirectLanes
 from .driver_actors import DriverActors
 from .lending import Lending
+from .options import ACCELERATOR_PREFIX
 from .portal import LoopThread
 
 log = logging.getLogger("meshrt")
@@ -400,6 +401,10 @@ def _node_resources(num_cpus, num_gpus, resources, object_store_memory) -> dict:
             raise ValueError(f"init(resources={{{name!r}: ...}}): use num_cpus= / num_gpus= for {name}")
         amounts[name] = value
     validate_request(amounts, "init()")
+    if amounts["GPU"] and not any(name.startswith(ACCELERATOR_PREFIX) for name in amounts):
+        model = gpus.detect_accelerator_type()  # (for accelerator_type=; given in resources=, that one)
+        if model:
+            amounts[ACCELERATOR_PREFIX + model] = 1
     if amounts["GPU"] != int(amounts["GPU"]):
         raise ValueError(f"init(num_gpus={num_gpus}): a node has a whole number of GPUs")
     total_ram = _total_memory()

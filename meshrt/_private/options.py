@@ -29,6 +29,8 @@ ACTOR_KEYS = _RESOURCE_KEYS | _IGNORED | _GROUP_KEYS | {"runtime_env", "max_rest
                                           "concurrency_groups", "allow_out_of_order_execution",
                                           "_host", "_label"}  # (meshes: a process's host, and its name in output)
 DEFAULT_TASK_RETRIES = 3
+ACCELERATOR_PREFIX = "accelerator_type:"  # a host's resource naming its GPU model (driver._node_resources)
+ACCELERATOR_SLIVER = 0.001
 DEFAULT_ASYNC_CONCURRENCY = 1000
 
 
@@ -52,6 +54,12 @@ def resource_units(options: dict, what: str, default_cpus: float) -> tuple:
         if name in ("CPU", "GPU"):
             raise ValueError(f"{what}: resources={{{name!r}: ...}}: use num_cpus=/num_gpus= for {name}")
         request[name] = amount
+    accelerator = options.get("accelerator_type")
+    if accelerator is not None:  # (as Ray: a sliver of the resource a host of that GPU model has one of)
+        if not isinstance(accelerator, str) or not accelerator:
+            raise ValueError(f"{what}: accelerator_type={accelerator!r}: give a GPU model as a str, e.g. \"H100\" "
+                             f"(meshrt.util.accelerators names them)")
+        request[f"{ACCELERATOR_PREFIX}{accelerator}"] = ACCELERATOR_SLIVER
     validate_request(request, what)
     return normalize(request)
 
