@@ -1,17 +1,19 @@
 """Ray's compiled graphs (``dag.experimental_compile()``): a graph of actor method
-calls, checked once and then executed many times.
+calls, checked and wired once, then executed many times.
 
-Ray compiles such a graph into loops in its actors that read shared-memory channels,
-so a result goes straight to the next actor. Here an execution makes the calls
-``execute()`` makes (each result comes back through the driver: about half Ray's speed
-per execution, benchmarks/dag.py); what is kept of Ray is the contract: the graph is
-actor methods on live actors fed by one InputNode, each result is read once, and a
-torn-down graph runs no more.
+Compiling starts, in each actor of the graph, a thread that runs its methods of the
+graph for every execution, and joins those threads (and the driver) with a socket per
+edge (channel.py, stage.py, wiring.py): a result goes straight to the actor that needs
+it, as in Ray. Where that cannot be set up (an actor on another host, a node nested in
+an argument, per-call options), an execution makes the ordinary calls ``execute()``
+makes. Either way Ray's contract holds: the graph is actor methods on live actors fed
+by one InputNode, each result is read once, a torn-down graph runs no more.
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from typing import Any
 
 from .. import exceptions as exc
@@ -20,6 +22,7 @@ from .input_node import InputAttributeNode, InputNode
 from .nodes import ClassMethodNode, ClassNode
 from .output_node import MultiOutputNode
 from .run import in_order, run_graph
+from .wiring import Unwired, Wiring
 
 
 class CompiledDAGRef:
@@ -27,22 +30,16 @@ class CompiledDAGRef:
 
     _meshrt_compiled_ref = True
 
-    def __init__(self, ref, label: str) -> None:
-        self._ref = ref
+    def __init__(self, read, label: str) -> None:
+        self._read = read  # read(timeout) -> the value (or raises its error)
         self._label = label
         self._taken = False
 
     def get(self, timeout: float | None = None) -> Any:
         if self._taken:
             raise ValueError(f"{self!r} was read already; a compiled graph's result is read once (keep the value)")
-        value = self._ref_value(timeout)
         self._taken = True
-        return value
-
-    def _ref_value(self, timeout: float | None) -> Any:
-        from .._private import state
-
-        return state.core().get([self._ref], timeout)[0]
+        return self._read(timeout)
 
     def __reduce__(self):
         raise ValueError(f"{self!r} cannot be pickled or passed to a task or actor; get() its value and pass that")
@@ -59,8 +56,8 @@ class CompiledDAGRef:
 class CompiledDAGFuture:
     """One result of ``execute_async()``: ``await`` it, once."""
 
-    def __init__(self, ref, label: str) -> None:
-        self._ref = ref
+    def __init__(self, read, label: str) -> None:
+        self._read = read
         self._label = label
         self._taken = False
 
@@ -68,7 +65,7 @@ class CompiledDAGFuture:
         if self._taken:
             raise ValueError(f"{self!r} was awaited already; a compiled graph's result is read once")
         self._taken = True
-        return self._ref.__await__()
+        return asyncio.to_thread(self._read, None).__await__()
 
     def __repr__(self) -> str:
         return f"CompiledDAGFuture({self._label})"
@@ -87,6 +84,13 @@ class CompiledDAG:
         self._submit_timeout = submit_timeout
         self._executions = 0
         self._torn_down = False
+        try:
+            self._wiring: Wiring | None = Wiring(root)
+            self.path = "channels"
+        except Unwired as why:
+            self._wiring = None
+            self.path = f"calls ({why})"
+        _close_at_shutdown(self)
 
     def execute(self, *args: Any, **kwargs: Any) -> CompiledDAGRef | list[CompiledDAGRef]:
         if self._asyncio:
@@ -107,6 +111,8 @@ class CompiledDAG:
         if self._torn_down:
             return
         self._torn_down = True
+        if self._wiring is not None:
+            self._wiring.close()
         if kill_actors:
             from .._private.toplevel import kill
 
@@ -118,17 +124,47 @@ class CompiledDAG:
         if self._torn_down:
             raise exc.RaySystemError("this compiled graph was torn down (teardown()); compile the DAG again")
         index = self._executions
+        outputs = len(self._root._bound_args) if isinstance(self._root, MultiOutputNode) else 1
+        wiring = self._wiring
+        if wiring is not None:
+            wiring.feed(args, kwargs)
+            readers = [lambda timeout, k=k: wiring.result(index, k, timeout) for k in range(outputs)]
+        else:
+            out = run_graph(self._root, args, kwargs)
+            refs = out if isinstance(self._root, MultiOutputNode) else [out]
+            readers = [lambda timeout, ref=ref: _value_of(ref, timeout) for ref in refs]
         self._executions += 1
-        return index, run_graph(self._root, args, kwargs)
+        return index, readers
 
     def _wrap(self, started: tuple, kind: type) -> Any:
-        index, out = started
+        index, readers = started
         if isinstance(self._root, MultiOutputNode):
-            return [kind(ref, f"execution {index}, output {i}") for i, ref in enumerate(out)]
-        return kind(out, f"execution {index}")
+            return [kind(read, f"execution {index}, output {i}") for i, read in enumerate(readers)]
+        return kind(readers[0], f"execution {index}")
+
+    def __del__(self) -> None:
+        wiring = getattr(self, "_wiring", None)
+        if wiring is not None:
+            wiring.close()  # (its sockets; the actors' threads end as theirs close)
 
     def __repr__(self) -> str:
         return f"<CompiledDAG of {self._root!r}, {self._executions} execution(s)>"
+
+
+def _value_of(ref, timeout: float | None) -> Any:
+    from .._private import state
+
+    return state.core().get([ref], timeout)[0]
+
+
+def _close_at_shutdown(graph: CompiledDAG) -> None:
+    """meshrt.shutdown() tears the graph down (its sockets), unless it is gone first."""
+    from .._private import state
+
+    hook = getattr(state.core(), "on_shutdown", None)
+    if hook is not None:
+        ref = weakref.ref(graph)
+        hook(lambda: (g := ref()) is not None and g.teardown())
 
 
 def _check_compilable(root: DAGNode) -> None:

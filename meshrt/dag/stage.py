@@ -1,0 +1,151 @@
+"""A compiled graph's part in one actor: a thread that, for each execution, runs the
+actor's methods of the graph in order, reading their inputs from the graph's sockets
+and writing each result to the sockets of those who need it.
+
+The thread runs beside the actor's ordinary calls (as Ray's compiled graphs run in a
+concurrency group of their own), so the actor keeps answering them; a method of the
+graph that is ``async def`` runs on the actor's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import channel
+
+_stages: dict[bytes, dict] = {}  # graph id -> this process's listener, until the graph starts
+_lock = threading.Lock()
+
+
+@dataclass
+class Op:
+    """One method call of the graph in this actor. Each argument is ("const", value),
+    ("edge", edge id) or ("local", op id: an earlier op of this actor)."""
+
+    op_id: int
+    method: str
+    args: list
+    kwargs: dict
+    outs: list = field(default_factory=list)  # edge ids its result goes out on
+
+    def in_edges(self) -> list[int]:
+        found = [spec[1] for spec in (*self.args, *self.kwargs.values()) if spec[0] == "edge"]
+        return list(dict.fromkeys(found))
+
+
+class Failure:
+    """What an execution gets in place of a value whose method raised (or upstream of it)."""
+
+    def __init__(self, error_data: bytes) -> None:
+        self.error_data = error_data
+
+
+def stage_listen(instance: Any, graph_id: bytes) -> tuple[str, tuple]:
+    """(in the actor) A listener for the graph's edges into this actor: (address, namespace)."""
+    sock, address = channel.listen(graph_id)
+    with _lock:
+        _stages[graph_id] = {"listener": sock}
+    return address, channel.namespace_id()
+
+
+def stage_drop(instance: Any, graph_id: bytes) -> None:
+    """(in the actor) Forget a graph that will not start (its setup failed elsewhere)."""
+    with _lock:
+        setup = _stages.pop(graph_id, None)
+    if setup is not None:
+        setup["listener"].close()
+
+
+def stage_start(instance: Any, graph_id: bytes, ops: list[Op], out_addresses: dict[int, str],
+                in_edges: list[int], timeout: float) -> None:
+    """(in the actor) Connect this actor's outgoing edges, take its incoming ones, and
+    start the thread that runs its ops for every execution."""
+    from .._private import state
+
+    core = state.core()
+    with _lock:
+        setup = _stages.pop(graph_id)
+    listener = setup["listener"]
+    outs: dict[int, Any] = {}
+    try:
+        for edge, address in out_addresses.items():
+            outs[edge] = channel.connect(address, core.token, graph_id, edge)
+        ins = channel.accept(listener, core.token, graph_id, set(in_edges), timeout)
+    except BaseException:
+        for sock in outs.values():
+            sock.close()
+        raise
+    finally:
+        listener.close()
+    loop = getattr(getattr(core, "executor", None), "user_loop", None)
+    thread = threading.Thread(target=_run, args=(instance, ops, ins, outs, loop), daemon=True,
+                              name=f"meshrt-dag-{graph_id.hex()[:8]}")
+    thread.start()
+
+
+def _run(instance: Any, ops: list[Op], ins: dict, outs: dict, loop) -> None:
+    from ..objstore.serialization import error_payload
+
+    try:
+        while True:
+            done: dict[int, Any] = {}
+            for op in ops:
+                got = {edge: channel.recv(ins[edge]) for edge in op.in_edges()}
+
+                def value(spec, got=got, done=done):
+                    kind, what = spec
+                    return what if kind == "const" else got[what] if kind == "edge" else done[what]
+
+                args = [value(spec) for spec in op.args]
+                kwargs = {key: value(spec) for key, spec in op.kwargs.items()}
+                failed = next((v for v in (*args, *kwargs.values()) if isinstance(v, Failure)), None)
+                if failed is not None:
+                    result = failed  # (an input failed: so does this, with the first cause)
+                else:
+                    try:
+                        result = getattr(instance, op.method)(*args, **kwargs)
+                        if inspect.isawaitable(result):
+                            result = _on_loop(result, loop)
+                    except Exception as err:  # noqa: BLE001 - travels to the driver
+                        name = f"{type(instance).__name__}.{op.method}"
+                        result = Failure(error_payload(err, name, os.getpid(), skip_frames=1).data)
+                done[op.op_id] = result
+                for edge in op.outs:
+                    _send(outs[edge], result, f"{type(instance).__name__}.{op.method}")
+    except channel.ChannelClosed:
+        pass  # (torn down, or a neighbour died: closing ours passes it on)
+    except BaseException:  # (a bug here must not leave the driver waiting: closing ours tells it)
+        import logging
+
+        logging.getLogger("meshrt").exception("meshrt: a compiled graph's thread failed")
+    finally:
+        for sock in (*ins.values(), *outs.values()):
+            sock.close()
+
+
+def _send(sock, result: Any, name: str) -> None:
+    """Send a result; one that cannot be pickled goes as the error that says so."""
+    from ..objstore.serialization import error_payload
+
+    try:
+        channel.send(sock, result)
+    except channel.ChannelClosed:
+        raise
+    except Exception as err:  # noqa: BLE001 - (pickling failed: nothing was written)
+        error = TypeError(f"{name} returned a value that cannot be serialized: {err}")
+        channel.send(sock, Failure(error_payload(error, name, os.getpid()).data))
+
+
+def _on_loop(awaitable, loop) -> Any:
+    if loop is None:  # (a sync actor's method that returned an awaitable)
+        return asyncio.run(_awaited(awaitable))
+    return asyncio.run_coroutine_threadsafe(_awaited(awaitable), loop).result()
+
+
+async def _awaited(awaitable) -> Any:
+    return await awaitable

@@ -1,0 +1,201 @@
+"""The driver's side of a compiled graph's sockets (channel.py): which edge goes
+where, setting them up in each actor (stage.py), feeding inputs and reading results.
+
+Set up only where every actor of the graph shares the driver's host (and network
+namespace) and the graph has nothing this path does not carry (nodes nested inside
+arguments, per-call options, methods with other than one return); otherwise the
+compiled graph makes ordinary calls (compiled.py).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from .. import exceptions as exc
+from . import channel, stage
+from .dag_node import DAGNode, _collect
+from .input_node import InputNode
+from .nodes import ClassMethodNode
+from .output_node import MultiOutputNode
+from .run import in_order
+
+SETUP_TIMEOUT_S = 60.0
+
+
+class Unwired(Exception):
+    """This graph takes ordinary calls instead (why: the message)."""
+
+
+class Wiring:
+    """A compiled graph's edges, built and connected; ``feed`` an execution's inputs,
+    ``result`` reads output k of execution i."""
+
+    def __init__(self, root: DAGNode) -> None:
+        self._plan(root)
+        self._lock = threading.Lock()  # (one reader at a time)
+        self._feed_lock = threading.Lock()  # (one execution's inputs at a time)
+        self._buffered: dict[tuple[int, int], Any] = {}
+        self._read: list[int] = [0] * len(self._out_edges)
+        self._closed = False
+        self._broken: str | None = None
+        self._connect()
+
+    # -- the plan -------------------------------------------------------------------------
+
+    def _plan(self, root: DAGNode) -> None:
+        order = in_order(root)
+        methods = [node for node in order if isinstance(node, ClassMethodNode)]
+        if isinstance(root, MultiOutputNode):
+            outputs = list(root._bound_args)
+        else:
+            outputs = [root]
+        if not all(isinstance(node, ClassMethodNode) for node in outputs):
+            raise Unwired("an output is not an actor method's result")
+        op_of = {id(node): i for i, node in enumerate(methods)}
+        self._actors: dict[int, Any] = {}  # actor id -> handle, in first-use order
+        self._ops: dict[int, list[stage.Op]] = {}  # actor id -> its ops, in graph order
+        self._inputs: list[tuple[int, DAGNode, int]] = []  # (edge, input node, destination actor)
+        self._dest: dict[int, int | None] = {}  # edge -> destination actor id (None: the driver)
+        edges: dict[tuple, int] = {}
+        ops: list[stage.Op] = []
+        for node in methods:
+            meta = node._actor._meta.methods.get(node._method_name)
+            if node._bound_options or meta is None or meta.num_returns != 1:
+                raise Unwired(f"{node!r} has call options or returns other than one value")
+            actor = node._actor._actor_id
+            self._actors.setdefault(actor, node._actor)
+
+            def spec(value, node=node, actor=actor):
+                if not isinstance(value, DAGNode):
+                    nested: list = []
+                    _collect(value, nested)
+                    if nested:
+                        raise Unwired("a DAG node nested inside an argument")
+                    return ("const", value)
+                if isinstance(value, ClassMethodNode) and value._actor._actor_id == actor:
+                    return ("local", op_of[id(value)])
+                key = (id(value), id(node))
+                if key not in edges:
+                    edge = edges[key] = len(edges)
+                    self._dest[edge] = actor
+                    if isinstance(value, ClassMethodNode):
+                        ops[op_of[id(value)]].outs.append(edge)
+                    else:  # (the input, or part of it: from the driver)
+                        self._inputs.append((edge, value, actor))
+                return ("edge", edges[key])
+
+            op = stage.Op(op_of[id(node)], node._method_name, [], {})
+            ops.append(op)
+            op.args = [spec(value) for value in node._bound_args]
+            op.kwargs = {key: spec(value) for key, value in node._bound_kwargs.items()}
+            self._ops.setdefault(actor, []).append(op)
+        self._out_edges = []
+        for node in outputs:
+            edge = len(edges) + len(self._out_edges)
+            self._dest[edge] = None
+            ops[op_of[id(node)]].outs.append(edge)
+            self._out_edges.append(edge)
+        self._input_node = next((n for n in order if isinstance(n, InputNode)), None)
+
+    # -- connecting ---------------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        from .._private import state
+
+        core = state.core()
+        graph_id = os.urandom(16)
+        handles = list(self._actors.values())
+        listened = core.get([h.__ray_call__.remote(stage.stage_listen, graph_id) for h in handles], SETUP_TIMEOUT_S)
+        here = channel.namespace_id()
+        if any(tuple(ns) != here for _, ns in listened):
+            core.get([h.__ray_call__.remote(stage.stage_drop, graph_id) for h in handles], SETUP_TIMEOUT_S)
+            raise Unwired("an actor of the graph is on another host")
+        address = {actor: addr for actor, (addr, _) in zip(self._actors, listened, strict=True)}
+        listener, my_address = channel.listen(graph_id)
+        self._in_socks: dict[int, Any] = {}
+        self._out_socks: dict[int, Any] = {}
+        try:
+            for edge, _node, actor in self._inputs:
+                self._in_socks[edge] = channel.connect(address[actor], core.token, graph_id, edge)
+            starts = []
+            for actor, handle in self._actors.items():
+                outs = {edge: (address[self._dest[edge]] if self._dest[edge] is not None else my_address)
+                        for op in self._ops[actor] for edge in op.outs}
+                ins = [edge for edge, dest in self._dest.items() if dest == actor]
+                starts.append(handle.__ray_call__.remote(stage.stage_start, graph_id, self._ops[actor], outs, ins,
+                                                         SETUP_TIMEOUT_S))
+            got = channel.accept(listener, core.token, graph_id, set(self._out_edges), SETUP_TIMEOUT_S)
+            self._out_socks = {i: got[edge] for i, edge in enumerate(self._out_edges)}
+            core.get(starts, SETUP_TIMEOUT_S)
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            listener.close()
+
+    # -- running ----------------------------------------------------------------------------
+
+    def feed(self, args: tuple, kwargs: dict) -> None:
+        """Send one execution's inputs (the stages run it as they get them)."""
+        if self._broken is not None:
+            raise exc.RaySystemError(self._broken)
+        value = self._input_node._run(args, kwargs, {}) if self._input_node is not None else None
+        results = {id(self._input_node): value}
+        # (every part read and pickled before any is sent: a bad input sends nothing)
+        parts = [(edge, _encoded(value if isinstance(node, InputNode) else node._run(args, kwargs, results)))
+                 for edge, node, _actor in self._inputs]
+        with self._feed_lock:
+            for edge, encoded in parts:
+                try:
+                    channel.write(self._in_socks[edge], encoded)
+                except channel.ChannelClosed:
+                    self._broken = ("an actor of this compiled graph died or was killed; compile the graph "
+                                    "again with live actors")
+                    raise exc.RaySystemError(self._broken) from None
+
+    def result(self, index: int, output: int, timeout: float | None) -> Any:
+        """Output ``output`` of execution ``index`` (read in order, kept until asked)."""
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while (index, output) not in self._buffered:
+                if self._broken is not None:
+                    raise exc.ActorDiedError(class_name="compiled graph", cause=self._broken)
+                sock = self._out_socks[output]
+                left = None if deadline is None else max(deadline - time.monotonic(), 0)
+                if not channel.readable(sock, left):
+                    raise exc.GetTimeoutError(f"a compiled graph's result (execution {index}) not here after "
+                                              f"{timeout} s; give get() a larger timeout (or None)")
+                try:
+                    got = channel.recv(sock)
+                except channel.ChannelClosed:
+                    self._broken = ("an actor of this compiled graph died or was killed before its result came; "
+                                    "compile the graph again with live actors")
+                    continue
+                self._buffered[(self._read[output], output)] = got
+                self._read[output] += 1
+            value = self._buffered.pop((index, output))
+        if isinstance(value, stage.Failure):
+            from ..objstore.serialization import Payload, error_from_payload
+
+            raise error_from_payload(Payload(value.error_data, is_error=True))
+        return value
+
+    def close(self) -> None:
+        """Close the driver's ends: each stage sees its inputs end and closes its own."""
+        if self._closed:
+            return
+        self._closed = True
+        for sock in (*self._in_socks.values(), *self._out_socks.values()):
+            sock.close()
+
+
+def _encoded(value: Any) -> list:
+    try:
+        return channel.encode(value)
+    except Exception as err:  # noqa: BLE001
+        raise TypeError(f"compiled graph execute(): an input of type {type(value).__qualname__} cannot be "
+                        f"serialized ({err}); pass something picklable") from None

@@ -1,0 +1,145 @@
+"""Compiled graphs on their own sockets (meshrt/dag/channel.py, stage.py, wiring.py):
+results go actor to actor; failures, deaths and bad input end in errors, never hangs;
+only a connector that knows the cluster token is read from."""
+import asyncio
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import meshrt
+from meshrt import exceptions as exc
+from meshrt.dag import InputNode, MultiOutputNode, channel
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@meshrt.remote
+class Stage:
+    def __init__(self, weight=1):
+        self.weight = weight
+        self.seen = []
+
+    def forward(self, x):
+        self.seen.append(threading.current_thread().name)
+        return x * self.weight
+
+    def boom(self, x):
+        raise ValueError(f"bad {x}")
+
+    def lock(self, x):
+        return threading.Lock()  # (cannot be pickled)
+
+    def threads(self):
+        return self.seen
+
+
+@meshrt.remote
+class AsyncStage:
+    async def forward(self, x):
+        await asyncio.sleep(0)
+        return x + 1
+
+
+def test_results_go_through_the_graphs_sockets(rt):
+    first, second = Stage.remote(2), Stage.remote(10)
+    with InputNode() as inp:
+        dag = MultiOutputNode([second.forward.bind(first.forward.bind(inp[0])), first.forward.bind(inp.k)])
+    compiled = dag.experimental_compile()
+    try:
+        assert compiled.path == "channels"
+        refs = [compiled.execute(i, k=i) for i in range(20)]  # (many in flight, read in any order)
+        assert [meshrt.get(r) for r in reversed(refs)] == [[20 * i, 2 * i] for i in reversed(range(20))]
+        array = np.arange(1 << 18, dtype=np.float64)  # 2 MiB, beside the pickle
+        assert np.array_equal(meshrt.get(compiled.execute(array, k=0))[0], array * 20)
+        assert meshrt.get(second.forward.remote(1)) == 10  # (ordinary calls go on meanwhile)
+        assert "meshrt-dag" in meshrt.get(first.threads.remote())[0]
+    finally:
+        compiled.teardown()
+
+
+def test_errors_reach_the_caller_and_the_graph_goes_on(rt):
+    stage, after = Stage.remote(), Stage.remote()
+    with InputNode() as inp:
+        dag = MultiOutputNode([after.forward.bind(stage.boom.bind(inp)), stage.lock.bind(inp), after.forward.bind(inp)])
+    compiled = dag.experimental_compile()
+    try:
+        failed, unpicklable, fine = compiled.execute(3)
+        with pytest.raises(ValueError, match="bad 3"):
+            failed.get(timeout=60)  # (raised upstream, passed on)
+        with pytest.raises(TypeError, match="Stage.lock returned a value that cannot be serialized"):
+            unpicklable.get(timeout=60)
+        assert fine.get(timeout=60) == 3
+        with pytest.raises(TypeError, match="cannot be serialized"):
+            compiled.execute(threading.Lock())  # (nothing sent: the next execution lines up)
+        assert meshrt.get(compiled.execute(4)[2]) == 4
+    finally:
+        compiled.teardown()
+
+
+def test_async_methods_run_on_the_actors_loop(rt):
+    stage = AsyncStage.remote()
+    with InputNode() as inp:
+        dag = stage.forward.bind(stage.forward.bind(inp))
+    compiled = dag.experimental_compile()
+    try:
+        assert compiled.path == "channels"
+        assert meshrt.get(compiled.execute(1)) == 3
+    finally:
+        compiled.teardown()
+
+
+def test_a_killed_actor_fails_the_execution_not_hangs(rt):
+    first, second = Stage.remote(), Stage.remote()
+    with InputNode() as inp:
+        dag = second.forward.bind(first.forward.bind(inp))
+    compiled = dag.experimental_compile()
+    assert meshrt.get(compiled.execute(1)) == 1
+    meshrt.kill(first)
+    with pytest.raises(exc.ActorDiedError):
+        meshrt.get(first.forward.remote(0), timeout=60)  # (dead now)
+    with pytest.raises(exc.MeshrtError, match="died or was killed"):
+        meshrt.get(compiled.execute(2), timeout=60)  # (refused at execute, or its result fails)
+    compiled.teardown()
+
+
+def test_graphs_that_cannot_be_wired_make_calls(rt):
+    stage = Stage.remote()
+    with InputNode() as inp:
+        nested = stage.forward.bind([inp, inp])  # (a node inside an argument)
+    compiled = nested.experimental_compile()
+    try:
+        assert compiled.path.startswith("calls")
+        assert meshrt.get(compiled.execute(2)) == [2, 2]
+    finally:
+        compiled.teardown()
+
+
+def test_shutdown_closes_a_graph_left_open():
+    meshrt.init(num_cpus=1)
+    stage = Stage.remote()
+    with InputNode() as inp:
+        compiled = stage.forward.bind(inp).experimental_compile()
+    assert meshrt.get(compiled.execute(5)) == 5
+    meshrt.shutdown()  # (the no_leaks fixture checks the sockets are gone)
+    assert compiled._wiring._closed
+
+
+def test_a_connector_without_the_token_is_not_read():
+    graph = os.urandom(16)
+    listener, address = channel.listen(graph)
+    try:
+        stranger = channel.connect(address, b"not the token", graph, 7)
+        with pytest.raises(TimeoutError, match="did not connect"):
+            channel.accept(listener, b"the token", graph, {7}, timeout=0.5)
+        assert stranger.recv(1) == b""  # (closed on it, unread)
+        stranger.close()
+        friend = channel.connect(address, b"the token", graph, 7)
+        got = channel.accept(listener, b"the token", graph, {7}, timeout=5)
+        channel.send(friend, {"x": 1})
+        assert channel.recv(got[7]) == {"x": 1}
+        friend.close()
+        got[7].close()
+    finally:
+        listener.close()
