@@ -143,3 +143,15 @@ def test_a_connector_without_the_token_is_not_read():
         got[7].close()
     finally:
         listener.close()
+
+
+def test_an_actor_fed_by_nothing_makes_calls(rt):
+    fed, unfed = Stage.remote(), Stage.remote(3)
+    with InputNode() as inp:
+        dag = MultiOutputNode([fed.forward.bind(inp), unfed.forward.bind(2)])
+    compiled = dag.experimental_compile()
+    try:
+        assert compiled.path.startswith("calls")
+        assert meshrt.get(compiled.execute(1)) == [1, 6]
+    finally:
+        compiled.teardown()

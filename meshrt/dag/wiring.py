@@ -98,6 +98,9 @@ class Wiring:
             ops[op_of[id(node)]].outs.append(edge)
             self._out_edges.append(edge)
         self._input_node = next((n for n in order if isinstance(n, InputNode)), None)
+        fed = {actor for actor in self._dest.values() if actor is not None}
+        if set(self._actors) - fed:  # (its thread would have nothing to wait for between executions)
+            raise Unwired("an actor's methods in the graph take nothing from the input or other actors")
 
     # -- connecting ---------------------------------------------------------------------------
 
