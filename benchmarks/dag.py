@@ -18,15 +18,12 @@ of the ratios within each round.
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
+import os
 import statistics
-import subprocess
-import sys
 import time
 import warnings
 
+import _rounds
 import numpy as np
 
 BACKENDS = ("meshrt", "ray")
@@ -115,46 +112,9 @@ ROWS = [  # key, label, higher is better, format
 ]
 
 
-def _ratio(mine: float, theirs: float, higher: bool) -> float:
-    return mine / theirs if higher else theirs / mine
-
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", choices=BACKENDS)
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--markdown")
-    args = parser.parse_args()
-    if args.backend:  # (the child)
-        print(json.dumps(child(args.backend)))
-        return
-    rounds = []
-    for _ in range(args.repeat):
-        got = {}
-        for backend in BACKENDS:
-            out = subprocess.run([sys.executable, __file__, "--backend", backend], capture_output=True, text=True,
-                                 timeout=600)
-            lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
-            if out.returncode or not lines:
-                sys.exit(f"{backend} failed:\n{out.stderr[-3000:]}")
-            got[backend] = json.loads(lines[-1])
-        rounds.append(got)
-    rows = ["| 2 CPUs | meshrt | Ray | meshrt vs Ray |", "|---|--:|--:|--:|"]
-    for key, label, higher, fmt in ROWS:
-        med = {b: statistics.median(r[b][key] for r in rounds) for b in BACKENDS}
-        vs = statistics.median(_ratio(r["meshrt"][key], r["ray"][key], higher) for r in rounds)
-        rows.append(f"| {label} | {fmt.format(med['meshrt'])} | {fmt.format(med['ray'])} | {vs:.2f}x |")
-    table = "\n".join(rows)
-    import ray
-
-    note = (f"Command: `python benchmarks/dag.py --repeat {args.repeat}`; {platform.machine()}, "
-            f"Python {platform.python_version()}, ray {ray.__version__}; medians of {args.repeat} rounds, each "
-            f"backend in a fresh process per round; ratios >1: meshrt better (median of per-round ratios).")
-    print(table)
-    print(note)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(note + "\n\n" + table + "\n")
+    _rounds.main(__doc__, os.path.abspath(__file__), BACKENDS, child, ROWS, "2 CPUs")
 
 
 if __name__ == "__main__":
