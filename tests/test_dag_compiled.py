@@ -132,11 +132,11 @@ def test_a_connector_without_the_token_is_not_read():
     try:
         stranger = channel.connect(address, b"not the token", graph, 7)
         with pytest.raises(TimeoutError, match="did not connect"):
-            channel.accept(listener, b"the token", graph, {7}, timeout=0.5)
+            channel.accept([listener], b"the token", graph, {7}, timeout=0.5)
         assert stranger.recv(1) == b""  # (closed on it, unread)
         stranger.close()
         friend = channel.connect(address, b"the token", graph, 7)
-        got = channel.accept(listener, b"the token", graph, {7}, timeout=5)
+        got = channel.accept([listener], b"the token", graph, {7}, timeout=5)
         channel.send(friend, {"x": 1})
         assert channel.recv(got[7]) == {"x": 1}
         friend.close()

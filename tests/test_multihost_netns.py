@@ -470,3 +470,33 @@ def test_a_connect_to_a_cut_off_host_holds_up_no_other_transfer(short_host_timeo
             stuck.get(timeout=60)
     finally:
         namespaces.mend(0)
+
+
+@meshrt.remote
+class Hop:
+    def forward(self, values):
+        return [*values, os.readlink("/proc/self/ns/net")]
+
+
+@pytest.mark.timeout(120)
+def test_a_compiled_graph_goes_host_to_host_over_tcp(ns_cluster):
+    from meshrt.dag import InputNode
+    from meshrt.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    hosts, _, remember = ns_cluster
+    others = [n["NodeID"] for n in meshrt.nodes() if n["NodeManagerAddress"] in (f"{SUBNET}.2", f"{SUBNET}.3")]
+    assert len(others) == 2
+    hops = [Hop.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote() for node in others]
+    head_hop = Hop.remote()  # (the driver's host: a Unix socket to the driver, TCP to the others)
+    with InputNode() as inp:
+        dag = head_hop.forward.bind(hops[1].forward.bind(hops[0].forward.bind(inp)))
+    compiled = dag.experimental_compile()
+    remember()
+    try:
+        assert compiled.path == "channels"
+        big = np.arange(1 << 17, dtype=np.float64)  # (a 1 MiB buffer beside the pickle, over TCP)
+        out = meshrt.get(compiled.execute([big]), timeout=60)
+        assert np.array_equal(out[0], big) and len(set(out[1:])) == 3  # three network namespaces
+        assert [meshrt.get(compiled.execute([i]), timeout=60)[0] for i in range(5)] == list(range(5))
+    finally:
+        compiled.teardown()

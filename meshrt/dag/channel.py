@@ -2,12 +2,13 @@
 to the thread that needs it, so a result goes actor to actor with one write and one
 wake-up (no event loop in between, as Ray's shared-memory channels).
 
-Each edge is a Unix socket in the abstract namespace of the host's network namespace,
-made for one graph. Nothing is unpickled from it before its connector has proved it
-knows the cluster token: its first message is an HMAC of the graph, the edge and a
-fresh nonce under the token, which the accepting side checks (a nonce is taken once).
-Values are pickled with protocol 5; large buffers (arrays, tensors) travel beside the
-pickle, without a copy into it.
+Between processes of one host (one network namespace) an edge is a Unix socket in the
+abstract namespace; between hosts, TCP on the address the process's peers dial. Nothing
+is unpickled from an edge before its connector has proved it knows the cluster token:
+its first message is an HMAC of the graph, the edge and a fresh nonce under the token,
+which the accepting side checks (each edge is taken once, a nonce once). Values are
+pickled with protocol 5; large buffers (arrays, tensors) travel beside the pickle,
+without a copy into it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ _HELLO = struct.Struct("!16sQ16s32s")  # graph id, edge id, nonce, mac
 _HEADER = struct.Struct("!QI")  # pickle length, buffer count
 _LENGTH = struct.Struct("!Q")
 _BUFFER_BYTES = 4 << 20  # (asked of the kernel, which caps it at net.core.wmem_max/rmem_max)
+CONNECT_TIMEOUT_S = 30.0
 
 
 class ChannelClosed(ConnectionError):
@@ -44,13 +46,23 @@ def namespace_id() -> tuple[str, int]:
 
 
 def listen(graph_id: bytes) -> tuple[socket.socket, str]:
-    """A listening socket for the edges into this process; (socket, its address)."""
+    """A listening socket for the edges into this process from its host; (socket, address)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _BUFFER_BYTES)  # (accepted sockets inherit it)
     name = f"\0meshrt-dag-{graph_id.hex()}-{os.getpid()}-{os.urandom(4).hex()}"
     sock.bind(name)
     sock.listen(64)
     return sock, name
+
+
+def listen_tcp(host: str) -> tuple[socket.socket, str]:
+    """A listening socket for edges from other hosts, on ``host`` (the address this
+    process's peers dial); (socket, "tcp:HOST:PORT")."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _BUFFER_BYTES)
+    sock.bind((host, 0))
+    sock.listen(64)
+    return sock, f"tcp:{host}:{sock.getsockname()[1]}"
 
 
 def _mac(token: bytes, graph_id: bytes, edge: int, nonce: bytes) -> bytes:
@@ -61,15 +73,24 @@ def connect(address: str, token: bytes, graph_id: bytes, edge: int) -> socket.so
     """The sending end of ``edge``; the hello goes into the socket's buffer, so this
     does not wait for the other side to accept. A large buffer lets a large value go
     in a few writes, not one wake-up of the reader per 200 KiB."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _BUFFER_BYTES)
-    sock.connect(address)
+    if address.startswith("tcp:"):
+        host, _, port = address[4:].rpartition(":")
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _BUFFER_BYTES)
+        sock.settimeout(CONNECT_TIMEOUT_S)
+        sock.connect((host, int(port)))
+        sock.settimeout(None)
+    else:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _BUFFER_BYTES)
+        sock.connect(address)
     nonce = os.urandom(16)
     sock.sendall(_HELLO.pack(graph_id, edge, nonce, _mac(token, graph_id, edge, nonce)))
     return sock
 
 
-def accept(listener: socket.socket, token: bytes, graph_id: bytes, edges: set[int],
+def accept(listeners: list[socket.socket], token: bytes, graph_id: bytes, edges: set[int],
            timeout: float) -> dict[int, socket.socket]:
     """The receiving ends of ``edges``, each checked; a connection that fails the check
     is closed and not counted."""
@@ -78,12 +99,15 @@ def accept(listener: socket.socket, token: bytes, graph_id: bytes, edges: set[in
     deadline = time.monotonic() + timeout
     while len(got) < len(edges):
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([listener], [], [], left)[0]:
+        ready = select.select(listeners, [], [], left)[0] if left > 0 else []
+        if not ready:
             for sock in got.values():
                 sock.close()
             raise TimeoutError(f"compiled graph: {len(edges) - len(got)} of its channels into this process did not "
                                f"connect within {timeout:.0f} s")
-        sock, _ = listener.accept()
+        sock, _ = ready[0].accept()
+        if sock.family != socket.AF_UNIX:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(max(deadline - time.monotonic(), 0.1))
         try:
             hello = _recv_exact(sock, _HELLO.size)

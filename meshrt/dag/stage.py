@@ -45,12 +45,29 @@ class Failure:
         self.error_data = error_data
 
 
-def stage_listen(instance: Any, graph_id: bytes) -> tuple[str, tuple]:
-    """(in the actor) A listener for the graph's edges into this actor: (address, namespace)."""
-    sock, address = channel.listen(graph_id)
+def stage_listen(instance: Any, graph_id: bytes) -> tuple[str, str | None, tuple]:
+    """(in the actor) Listeners for the graph's edges into this actor: (address on this
+    host, TCP address for other hosts or None, namespace)."""
+    from .._private import state
+
+    listeners, local, remote = listeners_for(graph_id, getattr(state.core(), "listen_address", ""))
     with _lock:
-        _stages[graph_id] = {"listener": sock}
-    return address, channel.namespace_id()
+        _stages[graph_id] = {"listeners": listeners}
+    return local, remote, channel.namespace_id()
+
+
+def listeners_for(graph_id: bytes, peer_address: str) -> tuple[list, str, str | None]:
+    """A Unix listener, and a TCP one where this process's peers reach it over TCP."""
+    from .._private.addresses import parse_tcp
+
+    sock, local = channel.listen(graph_id)
+    listeners, remote = [sock], None
+    if peer_address.startswith("tcp:"):
+        host = parse_tcp(peer_address)[0]
+        if host not in ("", "0.0.0.0", "::"):
+            tcp, remote = channel.listen_tcp(host)
+            listeners.append(tcp)
+    return listeners, local, remote
 
 
 def stage_drop(instance: Any, graph_id: bytes) -> None:
@@ -58,7 +75,8 @@ def stage_drop(instance: Any, graph_id: bytes) -> None:
     with _lock:
         setup = _stages.pop(graph_id, None)
     if setup is not None:
-        setup["listener"].close()
+        for sock in setup["listeners"]:
+            sock.close()
 
 
 def stage_start(instance: Any, graph_id: bytes, ops: list[Op], out_addresses: dict[int, str],
@@ -70,18 +88,19 @@ def stage_start(instance: Any, graph_id: bytes, ops: list[Op], out_addresses: di
     core = state.core()
     with _lock:
         setup = _stages.pop(graph_id)
-    listener = setup["listener"]
+    listeners = setup["listeners"]
     outs: dict[int, Any] = {}
     try:
         for edge, address in out_addresses.items():
             outs[edge] = channel.connect(address, core.token, graph_id, edge)
-        ins = channel.accept(listener, core.token, graph_id, set(in_edges), timeout)
+        ins = channel.accept(listeners, core.token, graph_id, set(in_edges), timeout)
     except BaseException:
         for sock in outs.values():
             sock.close()
         raise
     finally:
-        listener.close()
+        for sock in listeners:
+            sock.close()
     loop = getattr(getattr(core, "executor", None), "user_loop", None)
     thread = threading.Thread(target=_run, args=(instance, ops, ins, outs, loop), daemon=True,
                               name=f"meshrt-dag-{graph_id.hex()[:8]}")

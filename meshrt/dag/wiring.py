@@ -1,10 +1,10 @@
 """The driver's side of a compiled graph's sockets (channel.py): which edge goes
 where, setting them up in each actor (stage.py), feeding inputs and reading results.
 
-Set up only where every actor of the graph shares the driver's host (and network
-namespace) and the graph has nothing this path does not carry (nodes nested inside
-arguments, per-call options, methods with other than one return); otherwise the
-compiled graph makes ordinary calls (compiled.py).
+An edge within a host (one network namespace) is a Unix socket, one between hosts TCP.
+Where the graph has what this path does not carry (nodes nested inside arguments,
+per-call options, methods with other than one return, an actor fed by nothing, hosts
+that cannot dial each other), the compiled graph makes ordinary calls (compiled.py).
 """
 
 from __future__ import annotations
@@ -111,32 +111,52 @@ class Wiring:
         graph_id = os.urandom(16)
         handles = list(self._actors.values())
         listened = core.get([h.__ray_call__.remote(stage.stage_listen, graph_id) for h in handles], SETUP_TIMEOUT_S)
+        controller = getattr(core, "controller", None)
+        listeners, my_local, my_remote = stage.listeners_for(graph_id, getattr(controller, "public_address", "") or "")
         here = channel.namespace_id()
-        if any(tuple(ns) != here for _, ns in listened):
+        ends = {actor: (local, remote, tuple(ns)) for actor, (local, remote, ns) in zip(self._actors, listened,
+                                                                                         strict=True)}
+        ends[None] = (my_local, my_remote, here)  # (the driver)
+
+        def address(src, dest) -> str:
+            """Where ``src`` (an actor id, None: the driver) dials ``dest``: the Unix
+            address on one host, the TCP one across hosts."""
+            local, remote, ns = ends[dest]
+            if ns == ends[src][2]:
+                return local
+            if remote is None:
+                raise Unwired("actors on several hosts, and one of them is not reachable over TCP "
+                              "(start the driver with init(address=...))")
+            return remote
+
+        try:
+            inputs = [(edge, address(None, actor)) for edge, _node, actor in self._inputs]
+            outs = {actor: {edge: address(actor, self._dest[edge]) for op in self._ops[actor] for edge in op.outs}
+                    for actor in self._actors}
+        except Unwired:
             core.get([h.__ray_call__.remote(stage.stage_drop, graph_id) for h in handles], SETUP_TIMEOUT_S)
-            raise Unwired("an actor of the graph is on another host")
-        address = {actor: addr for actor, (addr, _) in zip(self._actors, listened, strict=True)}
-        listener, my_address = channel.listen(graph_id)
+            for sock in listeners:
+                sock.close()
+            raise
         self._in_socks: dict[int, Any] = {}
         self._out_socks: dict[int, Any] = {}
         try:
-            for edge, _node, actor in self._inputs:
-                self._in_socks[edge] = channel.connect(address[actor], core.token, graph_id, edge)
+            for edge, where in inputs:
+                self._in_socks[edge] = channel.connect(where, core.token, graph_id, edge)
             starts = []
             for actor, handle in self._actors.items():
-                outs = {edge: (address[self._dest[edge]] if self._dest[edge] is not None else my_address)
-                        for op in self._ops[actor] for edge in op.outs}
                 ins = [edge for edge, dest in self._dest.items() if dest == actor]
-                starts.append(handle.__ray_call__.remote(stage.stage_start, graph_id, self._ops[actor], outs, ins,
-                                                         SETUP_TIMEOUT_S))
-            got = channel.accept(listener, core.token, graph_id, set(self._out_edges), SETUP_TIMEOUT_S)
+                starts.append(handle.__ray_call__.remote(stage.stage_start, graph_id, self._ops[actor], outs[actor],
+                                                         ins, SETUP_TIMEOUT_S))
+            got = channel.accept(listeners, core.token, graph_id, set(self._out_edges), SETUP_TIMEOUT_S)
             self._out_socks = {i: got[edge] for i, edge in enumerate(self._out_edges)}
             core.get(starts, SETUP_TIMEOUT_S)
         except BaseException:
             self.close()
             raise
         finally:
-            listener.close()
+            for sock in listeners:
+                sock.close()
 
     # -- running ----------------------------------------------------------------------------
 
