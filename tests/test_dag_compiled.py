@@ -155,3 +155,15 @@ def test_an_actor_fed_by_nothing_makes_calls(rt):
         assert meshrt.get(compiled.execute(1)) == [1, 6]
     finally:
         compiled.teardown()
+
+
+def test_compiling_over_a_dead_actor_says_so(rt):
+    alive, dead = Stage.remote(), Stage.remote()
+    meshrt.kill(dead)
+    with pytest.raises(exc.ActorDiedError):
+        meshrt.get(dead.forward.remote(0), timeout=60)
+    with InputNode() as inp:
+        dag = dead.forward.bind(alive.forward.bind(inp))
+    with pytest.raises(exc.ActorDiedError):
+        dag.experimental_compile()
+    assert meshrt.get(alive.forward.remote(2)) == 2

@@ -110,7 +110,13 @@ class Wiring:
         core = state.core()
         graph_id = os.urandom(16)
         handles = list(self._actors.values())
-        listened = core.get([h.__ray_call__.remote(stage.stage_listen, graph_id) for h in handles], SETUP_TIMEOUT_S)
+        try:
+            listened = core.get([h.__ray_call__.remote(stage.stage_listen, graph_id) for h in handles],
+                                SETUP_TIMEOUT_S)
+        except BaseException:  # (an actor is dead, say: the others forget their listeners)
+            for h in handles:
+                h.__ray_call__.remote(stage.stage_drop, graph_id)
+            raise
         controller = getattr(core, "controller", None)
         listeners, my_local, my_remote = stage.listeners_for(graph_id, getattr(controller, "public_address", "") or "")
         here = channel.namespace_id()
