@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 import meshrt
+from meshrt.dag import InputNode
 from meshrt.exceptions import ActorDiedError
 from meshrt.util import ActorPool
 from meshrt.util.multiprocessing import Pool
@@ -133,6 +134,15 @@ def main() -> None:
         print("imap_unordered, summed:", sum(mp_pool.imap_unordered(square, range(100))))
     alive = list_actors(filters=[("state", "=", "ALIVE")])
     print("alive actors:", sorted({a.class_name for a in alive}))
+
+    step("a call graph (Ray's DAG API), compiled: results go actor to actor")
+    first, second = Resizer.remote(), Resizer.remote()
+    with InputNode() as size:
+        graph = second.resize.bind(first.resize.bind(size))
+    compiled = graph.experimental_compile()
+    print("resize twice, 3 executions:", [meshrt.get(ref) for ref in [compiled.execute(n) for n in (8, 16, 32)]],
+          f"({compiled.path})")
+    compiled.teardown()
 
     step("shutdown: every worker exits with the driver")
     meshrt.shutdown()
