@@ -134,8 +134,10 @@ def _run(instance: Any, ops: list[Op], ins: dict, outs: dict, loop) -> None:
                         name = f"{type(instance).__name__}.{op.method}"
                         result = Failure(error_payload(err, name, os.getpid(), skip_frames=1).data)
                 done[op.op_id] = result
-                for edge in op.outs:
-                    _send(outs[edge], result, f"{type(instance).__name__}.{op.method}")
+                if op.outs:
+                    encoded = _encoded(result, f"{type(instance).__name__}.{op.method}")  # (once for every edge)
+                    for edge in op.outs:
+                        channel.write(outs[edge], encoded)
     except channel.ChannelClosed:
         pass  # (torn down, or a neighbour died: closing ours passes it on)
     except BaseException:  # (a bug here must not leave the driver waiting: closing ours tells it)
@@ -147,17 +149,15 @@ def _run(instance: Any, ops: list[Op], ins: dict, outs: dict, loop) -> None:
             sock.close()
 
 
-def _send(sock, result: Any, name: str) -> None:
-    """Send a result; one that cannot be pickled goes as the error that says so."""
+def _encoded(result: Any, name: str) -> list:
+    """A result as a message; one that cannot be pickled as the error that says so."""
     from ..objstore.serialization import error_payload
 
     try:
-        channel.send(sock, result)
-    except channel.ChannelClosed:
-        raise
-    except Exception as err:  # noqa: BLE001 - (pickling failed: nothing was written)
+        return channel.encode(result)
+    except Exception as err:  # noqa: BLE001
         error = TypeError(f"{name} returned a value that cannot be serialized: {err}")
-        channel.send(sock, Failure(error_payload(error, name, os.getpid()).data))
+        return channel.encode(Failure(error_payload(error, name, os.getpid()).data))
 
 
 def _on_loop(awaitable, loop) -> Any:
