@@ -4,9 +4,9 @@ calls, checked and wired once, then executed many times.
 Compiling starts, in each actor of the graph, a thread that runs its methods of the
 graph for every execution, and joins those threads (and the driver) with a socket per
 edge (channel.py, stage.py, wiring.py): a result goes straight to the actor that needs
-it, as in Ray. Where that cannot be set up (an actor on another host, a node nested in
-an argument, per-call options), an execution makes the ordinary calls ``execute()``
-makes. Either way Ray's contract holds: the graph is actor methods on live actors fed
+it, as in Ray. Where that cannot be set up (hosts that cannot dial each other, a node
+nested in an argument, per-call options), an execution makes the ordinary calls
+``execute()`` makes. Either way Ray's contract holds: the graph is actor methods on live actors fed
 by one InputNode, each result is read once, a torn-down graph runs no more.
 """
 

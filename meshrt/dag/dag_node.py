@@ -66,9 +66,11 @@ class DAGNode:
 
     def experimental_compile(self, *, enable_asyncio: bool = False, _submit_timeout: float | None = None,
                              **_ray_options: Any):
-        """Ray's compiled graph: the graph checked once (actor methods only, fed by an
-        InputNode), then ``execute()`` many times. Each execution makes the same actor
-        calls ``execute()`` makes here; results come back as CompiledDAGRefs."""
+        """Ray's compiled graph: the graph checked and wired once (actor methods only,
+        fed by an InputNode; compiled.py), then ``execute()`` many times, each result
+        going straight to the actor that needs it; results come back as
+        CompiledDAGRefs. ``_submit_timeout`` and Ray's other tuning options are taken
+        and unused: an execution here never waits to be submitted."""
         from .compiled import CompiledDAG
 
         return CompiledDAG(self, enable_asyncio=enable_asyncio, submit_timeout=_submit_timeout)
