@@ -41,17 +41,14 @@ def get(object_refs, *, timeout: float | None = None) -> Any:
     exception class), ActorDiedError, TaskCancelledError, or GetTimeoutError.
     """
     _check_timeout(timeout, "get()")
-    if getattr(object_refs, "_meshrt_compiled_ref", False):  # (a compiled graph's result: meshrt.dag)
-        return object_refs.get(timeout)
-    if (isinstance(object_refs, list) and object_refs
-            and all(getattr(ref, "_meshrt_compiled_ref", False) for ref in object_refs)):
-        return [ref.get(timeout) for ref in object_refs]
     if isinstance(object_refs, ObjectRef):
         _warn_if_in_event_loop("get")
         return state.core().get([object_refs], timeout)[0]
     if isinstance(object_refs, (list, tuple)):
         for i, ref in enumerate(object_refs):
             if not isinstance(ref, ObjectRef):
+                if all(_compiled(r) for r in object_refs):  # (a compiled graph's several results)
+                    return [r.get(timeout) for r in object_refs]
                 raise TypeError(
                     f"get() expects ObjectRefs, but item {i} of the list is a "
                     f"{type(ref).__qualname__}: {ref!r:.80}"
@@ -59,12 +56,18 @@ def get(object_refs, *, timeout: float | None = None) -> Any:
         _warn_if_in_event_loop("get")
         values = state.core().get(list(object_refs), timeout)
         return values
+    if _compiled(object_refs):  # (a compiled graph's result: meshrt.dag)
+        return object_refs.get(timeout)
     if isinstance(object_refs, ObjectRefGenerator):
         raise TypeError("get() of an ObjectRefGenerator: iterate it (for ref in gen) and get each ref")
     raise TypeError(
         f"get() expects an ObjectRef or a list of ObjectRefs, got a "
         f"{type(object_refs).__qualname__}: {object_refs!r:.80}"
     )
+
+
+def _compiled(ref: Any) -> bool:
+    return getattr(type(ref), "_meshrt_compiled_ref", False)
 
 
 def put(value: Any, *, _owner: Any = None) -> ObjectRef:

@@ -34,8 +34,9 @@ class Op:
     outs: list = field(default_factory=list)  # edge ids its result goes out on
 
     def in_edges(self) -> list[int]:
-        found = [spec[1] for spec in (*self.args, *self.kwargs.values()) if spec[0] == "edge"]
-        return list(dict.fromkeys(found))
+        """The edges it reads, each once."""
+        specs = (*self.args, *self.kwargs.values())
+        return list(dict.fromkeys(what for kind, what in specs if kind == "edge"))
 
 
 class Failure:
@@ -110,18 +111,14 @@ def stage_start(instance: Any, graph_id: bytes, ops: list[Op], out_addresses: di
 def _run(instance: Any, ops: list[Op], ins: dict, outs: dict, loop) -> None:
     from ..objstore.serialization import error_payload
 
+    reads = [(op, op.in_edges()) for op in ops]  # (worked out once, not per execution)
     try:
         while True:
             done: dict[int, Any] = {}
-            for op in ops:
-                got = {edge: channel.recv(ins[edge]) for edge in op.in_edges()}
-
-                def value(spec, got=got, done=done):
-                    kind, what = spec
-                    return what if kind == "const" else got[what] if kind == "edge" else done[what]
-
-                args = [value(spec) for spec in op.args]
-                kwargs = {key: value(spec) for key, spec in op.kwargs.items()}
+            for op, edges in reads:
+                got = {edge: channel.recv(ins[edge]) for edge in edges}
+                args = [_value(spec, got, done) for spec in op.args]
+                kwargs = {key: _value(spec, got, done) for key, spec in op.kwargs.items()}
                 failed = next((v for v in (*args, *kwargs.values()) if isinstance(v, Failure)), None)
                 if failed is not None:
                     result = failed  # (an input failed: so does this, with the first cause)
@@ -147,6 +144,11 @@ def _run(instance: Any, ops: list[Op], ins: dict, outs: dict, loop) -> None:
     finally:
         for sock in (*ins.values(), *outs.values()):
             sock.close()
+
+
+def _value(spec: tuple, got: dict, done: dict) -> Any:
+    kind, what = spec
+    return what if kind == "const" else got[what] if kind == "edge" else done[what]
 
 
 def _encoded(result: Any, name: str) -> list:
