@@ -101,13 +101,18 @@ async def test_large_bytes_lent_to_the_lane_come_back_intact(rt, monkeypatch):
     procs = this_host().spawn_procs(per_host={"gpus": 1})
     log = procs.spawn("log", Log)
     await log.add.call_one(0)
-    _wait_for_lane(log)
-    lanes = state.core().direct_lanes
+    worker = _wait_for_lane(log)
+    core = state.core()
+    lanes = core.direct_lanes
+    conn, _ = core.direct_conn(worker)
     sent = []
     send = type(lanes).send
     monkeypatch.setattr(type(lanes), "send", lambda self, *a: sent.append(send(self, *a)) or sent[-1])
     for size in (1 << 20, 8 << 20, 3 << 20):
+        # (a call takes the lane only when nothing sent before is still queued on the core
+        # connection, such as the end of the last reply's loan: it would be overtaken)
         blob = os.urandom(size)
+        assert wait_until(lambda: conn.frames_sent_if_idle() is not None and core.io.caught_up(), 10)
         assert await log.echo.call_one(blob) == blob
     assert sent == [True, True, True]
     await procs.stop()
