@@ -374,7 +374,8 @@ ActorHandleNotFoundError = ActorNotFoundError
 # or for features meshrt does not have (runtime envs, placement groups). They exist so
 # that Ray code naming them in ``except`` still imports and runs.
 class RaySystemError(MeshrtError):
-    """Ray's internal system error; meshrt raises none."""
+    """Ray's internal system error; meshrt raises it only for a compiled graph that was
+    torn down or lost an actor (meshrt.dag), as Ray does."""
 
 
 class NodeDiedError(MeshrtError):
@@ -410,6 +411,12 @@ class RuntimeEnvSetupError(MeshrtError):
     """Ray: a runtime_env could not be set up; meshrt does not build runtime envs."""
 
 
+class RayCgraphCapacityExceeded(RaySystemError):
+    """Raised by a compiled graph's ``execute()`` with ``_max_inflight_executions``
+    executions whose results have not come back, or by a read that would keep more than
+    ``_max_buffered_results`` results unread (meshrt.dag; Ray's limits and defaults)."""
+
+
 __all__ += ["RaySystemError", "NodeDiedError", "LocalRayletDiedError", "ObjectFetchTimedOutError",
             "ObjectReconstructionFailedError", "OutOfMemoryError", "OutOfDiskError",
-            "PendingCallsLimitExceeded", "RuntimeEnvSetupError"]
+            "PendingCallsLimitExceeded", "RuntimeEnvSetupError", "RayCgraphCapacityExceeded"]

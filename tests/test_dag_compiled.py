@@ -46,7 +46,7 @@ def test_results_go_through_the_graphs_sockets(rt):
     first, second = Stage.remote(2), Stage.remote(10)
     with InputNode() as inp:
         dag = MultiOutputNode([second.forward.bind(first.forward.bind(inp[0])), first.forward.bind(inp.k)])
-    compiled = dag.experimental_compile()
+    compiled = dag.experimental_compile(_max_inflight_executions=20)
     try:
         assert compiled.path == "channels"
         refs = [compiled.execute(i, k=i) for i in range(20)]  # (many in flight, read in any order)
@@ -167,3 +167,46 @@ def test_compiling_over_a_dead_actor_says_so(rt):
     with pytest.raises(exc.ActorDiedError):
         dag.experimental_compile()
     assert meshrt.get(alive.forward.remote(2)) == 2
+
+
+def test_a_backed_up_graph_reads_its_results_rather_than_hang(rt):
+    """Many large executions, none read, and an output never read: the driver keeps the
+    results that come while it waits to send more (the stages would wait on it)."""
+    first, second = Stage.remote(), Stage.remote()
+    with InputNode() as inp:
+        dag = MultiOutputNode([second.forward.bind(first.forward.bind(inp)), first.forward.bind(inp)])
+    compiled = dag.experimental_compile(_max_inflight_executions=100)
+    try:
+        array = np.ones(1 << 18)  # 2 MiB: the sockets fill after a few
+        refs = [compiled.execute(array * i) for i in range(60)]
+        assert [meshrt.get(r[0])[0] for r in refs] == list(range(60))  # (output 1 is never read)
+        assert [meshrt.get(r[1])[-1] for r in refs[-3:]] == [57, 58, 59]
+    finally:
+        compiled.teardown()
+
+
+def test_rays_limits_on_executions_in_flight_and_results_kept(rt):
+    stage = Stage.remote()
+    with InputNode() as inp:
+        dag = stage.forward.bind(inp)
+    for compiled in (dag.experimental_compile(), MultiOutputNode([dag]).experimental_compile()):
+        try:
+            refs = [compiled.execute(i) for i in range(10)]  # (Ray's default: 10)
+            with pytest.raises(exc.RayCgraphCapacityExceeded, match="_max_inflight_executions=10"):
+                compiled.execute(10)
+            meshrt.get(refs[4])  # (five came back: five more may go)
+            refs += [compiled.execute(i) for i in range(10, 15)]
+            with pytest.raises(exc.RayCgraphCapacityExceeded):
+                compiled.execute(15)
+        finally:
+            compiled.teardown()
+    compiled = dag.experimental_compile(_max_inflight_executions=50, _max_buffered_results=3)
+    try:
+        refs = [compiled.execute(i) for i in range(6)]
+        with pytest.raises(exc.RayCgraphCapacityExceeded, match="_max_buffered_results=3"):
+            meshrt.get(refs[5])  # (it would keep 0..4 unread)
+        assert [meshrt.get(r) for r in refs] == list(range(6))  # (in order: nothing piles up; 5 read again)
+    finally:
+        compiled.teardown()
+    with pytest.raises(ValueError, match="_max_inflight_executions=0"):
+        dag.experimental_compile(_max_inflight_executions=0)

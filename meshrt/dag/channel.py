@@ -21,6 +21,7 @@ import select
 import socket
 import struct
 import time
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
@@ -137,9 +138,11 @@ def encode(value: Any) -> list:
     return [_HEADER.pack(len(data), len(raws)), *(_LENGTH.pack(r.nbytes) for r in raws), data, *raws]
 
 
-def write(sock: socket.socket, parts: list) -> None:
+def write(sock: socket.socket, parts: list, when_full: Callable[[socket.socket], None] | None = None) -> None:
+    """Send one message. A non-blocking ``sock`` calls ``when_full(sock)`` each time its
+    buffer is full (the driver reads results meanwhile: wiring.py), then goes on."""
     try:
-        _sendall(sock, parts)
+        _sendall(sock, parts, when_full)
     except OSError as err:
         raise ChannelClosed(str(err)) from None
 
@@ -148,10 +151,14 @@ def send(sock: socket.socket, value: Any) -> None:
     write(sock, encode(value))
 
 
-def _sendall(sock: socket.socket, parts: list) -> None:
+def _sendall(sock: socket.socket, parts: list, when_full: Callable[[socket.socket], None] | None) -> None:
     views = [memoryview(p).cast("B") for p in parts]
     while views:
-        sent = sock.sendmsg(views[:512])
+        try:
+            sent = sock.sendmsg(views[:512])
+        except BlockingIOError:
+            when_full(sock)
+            continue
         while sent and views:
             if sent >= views[0].nbytes:
                 sent -= views[0].nbytes

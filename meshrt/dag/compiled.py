@@ -24,6 +24,10 @@ from .output_node import MultiOutputNode
 from .run import in_order, run_graph
 from .wiring import Unwired, Wiring
 
+# Ray's defaults for its limits (its RAY_CGRAPH_max_inflight_executions and _max_buffered_results)
+DEFAULT_MAX_INFLIGHT_EXECUTIONS = 10
+DEFAULT_MAX_BUFFERED_RESULTS = 1000
+
 
 class CompiledDAGRef:
     """One result of one execution: ``meshrt.get(ref)`` or ``ref.get()``, once."""
@@ -38,8 +42,15 @@ class CompiledDAGRef:
     def get(self, timeout: float | None = None) -> Any:
         if self._taken:
             raise ValueError(f"{self!r} was read already; a compiled graph's result is read once (keep the value)")
+        try:
+            value = self._read(timeout)
+        except (exc.GetTimeoutError, exc.RayCgraphCapacityExceeded):
+            raise  # (nothing was taken: it can be read again)
+        except BaseException:
+            self._taken = True
+            raise
         self._taken = True
-        return self._read(timeout)
+        return value
 
     def __reduce__(self):
         raise ValueError(f"{self!r} cannot be pickled or passed to a task or actor; get() its value and pass that")
@@ -75,17 +86,21 @@ class CompiledDAG:
     """``dag.experimental_compile()``: run it with ``execute(...)`` (or, compiled with
     ``enable_asyncio=True``, ``await execute_async(...)``); ``teardown()`` ends it."""
 
-    def __init__(self, root: DAGNode, *, enable_asyncio: bool, submit_timeout: float | None) -> None:
+    def __init__(self, root: DAGNode, *, enable_asyncio: bool, submit_timeout: float | None,
+                 max_inflight: int | None = None, max_buffered: int | None = None) -> None:
         if not isinstance(enable_asyncio, bool):
             raise TypeError(f"experimental_compile(enable_asyncio={enable_asyncio!r}): give True or False")
+        self._max_inflight = _limit("_max_inflight_executions", max_inflight, DEFAULT_MAX_INFLIGHT_EXECUTIONS)
+        max_buffered = _limit("_max_buffered_results", max_buffered, DEFAULT_MAX_BUFFERED_RESULTS)
         _check_compilable(root)
         self._root = root
         self._asyncio = enable_asyncio
         self._submit_timeout = submit_timeout
         self._executions = 0
+        self._read_up_to = 0  # (the calls path: executions before this one had a result read)
         self._torn_down = False
         try:
-            self._wiring: Wiring | None = Wiring(root)
+            self._wiring: Wiring | None = Wiring(root, max_buffered)
             self.path = "channels"
         except Unwired as why:
             self._wiring = None
@@ -124,15 +139,21 @@ class CompiledDAG:
         if self._torn_down:
             raise exc.RaySystemError("this compiled graph was torn down (teardown()); compile the DAG again")
         index = self._executions
-        outputs = len(self._root._bound_args) if isinstance(self._root, MultiOutputNode) else 1
         wiring = self._wiring
+        finished = wiring.finished() if wiring is not None else self._read_up_to
+        if index - finished >= self._max_inflight:
+            raise exc.RayCgraphCapacityExceeded(
+                f"this compiled graph has {index - finished} executions whose results have not come back, its "
+                f"limit (_max_inflight_executions={self._max_inflight}); get() a result of a later execution "
+                f"first, or compile with a larger experimental_compile(_max_inflight_executions=...)")
+        outputs = len(self._root._bound_args) if isinstance(self._root, MultiOutputNode) else 1
         if wiring is not None:
             wiring.feed(args, kwargs)
             readers = [lambda timeout, k=k: wiring.result(index, k, timeout) for k in range(outputs)]
         else:
             out = run_graph(self._root, args, kwargs)
             refs = out if isinstance(self._root, MultiOutputNode) else [out]
-            readers = [lambda timeout, ref=ref: _value_of(ref, timeout) for ref in refs]
+            readers = [lambda timeout, ref=ref: self._value_of(index, ref, timeout) for ref in refs]
         self._executions += 1
         return index, readers
 
@@ -141,6 +162,21 @@ class CompiledDAG:
         if isinstance(self._root, MultiOutputNode):
             return [kind(read, f"execution {index}, output {i}") for i, read in enumerate(readers)]
         return kind(readers[0], f"execution {index}")
+
+    def _value_of(self, index: int, ref, timeout: float | None) -> Any:
+        """The calls path: a result read (as the channels path counts executions whose
+        results came back, Ray counts those read: every one before it is done too)."""
+        from .._private import state
+
+        try:
+            value = state.core().get([ref], timeout)[0]
+        except exc.GetTimeoutError:
+            raise
+        except BaseException:  # (its error came back: it is done)
+            self._read_up_to = max(self._read_up_to, index + 1)
+            raise
+        self._read_up_to = max(self._read_up_to, index + 1)
+        return value
 
     def __del__(self) -> None:
         wiring = getattr(self, "_wiring", None)
@@ -151,10 +187,12 @@ class CompiledDAG:
         return f"<CompiledDAG of {self._root!r}, {self._executions} execution(s)>"
 
 
-def _value_of(ref, timeout: float | None) -> Any:
-    from .._private import state
-
-    return state.core().get([ref], timeout)[0]
+def _limit(name: str, value: int | None, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"experimental_compile({name}={value!r}): give a whole number of 1 or more")
+    return value
 
 
 def _close_at_shutdown(graph: CompiledDAG) -> None:

@@ -64,16 +64,21 @@ class DAGNode:
 
         return run_graph(self, args, kwargs)
 
-    def experimental_compile(self, *, enable_asyncio: bool = False, _submit_timeout: float | None = None,
-                             **_ray_options: Any):
+    def experimental_compile(self, _submit_timeout: float | None = None, _buffer_size_bytes: int | None = None,
+                             enable_asyncio: bool = False, _max_inflight_executions: int | None = None,
+                             _max_buffered_results: int | None = None, **_ray_options: Any):
         """Ray's compiled graph: the graph checked and wired once (actor methods only,
         fed by an InputNode; compiled.py), then ``execute()`` many times, each result
         going straight to the actor that needs it; results come back as
-        CompiledDAGRefs. ``_submit_timeout`` and Ray's other tuning options are taken
-        and unused: an execution here never waits to be submitted."""
+        CompiledDAGRefs. Ray's limits hold, with Ray's defaults: at most
+        ``_max_inflight_executions`` (10) executions whose results have not come back,
+        ``_max_buffered_results`` (1000) results kept unread. ``_submit_timeout``,
+        ``_buffer_size_bytes`` and Ray's other tuning options are taken and unused (an
+        execution never waits to be submitted; a socket's buffer is the kernel's)."""
         from .compiled import CompiledDAG
 
-        return CompiledDAG(self, enable_asyncio=enable_asyncio, submit_timeout=_submit_timeout)
+        return CompiledDAG(self, enable_asyncio=enable_asyncio, submit_timeout=_submit_timeout,
+                           max_inflight=_max_inflight_executions, max_buffered=_max_buffered_results)
 
     # -- for the graph walk -----------------------------------------------------------------
 

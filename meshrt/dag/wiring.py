@@ -10,7 +10,9 @@ that cannot dial each other), the compiled graph makes ordinary calls (compiled.
 from __future__ import annotations
 
 import os
+import select
 import threading
+import time
 from typing import Any
 
 from .. import exceptions as exc
@@ -32,8 +34,9 @@ class Wiring:
     """A compiled graph's edges, built and connected; ``feed`` an execution's inputs,
     ``result`` reads output k of execution i."""
 
-    def __init__(self, root: DAGNode) -> None:
+    def __init__(self, root: DAGNode, max_buffered: int | None = None) -> None:
         self._plan(root)
+        self._max_buffered = max_buffered
         self._lock = threading.Lock()  # (one reader at a time)
         self._feed_lock = threading.Lock()  # (one execution's inputs at a time)
         self._buffered: dict[tuple[int, int], Any] = {}
@@ -156,7 +159,10 @@ class Wiring:
                                                          ins, SETUP_TIMEOUT_S))
             got = channel.accept(listeners, core.token, graph_id, set(self._out_edges), SETUP_TIMEOUT_S)
             self._out_socks = {i: got[edge] for i, edge in enumerate(self._out_edges)}
+            self._output_of = {sock: k for k, sock in self._out_socks.items()}
             core.get(starts, SETUP_TIMEOUT_S)
+            for sock in self._in_socks.values():  # (a full one reads results meanwhile: _when_full)
+                sock.setblocking(False)
         except BaseException:
             self.close()
             raise
@@ -178,34 +184,64 @@ class Wiring:
         with self._feed_lock:
             for edge, encoded in parts:
                 try:
-                    channel.write(self._in_socks[edge], encoded)
+                    channel.write(self._in_socks[edge], encoded, self._when_full)
                 except channel.ChannelClosed:
                     self._broken = ("an actor of this compiled graph died or was killed; compile the graph "
                                     "again with live actors")
                     raise exc.RaySystemError(self._broken) from None
 
+    def _when_full(self, sock) -> None:
+        """An input socket is full: the graph is backed up behind results nobody has read
+        yet. Read them into the buffer until the socket takes more (else the stages wait
+        on the driver and the driver on them: a hang)."""
+        if not self._lock.acquire(blocking=False):  # (a get() is reading them already)
+            select.select([], [sock], [], 0.01)
+            return
+        try:
+            while not select.select([], [sock], [], 0)[1]:
+                if self._broken is not None:
+                    raise channel.ChannelClosed(self._broken)
+                self._take_results(None, sock)
+        finally:
+            self._lock.release()
+
+    def _take_results(self, timeout: float | None, writable=None) -> bool:
+        """With the read lock: wait up to ``timeout`` for results (or for ``writable`` to
+        take more), and keep each one that came, from any output. False: none came."""
+        socks = list(self._out_socks.values())
+        ready, wr, _ = select.select(socks, [writable] if writable is not None else [], [], timeout)
+        for sock in ready:
+            k = self._output_of[sock]
+            try:
+                got = channel.recv(sock)
+            except channel.ChannelClosed:
+                self._broken = ("an actor of this compiled graph died or was killed before its result came; "
+                                "compile the graph again with live actors")
+                continue
+            self._buffered[(self._read[k], k)] = got
+            self._read[k] += 1
+        return bool(ready or wr)
+
+    def finished(self) -> int:
+        """How many executions have all their results here (read, or kept to be read)."""
+        return min(self._read)
+
     def result(self, index: int, output: int, timeout: float | None) -> Any:
         """Output ``output`` of execution ``index`` (read in order, kept until asked)."""
-        import time
-
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             while (index, output) not in self._buffered:
                 if self._broken is not None:
                     raise exc.ActorDiedError(class_name="compiled graph", cause=self._broken)
-                sock = self._out_socks[output]
+                if self._max_buffered is not None and len(self._buffered) >= self._max_buffered:
+                    raise exc.RayCgraphCapacityExceeded(
+                        f"this compiled graph keeps {len(self._buffered)} results unread, its limit "
+                        f"(_max_buffered_results={self._max_buffered}); get() the earlier results first, or "
+                        f"compile with a larger experimental_compile(_max_buffered_results=...)")
                 left = None if deadline is None else max(deadline - time.monotonic(), 0)
-                if not channel.readable(sock, left):
+                if not self._take_results(left):
                     raise exc.GetTimeoutError(f"a compiled graph's result (execution {index}) not here after "
                                               f"{timeout} s; give get() a larger timeout (or None)")
-                try:
-                    got = channel.recv(sock)
-                except channel.ChannelClosed:
-                    self._broken = ("an actor of this compiled graph died or was killed before its result came; "
-                                    "compile the graph again with live actors")
-                    continue
-                self._buffered[(self._read[output], output)] = got
-                self._read[output] += 1
             value = self._buffered.pop((index, output))
         if isinstance(value, stage.Failure):
             from ..objstore.serialization import Payload, error_from_payload

@@ -93,6 +93,21 @@ def test_compiled_graph_of_actor_methods(cluster):
         compiled.teardown()
 
 
+def test_compiled_graph_limits_executions_in_flight(cluster):
+    first = Model.remote(3)
+    with InputNode() as inp:
+        dag = first.forward.bind(inp)
+    compiled = dag.experimental_compile(_max_inflight_executions=4)
+    try:
+        refs = [compiled.execute(i) for i in range(4)]
+        with pytest.raises(ray.exceptions.RayCgraphCapacityExceeded):
+            compiled.execute(4)
+        assert [ray.get(ref) for ref in refs] == [0, 3, 6, 9]
+        assert ray.get(compiled.execute(5)) == 15
+    finally:
+        compiled.teardown()
+
+
 def test_compiled_graph_with_several_outputs(cluster):
     a, b = Model.remote(1), Model.remote(-1)
     with InputNode() as inp:
