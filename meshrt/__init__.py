@@ -15,6 +15,7 @@ from ._private.api import ActorClass, ActorHandle, ActorMethod, RemoteFunction, 
 from ._private.driver import init, is_initialized, shutdown
 from ._private.memory import memory_summary
 from ._private.refs import ObjectRef, ObjectRefGenerator
+from ._private.timeline import timeline
 from ._private.toplevel import (
     RuntimeContext,
     available_resources,
@@ -85,6 +86,7 @@ __all__ = [
     "available_resources",
     "cluster_resources",
     "nodes",
+    "timeline",
     "memory_summary",
     "ObjectRef",
     "ObjectRefGenerator",

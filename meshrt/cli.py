@@ -3,6 +3,7 @@
     meshrt agent --address HEAD:PORT [--token-file PATH]   join a cluster as a host
     meshrt status --address HEAD:PORT [--token-file PATH]  hosts, actors, object store
     meshrt list actors|workers|tasks|objects --address HEAD:PORT [--filter FIELD=VALUE] [--limit N]
+    meshrt timeline --address HEAD:PORT [--output PATH]     tasks and calls as a Chrome trace
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     listing.add_argument("--filter", action="append", default=[], metavar="FIELD=VALUE",
                          help="keep rows whose FIELD is VALUE (FIELD!=VALUE: is not); repeatable")
     listing.add_argument("--limit", type=int, default=100, help="at most this many rows (default 100)")
+    trace = sub.add_parser("timeline", help="write the tasks and actor calls that ran in a running cluster "
+                           "as a Chrome trace (as `ray timeline`)")
+    trace.add_argument("--address", help="the driver's HOST:PORT (meshrt.init(address=...))")
+    trace.add_argument("--token-file", help="file holding the cluster token (as for agent)")
+    trace.add_argument("--output", help="where to write it (default: meshrt-timeline-DATE.json in the temp dir)")
     args = parser.parse_args(argv)
     if args.command == "agent":
         return run_agent(args)
@@ -51,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_status(args)
     if args.command == "list":
         return run_list(args)
+    if args.command == "timeline":
+        return run_timeline(args)
     return 2
 
 
@@ -94,6 +102,29 @@ def run_list(args) -> int:
     except ValueError as err:
         print(f"meshrt list: {err}", file=sys.stderr)
         return 2
+    return 0
+
+
+def run_timeline(args) -> int:
+    import tempfile
+    import time
+
+    from ._private.timeline import chrome_events
+
+    processes = _ask(args, "timeline", "timeline")
+    if isinstance(processes, int):
+        return processes
+    path = args.output or os.path.join(tempfile.gettempdir(),
+                                       time.strftime("meshrt-timeline-%Y-%m-%d_%H-%M-%S.json"))
+    events = chrome_events(processes)
+    try:
+        with open(path, "w") as f:
+            json.dump(events, f)
+    except OSError as err:
+        print(f"meshrt timeline: cannot write {path}: {err}; give --output PATH", file=sys.stderr)
+        return 1
+    calls = sum(e["ph"] == "X" for e in events)
+    print(f"{calls} calls written to {path}: open it in chrome://tracing or https://ui.perfetto.dev")
     return 0
 
 

@@ -37,6 +37,7 @@ from .pool_upkeep import PoolUpkeep
 from .spawn import Zygote, attach_pipes, end_preforked, new_tail, worker_output
 from .state_tables import StateTables
 from .task_hosts import TaskHosts, TaskRecord
+from .timeline_table import TimelineTable
 
 log = logging.getLogger("meshrt")
 
@@ -81,7 +82,7 @@ class WorkerRecord:
 
 
 class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHosts, PlacementGroups, ControlRequests,
-                 LogOptions, PoolUpkeep, StateTables, MetricsTable):
+                 LogOptions, PoolUpkeep, StateTables, MetricsTable, TimelineTable):
     def __init__(self, core, io, config: dict) -> None:
         self.core = core
         self.io = io
@@ -117,6 +118,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
         HostDirectory.__init__(self)
         LogOptions.__init__(self)
         PlacementGroups.__init__(self)
+        TimelineTable.__init__(self)
         self.handlers = {
             m.Hello: self.on_hello,
             m.SubmitTask: self.on_submit_task,
@@ -128,6 +130,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
             m.StoreUpdate: self.on_store_update,
             **self.actor_handlers(),
             **self.host_handlers(),
+            **self.timeline_handlers(),
         }
 
     # -- life cycle ----------------------------------------------------------------------

@@ -19,7 +19,7 @@ import uuid
 import warnings
 from typing import Any
 
-from . import context, gpus, metrics_local, runtime_env, spin, state
+from . import call_record, context, gpus, metrics_local, runtime_env, spin, state
 from . import messages as m
 from .controller import Controller
 from .core import Core
@@ -319,6 +319,7 @@ def init(
         tcp = _tcp_address(address)
         token = _token(tcp, token_file)
         spin.limit_ns()  # (a bad MESHRT_SPIN_US is named here, not by each lane's thread)
+        call_record.clear()  # (meshrt.timeline() covers this session: not the calls of an earlier one)
         if tcp is not None:
             from . import heartbeat
 

@@ -39,7 +39,7 @@ from ..objstore.serialization import (
     system_error_payload,
 )
 from . import args as argpack
-from . import call_payloads, call_streams, context, ids, lanes, runtime_env
+from . import call_payloads, call_record, call_streams, context, ids, lanes, runtime_env
 from . import messages as m
 from .concurrency_groups import Groups
 from .deferred import Deferred
@@ -65,7 +65,7 @@ class Call:
     """One unit of work for the executor: a pool task or an actor method call."""
 
     __slots__ = ("task_id", "name", "method", "args", "deps", "num_returns", "dest", "held",
-                 "arg_refs", "spec", "is_task", "granted", "last", "group", "borrowed")
+                 "arg_refs", "spec", "is_task", "granted", "last", "group", "borrowed", "span")
 
     def __init__(self, task_id, name, method, args, deps, num_returns, dest, held, arg_refs, spec=None):
         self.task_id = task_id
@@ -83,6 +83,7 @@ class Call:
         self.last = False  # the worker's last task (its function's max_calls reached): exit after
         self.group: str | None = None  # the concurrency group chosen for this call, if any
         self.borrowed: tuple = ()  # (value, loan) for each large bytes argument the caller lent
+        self.span: str | None = None  # its name in meshrt.timeline(), where not ``name`` (a mesh endpoint's)
 
 
 class Executor:
@@ -350,6 +351,7 @@ class Executor:
             self._finish(call, self._cancelled(call))
             return
         on_main = threading.get_ident() == self.main_ident
+        started = time.time_ns()
         ctx = context.enter(call, self.core)
         try:
             fn = self._resolve_target(call)
@@ -378,6 +380,7 @@ class Executor:
             self._failed(call, err)
         finally:
             context.leave(ctx)
+            call_record.note(call.span or call.name, call.task_id, call_record.TASK if call.is_task else call_record.ACTOR_CALL, started)
 
     def _settled(self, call: Call, ok: bool, value: Any) -> None:
         """A Deferred a method returned has settled (on the thread that settled it)."""
@@ -460,6 +463,7 @@ class Executor:
         self.actor_spec = spec
         context.set_actor(spec, self.core, incarnation)  # (get_runtime_context() in __init__, too)
         error = None
+        started = time.time_ns()
         try:
             if runtime_env.setup_error is not None:
                 raise runtime_env.setup_error
@@ -491,6 +495,7 @@ class Executor:
         except BaseException as err:  # noqa: BLE001
             error = error_payload(err, f"{spec.class_name}.__init__", os.getpid(), skip_frames=1)
             self.user_loop = None
+        call_record.note(f"{spec.class_name}.__init__", spec.actor_id, call_record.ACTOR_CREATION, started)
         self.core.io.post(self.core.send_controller, m.ActorStarted(spec.actor_id, incarnation, error))
 
     def _offer_main_lane(self) -> None:
@@ -532,6 +537,7 @@ class Executor:
             self.async_tasks.pop(call.task_id, None)
 
     async def _run_coroutine(self, call: Call, fn) -> None:
+        started = time.time_ns()
         ctx = context.enter(call, self.core)
         try:
             args, kwargs = argpack.unpack(call_payloads.arguments(call), call.deps, deserialize, fetch=False)
@@ -556,6 +562,7 @@ class Executor:
             self._failed(call, err)
         finally:
             context.leave(ctx)
+            call_record.note(call.span or call.name, call.task_id, call_record.ACTOR_CALL, started)
 
     def _system_exit(self, call: Call, stop: SystemExit) -> None:
         """``sys.exit()`` in an actor method ends the actor, as in Ray (its callers get

@@ -14,6 +14,7 @@ import asyncio
 import inspect
 import os
 import threading
+import time
 from typing import Any
 
 from .. import exceptions as exc
@@ -22,7 +23,7 @@ from ..scheduler.bundles import base_request, bundle_of
 from ..scheduler.bundles import summed as bundle_sum
 from ..scheduler.resources import NodeResources, from_units, normalize
 from . import args as argpack
-from . import context, ids
+from . import call_record, context, ids
 from .core import Core
 from .executor import ActorExit
 from .pending import PendingTask
@@ -81,6 +82,10 @@ class LocalCore(Core):
         self.node.check_feasible(base_request(units), what, actor)
 
     async def request(self, method: str, *args):
+        if method == "timeline":  # (no other process: the driver's own calls are the timeline)
+            from .timeline_table import driver_process
+
+            return driver_process(self.config["node_id"])
         if method in ("cluster_resources", "available_resources"):
             return self.node.as_floats("total")
         if method == "nodes":
@@ -143,7 +148,8 @@ class LocalCore(Core):
 
         return argpack.unpack(payload, tuple(dep_payloads), deserialize)
 
-    def _deliver(self, pt: PendingTask, fn, args, kwargs, name: str) -> None:
+    def _deliver(self, pt: PendingTask, fn, args, kwargs, name: str, kind: str = call_record.TASK) -> None:
+        started = time.time_ns()
         token = context.enter(_LocalCall(pt.task_id), self)
         try:
             result = fn(*args, **kwargs)
@@ -161,6 +167,7 @@ class LocalCore(Core):
             self._fail(pt, error_payload(err, name, os.getpid(), skip_frames=1))
         finally:
             context.leave(token)
+            call_record.note(name, pt.task_id, kind, started)
 
     def _pack(self, pt: PendingTask, result, name: str) -> list:
         n = pt.num_returns
@@ -282,7 +289,7 @@ class LocalCore(Core):
         else:
             with actor.lock:
                 try:
-                    self._deliver(pt, fn, *resolved, name)
+                    self._deliver(pt, fn, *resolved, name, call_record.ACTOR_CALL)
                 except ActorExit:
                     self._kill(handle._actor_id, actor, "exit_actor() was called")
                     self._fail(pt, actor.dead)
@@ -290,6 +297,7 @@ class LocalCore(Core):
 
     def _run_async(self, pt, fn, resolved, name, actor_id, actor) -> None:
         async def run():
+            started = time.time_ns()
             token = context.enter(_LocalCall(pt.task_id), self)
             try:
                 if pt.num_returns == -1:
@@ -307,6 +315,7 @@ class LocalCore(Core):
                 self._fail(pt, error_payload(err, name, os.getpid(), skip_frames=1))
             finally:
                 context.leave(token)
+                call_record.note(name, pt.task_id, call_record.ACTOR_CALL, started)
 
         if self.io.in_loop():  # called from another async method: finish later
             self.io.loop.create_task(run())

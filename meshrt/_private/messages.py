@@ -525,3 +525,18 @@ class DropHostCopies(NamedTuple):
 
     object_id: int
     hosts: tuple
+
+
+class AskTimeline(NamedTuple):
+    """Controller -> worker: send the calls that ran here (call_record.py) for meshrt.timeline()."""
+
+    req_id: int
+
+
+class TimelineRows(NamedTuple):
+    """Worker -> controller: the answer to AskTimeline ``req_id``; 0: unasked, the
+    process is leaving (timeline_table.py keeps them)."""
+
+    req_id: int
+    rows: list  # (start_ns, end_ns, name, task id, kind, thread ident)
+    threads: dict  # thread ident -> name

@@ -9,7 +9,17 @@ import os
 import sys
 import threading
 
-from . import addresses, context, direct_lanes, ids, lanes, loans, wire, workspace_files
+from . import (
+    addresses,
+    call_record,
+    context,
+    direct_lanes,
+    ids,
+    lanes,
+    loans,
+    wire,
+    workspace_files,
+)
 from . import messages as m
 from .channels import PeerChannel
 from .core import Core
@@ -66,6 +76,7 @@ class WorkerCore(Core):
             m.Exit: self.on_exit,
             m.Response: self.on_response,
             m.DirectLaneTaken: lambda conn, msg: direct_lanes.taken(self, msg),
+            m.AskTimeline: lambda conn, msg: conn.send(m.TimelineRows(msg.req_id, *call_record.taken())),
         })
 
     def offer_direct_lane(self, lane) -> None:
@@ -481,6 +492,10 @@ class WorkerCore(Core):
         """Flush what we owe and exit the process: once the results we lent have been
         read (their readers say so at once; LOAN_GRACE_S at most), as their bytes go
         with this process."""
+        rows, threads = call_record.taken()
+        if rows and self.ctl is not None and not self.ctl.closed:  # (kept for meshrt.timeline())
+            self.ctl.send(m.TimelineRows(0, rows, threads))
+            call_record.clear()  # (sent once)
         for conn in [self.ctl, self.agent, *(c.conn for c in self.channels.values())]:
             if conn is not None and not conn.closed:
                 conn._flush()

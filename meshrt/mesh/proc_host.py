@@ -150,6 +150,7 @@ class ProcHost:
             # running there is blocked waiting for this very call.
             await self._executor.helper_turn(task_id, key)
         hosted = self._hosted(key)
+        _name_span(f"{hosted.info.name}.{method}")
         fn = getattr(hosted.instance, method)
         turn = await self._take_turn(hosted, fn, task_id)
         hosted.running_async += 1
@@ -200,6 +201,7 @@ class ProcHost:
         arrival order, so it may block (``meshrt.get``, collectives) without stalling
         the async endpoints."""
         hosted = self._hosted(key)
+        _name_span(f"{hosted.info.name}.{method}")
         fn = getattr(hosted.instance, method)
         # [ref]: arguments stored by a caller on another host, fetched here (its agent
         # pulls them once per host); a bare ref would have travelled inside the message.
@@ -516,3 +518,10 @@ def _fetch(ref) -> Any:
     from .._private import state
 
     return state.core().get([ref], None)[0]
+
+
+def _name_span(name: str) -> None:
+    """The running call shows in meshrt.timeline() as the endpoint it runs (call_record.py)."""
+    call = rt_context.current_call()
+    if call is not None:
+        call.span = name
