@@ -13,6 +13,7 @@ from __future__ import annotations
 from . import exceptions
 from ._private.api import ActorClass, ActorHandle, ActorMethod, RemoteFunction, method, remote
 from ._private.driver import init, is_initialized, shutdown
+from ._private.logging_config import LoggingConfig
 from ._private.memory import memory_summary
 from ._private.refs import ObjectRef, ObjectRefGenerator
 from ._private.timeline import timeline
@@ -87,6 +88,7 @@ __all__ = [
     "cluster_resources",
     "nodes",
     "timeline",
+    "LoggingConfig",
     "memory_summary",
     "ObjectRef",
     "ObjectRefGenerator",

@@ -108,3 +108,56 @@ def test_mesh_output_is_prefixed_with_the_mesh_and_point(rt, capsys):
     mesh = this_host().spawn_procs(per_host={"gpus": 2}, name="trainers").spawn("t", Talky)
     pid = mesh.slice(gpus=1).say.call_one("from rank one").get(timeout=30)
     assert f"(trainers gpus=1 pid={pid}) from rank one" in _collect(capsys, "from rank one")
+
+
+@meshrt.remote
+def log_in_a_task(message):
+    logging.getLogger("app").info(message, extra={"step": 7})
+    logging.getLogger("app").debug("not at INFO")
+    return os.getpid()
+
+
+def test_logging_config_sets_the_workers_and_the_drivers_root_logger(capsys):
+    """Ray's LoggingConfig: records say who logged them (job, worker, node, task)."""
+    import json
+
+    meshrt.init(num_cpus=1, logging_config=meshrt.LoggingConfig(encoding="JSON", log_level="INFO",
+                                                                additional_log_standard_attrs=["name"]))
+    try:
+        pid = meshrt.get(log_in_a_task.remote("hello as json"))
+        out = _collect(capsys, "hello as json")
+        line = next(line for line in out.splitlines() if "hello as json" in line)
+        record = json.loads(line[line.index("{"):])
+        assert record["message"] == "hello as json" and record["levelname"] == "INFO"
+        assert record["name"] == "app" and record["step"] == 7 and record["process"] == pid
+        assert record["task_name"] == "log_in_a_task" and len(record["task_id"]) > 8
+        assert record["job_id"] == meshrt.get_runtime_context().get_job_id()
+        assert "not at INFO" not in out
+        logging.getLogger("driver").warning("from the driver")
+        driver_line = next(line for line in _collect(capsys, "from the driver").splitlines() if "from the driver" in line)
+        assert json.loads(driver_line)["worker_id"] == "00000000"
+    finally:
+        meshrt.shutdown()
+    meshrt.init(num_cpus=1, logging_config=meshrt.LoggingConfig(log_level="DEBUG"))
+    try:
+        pid = meshrt.get(log_in_a_task.remote("hello as text"))
+        out = _collect(capsys, "not at INFO")
+        line = next(line for line in out.splitlines() if "hello as text" in line)
+        assert f"(log_in_a_task pid={pid})" in line and "INFO test_logs.py:" in line and "-- hello as text" in line
+        assert "task_name=log_in_a_task" in line and "step=7" in line
+    finally:
+        meshrt.shutdown()
+    assert not [h for h in logging.getLogger().handlers if type(h).__name__ == "StreamHandler"
+                and getattr(h, "_meshrt_logging_config", False)]  # (taken off at shutdown)
+
+
+def test_logging_config_errors_name_the_setting():
+    with pytest.raises(ValueError, match="encoding"):
+        meshrt.LoggingConfig(encoding="XML")
+    with pytest.raises(ValueError, match="log_level"):
+        meshrt.LoggingConfig(log_level="LOUD")
+    with pytest.raises(ValueError, match="additional_log_standard_attrs"):
+        meshrt.LoggingConfig(additional_log_standard_attrs=["colour"])
+    with pytest.raises(TypeError, match="logging_config"):
+        meshrt.init(num_cpus=1, logging_config={"encoding": "JSON"})
+    assert not meshrt.is_initialized()

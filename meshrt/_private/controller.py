@@ -318,6 +318,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
             "sys_path": c["sys_path"], "cwd": c["cwd"], "session": c["session"],
             "ucx_unreached": [sorted(cut) for cut in self.ucx_unreached], "several_hosts": self.spreads_tasks,
             "runtime_env": c.get("runtime_env"), "workspace": self.workspaces.get(host_id, []),
+            "logging_config": c.get("logging_config"),
         }
 
     def _set_idle(self, w: WorkerRecord) -> None:

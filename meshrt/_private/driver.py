@@ -19,7 +19,7 @@ import uuid
 import warnings
 from typing import Any
 
-from . import call_record, context, gpus, metrics_local, runtime_env, spin, state
+from . import call_record, context, gpus, logging_config, metrics_local, runtime_env, spin, state
 from . import messages as m
 from .controller import Controller
 from .core import Core
@@ -306,6 +306,9 @@ def init(
     if unknown:
         raise TypeError(f"init() got unexpected keyword argument(s) {', '.join(unknown)}")
     job_env = runtime_env.check(ray_args.get("runtime_env"), "meshrt.init()", job=True)
+    logs = ray_args.get("logging_config")
+    if logs is not None and not isinstance(logs, logging_config.LoggingConfig):
+        raise TypeError(f"init(logging_config={logs!r}): give a meshrt.LoggingConfig(encoding=..., log_level=...)")
     with state.lock:
         current = state.core_or_none()
         if current is not None:
@@ -338,6 +341,7 @@ def init(
             "hostname": socket.gethostname(),
             "tcp_address": tcp,
             "spill_dir": ray_args.get("object_spilling_directory"),
+            "logging_config": logs.to_plain() if logs is not None else None,
         }
         if job_env is not None and local_mode:
             warnings.warn("meshrt.init(local_mode=True): runtime_env is not applied in local mode (tasks run in "
@@ -373,6 +377,7 @@ def init(
             worker_id=0, resources=amounts,
         )
         core.config = config
+        logging_config.apply(config["logging_config"])
         runtime_env.set_job(config.get("runtime_env"))
         state.set_core(core)
         _register_atexit()
@@ -477,6 +482,7 @@ def shutdown() -> None:
         state.set_core(None)
         runtime_env.set_job(None)
         metrics_local.local().reset()
+        logging_config.remove()
         try:
             core.shutdown()
         finally:

@@ -25,6 +25,7 @@ from .channels import PeerChannel
 from .core import Core
 from .executor import Call, Executor
 from .lent_payloads import drop_lent, forget_lent, lend_out, lend_value, lendable, on_pulled
+from .logging_config import apply as apply_logging_config
 
 LOAN_GRACE_S = 5.0  # an exiting actor waits at most this long for its lent results to be read
 
@@ -137,6 +138,7 @@ class WorkerCore(Core):
         if cwd and os.path.isdir(cwd):
             os.chdir(cwd)
         workspace_files.enter(config.get("workspace"))  # (HostMesh.sync_workspace, before this process began)
+        apply_logging_config(config.get("logging_config"))  # (init(logging_config=...), before any task)
         context.process.update(
             job_id=config.get("job_id"), node_id=config.get("node_id"),
             namespace=config.get("namespace", "default"), worker_id=self.worker_id,
