@@ -4,6 +4,7 @@
     meshrt status --address HEAD:PORT [--token-file PATH]  hosts, actors, object store
     meshrt list actors|workers|tasks|objects --address HEAD:PORT [--filter FIELD=VALUE] [--limit N]
     meshrt timeline --address HEAD:PORT [--output PATH]     tasks and calls as a Chrome trace
+    meshrt logs [FILE | --actor-id ID | --task-id ID | --pid PID] --address HEAD:PORT [--err] [--tail N] [--follow]
 """
 
 from __future__ import annotations
@@ -50,6 +51,16 @@ def main(argv: list[str] | None = None) -> int:
     trace.add_argument("--address", help="the driver's HOST:PORT (meshrt.init(address=...))")
     trace.add_argument("--token-file", help="file holding the cluster token (as for agent)")
     trace.add_argument("--output", help="where to write it (default: meshrt-timeline-DATE.json in the temp dir)")
+    logs = sub.add_parser("logs", help="list the workers' log files, or print one (as `ray logs`)")
+    logs.add_argument("filename", nargs="?", help="a log file's name (as listed); none: list them")
+    logs.add_argument("--actor-id", help="the log of this actor's process")
+    logs.add_argument("--task-id", help="the log of the process that ran this task")
+    logs.add_argument("--pid", type=int, help="the log of the worker with this pid")
+    logs.add_argument("--err", action="store_true", help="its stderr (default: stdout)")
+    logs.add_argument("--tail", type=int, default=1000, help="the last N lines (-1: all; default 1000)")
+    logs.add_argument("--follow", action="store_true", help="keep printing new lines until the process ends")
+    logs.add_argument("--address", help="the driver's HOST:PORT (meshrt.init(address=...))")
+    logs.add_argument("--token-file", help="file holding the cluster token (as for agent)")
     args = parser.parse_args(argv)
     if args.command == "agent":
         return run_agent(args)
@@ -59,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_list(args)
     if args.command == "timeline":
         return run_timeline(args)
+    if args.command == "logs":
+        return run_logs(args)
     return 2
 
 
@@ -128,7 +141,36 @@ def run_timeline(args) -> int:
     return 0
 
 
-def _ask(args, command: str, method: str):
+def run_logs(args) -> int:
+    import threading
+
+    picked = [(how, key) for how, key in (("filename", args.filename), ("actor_id", args.actor_id),
+                                          ("task_id", args.task_id), ("pid", args.pid)) if key is not None]
+    if len(picked) > 1:
+        print("meshrt logs: give one of FILE, --actor-id, --task-id or --pid", file=sys.stderr)
+        return 2
+    if not picked:
+        files = _ask(args, "logs", "log_files")
+        if isinstance(files, int):
+            return files
+        for name, node, _worker, pid in sorted(files, key=lambda f: (f[1], f[0])):
+            print(f"{node[:8]}  pid {pid}  {name}")
+        return 0
+    how, key = picked[0]
+    answer = _ask(args, "logs", "log_lines", how, key, "err" if args.err else "out", args.tail, None)
+    pause = threading.Event()
+    while not isinstance(answer, int):
+        _name, lines, offset, alive = answer
+        for line in lines:
+            print(line, flush=args.follow)
+        if not (args.follow and alive):
+            return 0
+        pause.wait(0.5)  # (then ask for what came since)
+        answer = _ask(args, "logs", "log_lines", how, key, "err" if args.err else "out", -1, offset)
+    return answer
+
+
+def _ask(args, command: str, method: str, *request):
     """The controller's answer to ``method``, or the exit code after saying what went wrong."""
     from ._private import messages as m
     from ._private import slurm, wire
@@ -157,7 +199,7 @@ def _ask(args, command: str, method: str):
                     reply.set_result(msg)
 
         conn = await wire.connect("tcp:" + address.removeprefix("tcp:"), token, on_messages=on_messages)
-        conn.send(m.Request(1, method, ()))
+        conn.send(m.Request(1, method, request))
         try:
             return await asyncio.wait_for(reply, 30)
         finally:

@@ -30,6 +30,7 @@ from .cluster_nodes import ClusterNodes
 from .control_requests import ControlRequests
 from .host_choice import HostChoice
 from .host_directory import HostDirectory, host_ip
+from .log_files import LogFiles
 from .log_options import LogOptions
 from .metrics_table import MetricsTable
 from .placement_groups import PlacementGroups
@@ -82,7 +83,7 @@ class WorkerRecord:
 
 
 class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHosts, PlacementGroups, ControlRequests,
-                 LogOptions, PoolUpkeep, StateTables, MetricsTable, TimelineTable):
+                 LogOptions, LogFiles, PoolUpkeep, StateTables, MetricsTable, TimelineTable):
     def __init__(self, core, io, config: dict) -> None:
         self.core = core
         self.io = io
@@ -119,6 +120,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
         LogOptions.__init__(self)
         PlacementGroups.__init__(self)
         TimelineTable.__init__(self)
+        LogFiles.__init__(self)
         self.handlers = {
             m.Hello: self.on_hello,
             m.SubmitTask: self.on_submit_task,
@@ -139,6 +141,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
         self.store = SharedStore(int(self.config["resources"]["object_store_memory"]),
                                  self.config.get("spill_dir"))
         self.env_dir = env_packages.new_host_dir()
+        self.open_log_dir()
         self.servers.append(await wire.listen(self.address, self.token, self._conn_kwargs, self.accepted))
         if self.tcp_address:
             server = await wire.listen(self.tcp_address, self.token, self._conn_kwargs, self.accepted)
@@ -248,7 +251,8 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
             w.pipes_open -= 1
             self._maybe_finalize(w)
 
-        w.pipes = attach_pipes(self.loop, out_fd, err_fd, worker_output(w, self.config["log_to_driver"]), eof)
+        w.pipes = attach_pipes(self.loop, out_fd, err_fd,
+                               worker_output(w, self.config["log_to_driver"], self.log_keeper(w)), eof)
         return w
 
     def spawn_background(self, coro) -> None:

@@ -53,3 +53,19 @@ def new_put_id() -> int:
 
 def to_hex(any_id: int, width: int = 30) -> str:
     return format(any_id, f"0{width}x")
+
+
+class HexId(str):
+    """An id as Ray's id types (TaskID, JobID) give it: the hex text itself (a str, as
+    meshrt has always returned), with their ``hex()``, ``binary()`` and ``is_nil()``."""
+
+    __slots__ = ()
+
+    def hex(self) -> str:
+        return str(self)
+
+    def binary(self) -> bytes:
+        return bytes.fromhex(self)
+
+    def is_nil(self) -> bool:
+        return False

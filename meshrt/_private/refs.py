@@ -50,10 +50,11 @@ class ObjectRef:
     def job_id(self) -> str | None:
         from . import context
 
-        return context.process.get("job_id")
+        job = context.process.get("job_id")
+        return ids.HexId(job) if job is not None else None
 
     def task_id(self) -> str:
-        return ids.to_hex(ids.task_of(self._id))
+        return ids.HexId(ids.to_hex(ids.task_of(self._id)))
 
     def owner_id(self) -> int:
         return self._owner

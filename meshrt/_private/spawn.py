@@ -454,12 +454,15 @@ class OutputPipe:
         self.on_eof()
 
 
-def worker_output(record, forward: bool) -> Callable[[str, list[str]], None]:
-    """The controller's sink: keep the stderr tail, and print with the worker's name."""
+def worker_output(record, forward: bool, keep=None) -> Callable[[str, list[str]], None]:
+    """The controller's sink: keep the stderr tail, print with the worker's name, and
+    ``keep(stream, lines)`` in the worker's log files (log_files.py)."""
 
     def sink(stream_name: str, text: list[str]) -> None:
         if stream_name == "stderr":
             record.stderr_tail.extend(text)
+        if keep is not None:
+            keep(stream_name, text)
         if forward and record.log_stream:  # (a mesh's logging_option may say otherwise)
             prefix = f"({record.label} pid={record.pid}) "
             if record.log_aggregator is not None:

@@ -1,0 +1,168 @@
+"""Every worker's output kept in files on the head, for Ray's ``list_logs`` / ``get_log``
+(meshrt.util.state) and ``meshrt logs``.
+
+Mixed into the Controller (which provides workers, actors, config, node_id_of_host,
+ended_tasks). The controller already reads each worker's stdout and stderr (through
+its pipes, or its host agent's WorkerOutput): the lines are also appended to
+``worker-<worker id>-<pid>.out`` / ``.err`` in ``<temp dir>/meshrt/session_<session>/logs``,
+so they can be read after the fact (with ``log_to_driver=False`` too). The last
+``SESSIONS_KEPT`` sessions' logs stay on disk, as Ray keeps its session directories;
+older ones are removed when a driver starts (never a running driver's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+
+from . import ids
+
+SESSIONS_KEPT = 5
+SUFFIXES = ("out", "err")
+
+
+def sessions_root() -> str:
+    return os.path.join(tempfile.gettempdir(), "meshrt")
+
+
+class LogFiles:
+    def __init__(self) -> None:
+        self.log_dir: str | None = None
+        self.log_files: dict[str, dict] = {}  # file name -> its worker's id, pid, host, actor
+        self._log_names: dict[tuple[int, str], str] = {}  # (worker id, "out" / "err") -> its file name
+
+    def open_log_dir(self) -> None:
+        """This session's log directory (older sessions' pruned first)."""
+        root = sessions_root()
+        _prune(root)
+        path = os.path.join(root, f"session_{self.config['session']}", "logs")
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError:  # (no writable temp dir: output still reaches the driver, just not kept)
+            return
+        self.log_dir = path
+
+    def log_keeper(self, w):
+        """What appends worker ``w``'s lines to its files (None: none are kept)."""
+        if self.log_dir is None:
+            return None
+
+        def keep(stream: str, lines: list[str]) -> None:
+            suffix = "out" if stream == "stdout" else "err"
+            name = self._log_names.get((w.id, suffix))
+            if name is None:  # (named once: by its pid, once known)
+                name = self._log_names[(w.id, suffix)] = self._name_of(w, suffix)
+                self.log_files[name] = {"wid": w.id, "pid": w.pid, "host": w.host, "actor_id": w.actor_id}
+            elif w.actor_id is not None:  # (a pool worker became an actor's process)
+                self.log_files[name]["actor_id"] = w.actor_id
+            try:  # (opened per batch: no descriptor held for each of many workers)
+                with open(os.path.join(self.log_dir, name), "a", encoding="utf-8", errors="replace") as f:
+                    f.write("".join(line + "\n" for line in lines))
+            except OSError:
+                pass  # (a full disk loses the kept copy, never the driver's)
+
+        return keep
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def rpc_log_files(self, caller: int) -> list:
+        """(file name, node id, worker id, pid) of every kept log."""
+        return [(name, self.node_id_of_host(info["host"]), ids.to_hex(info["wid"]), info["pid"])
+                for name, info in self.log_files.items()]
+
+    def rpc_log_lines(self, caller: int, how: str, key, suffix: str, tail: int, offset: int | None) -> tuple:
+        """The log picked by ``how`` (filename, actor_id, task_id or pid) = ``key``: its
+        lines from byte ``offset`` (None: the last ``tail``, -1: all), the offset after
+        them, and whether its process may still write more."""
+        if suffix not in SUFFIXES:
+            raise ValueError(f"get_log(suffix={suffix!r}): use 'out' (stdout) or 'err' (stderr)")
+        name, worker = self._log_of(how, key, suffix)
+        start = offset or 0
+        try:  # (written on this loop, a batch of whole lines at a time: no line is read half-written)
+            with open(os.path.join(self.log_dir or "", name), "rb") as f:
+                f.seek(start)
+                data = f.read()
+        except FileNotFoundError:  # (it has printed nothing on that stream yet)
+            data = b""
+        lines = data.decode("utf-8", errors="replace").splitlines()
+        if offset is None and tail >= 0:
+            lines = lines[-tail:] if tail else []
+        w = self.workers.get(worker)
+        return name, lines, start + len(data), w is not None and w.state != "dead"
+
+    def _log_of(self, how: str, key, suffix: str) -> tuple[str, int]:
+        """The file name and worker id of the log asked for (a clear error if none)."""
+        if how == "filename":
+            info = self.log_files.get(key) if isinstance(key, str) else None
+            if info is None:
+                raise ValueError(f"get_log(filename={key!r}): no such log; list_logs(node_id=...) names them")
+            return key, info["wid"]
+        if how == "task_id":
+            rows = [r for r in self.rpc_state_tasks(0) if r["task_id"] == key and r.get("worker_pid")]
+            if not rows:
+                raise ValueError(f"get_log(task_id={key!r}): no task by that id has run in a worker; an actor "
+                                 f"method's output is in its actor's log (get_log(actor_id=...))")
+            how, key = "pid", rows[-1]["worker_pid"]
+        if how == "actor_id":
+            rec = self.actors.get(int(key, 16)) if _is_hex(key) else None
+            if rec is None:
+                raise ValueError(f"get_log(actor_id={key!r}): no such actor (list_actors() gives their ids)")
+            if rec.worker in self.workers:  # (alive: its process now)
+                return self._name_of(self.workers[rec.worker], suffix), rec.worker
+            found = [(n, i["wid"]) for n, i in self.log_files.items()
+                     if i["actor_id"] == rec.spec.actor_id and n.endswith("." + suffix)]
+            if not found:
+                raise ValueError(f"get_log(actor_id={key!r}): the actor's process has printed nothing")
+            return found[-1]  # (its last process)
+        if how == "pid":
+            for w in list(self.workers.values()):
+                if w.pid == key and w.id:
+                    return self._name_of(w, suffix), w.id
+            found = [(n, i["wid"]) for n, i in self.log_files.items() if i["pid"] == key and n.endswith("." + suffix)]
+            if not found:
+                raise ValueError(f"get_log(pid={key!r}): no worker of this cluster had that pid")
+            return found[-1]
+        raise ValueError(f"get_log: unknown selector {how!r}")
+
+    def _name_of(self, w, suffix: str) -> str:
+        named = self._log_names.get((w.id, suffix))
+        if named is not None:
+            return named
+        return f"worker-{ids.to_hex(w.id)}-{w.pid}.{suffix}" if w.pid else f"worker-{ids.to_hex(w.id)}.{suffix}"
+
+
+def _is_hex(text) -> bool:
+    if not isinstance(text, str) or not text:
+        return False
+    try:
+        int(text, 16)
+    except ValueError:
+        return False
+    return True
+
+
+def _prune(root: str) -> None:
+    """Keep the newest SESSIONS_KEPT sessions' logs; never one whose driver still runs."""
+    try:
+        entries = [e for e in os.scandir(root) if e.is_dir() and e.name.startswith("session_")]
+    except OSError:
+        return
+    entries.sort(key=lambda e: e.stat().st_mtime, reverse=True)
+    for entry in entries[SESSIONS_KEPT:]:
+        pid = entry.name.rpartition("-")[2]
+        if pid.isdigit() and _alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            shutil.rmtree(entry.path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,116 @@
+"""list_logs / get_log (Ray's state API) and `meshrt logs`: every worker's output is
+kept in files on the head and read back by node, file, actor, task or pid."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import meshrt
+from meshrt.util.state import get_log, list_actors, list_logs
+
+from .helpers import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@meshrt.remote
+class Talker:
+    def say(self, *lines, err=False):
+        for line in lines:
+            print(line, file=sys.stderr if err else sys.stdout, flush=True)
+        return os.getpid()
+
+
+@meshrt.remote
+def shout(text):
+    print(text, flush=True)
+    return os.getpid()
+
+
+def _eventually(read, expected, timeout=10):
+    """The log as ``read()`` gives it, once it holds ``expected`` (output reaches the head
+    through the worker's pipe, a moment after the call returns)."""
+    wait_until(lambda: expected(read()), timeout)
+    return read()
+
+
+def test_logs_by_actor_task_pid_and_file_without_log_to_driver():
+    meshrt.init(num_cpus=2, log_to_driver=False)
+    try:
+        talker = Talker.remote()
+        actor_pid = meshrt.get(talker.say.remote("one", "two", "three"))
+        meshrt.get(talker.say.remote("oops", err=True))
+        task_ref = shout.remote("from the task")
+        task_pid = meshrt.get(task_ref)
+        actor_id = list_actors()[0].actor_id
+        node = meshrt.nodes()[0]["NodeID"]
+
+        out = _eventually(lambda: list(get_log(actor_id=actor_id)), lambda got: len(got) == 3)
+        assert out == ["one", "two", "three"]
+        assert list(get_log(actor_id=actor_id, tail=2)) == ["two", "three"]
+        assert _eventually(lambda: list(get_log(actor_id=actor_id, suffix="err")), bool) == ["oops"]
+        assert _eventually(lambda: list(get_log(pid=task_pid)), bool) == ["from the task"]
+        assert list(get_log(task_id=task_ref.task_id().hex())) == ["from the task"]
+
+        files = list_logs(node_id=node)
+        [actor_out] = [f for f in files["worker_out"] if f.endswith(f"-{actor_pid}.out")]
+        assert files["worker_err"] == [actor_out[:-4] + ".err"]
+        assert list(get_log(filename=actor_out)) == ["one", "two", "three"]
+        assert list_logs(node_id=node, glob_filter="*.err") == {"worker_err": files["worker_err"]}
+    finally:
+        meshrt.shutdown()
+
+
+def test_follow_yields_lines_as_they_come_and_ends_with_the_process(rt):
+    talker = Talker.remote()
+    meshrt.get(talker.say.remote("first"))
+    actor_id = list_actors()[0].actor_id
+    _eventually(lambda: list(get_log(actor_id=actor_id)), bool)
+    lines = get_log(actor_id=actor_id, follow=True, _interval=0.05)
+    assert next(lines) == "first"
+    meshrt.get(talker.say.remote("second"))
+    assert next(lines) == "second"
+    meshrt.kill(talker)
+    assert list(lines) == []  # (it ends: the process is gone)
+
+
+def test_bad_log_requests_say_what_to_give(rt):
+    with pytest.raises(ValueError, match="exactly one of"):
+        get_log()
+    with pytest.raises(ValueError, match="exactly one of"):
+        get_log(pid=1, actor_id="ab")
+    with pytest.raises(ValueError, match="no such actor"):
+        get_log(actor_id="ab12")
+    with pytest.raises(ValueError, match="no worker"):
+        get_log(pid=1)
+    with pytest.raises(ValueError, match="list_logs"):
+        get_log(filename="raylet.out")
+    with pytest.raises(ValueError, match="suffix"):
+        get_log(pid=1, suffix="log")
+    with pytest.raises(ValueError, match="node_id="):
+        list_logs()
+    with pytest.raises(ValueError, match="no such node"):
+        list_logs(node_id="feed")
+
+
+def test_meshrt_logs_on_the_command_line(monkeypatch):
+    monkeypatch.setenv("MESHRT_TOKEN", "3e" * 16)
+    address = meshrt.init(address="127.0.0.1:0", num_cpus=2, log_to_driver=False)["tcp_address"]
+    try:
+        talker = Talker.remote()
+        pid = meshrt.get(talker.say.remote("over the wire"))
+        actor_id = list_actors()[0].actor_id
+        _eventually(lambda: list(get_log(actor_id=actor_id)), bool)
+        run = [sys.executable, "-m", "meshrt", "logs", "--address", address]
+        listed = subprocess.run(run, capture_output=True, text=True, timeout=60)
+        assert listed.returncode == 0 and f"pid {pid}" in listed.stdout and ".out" in listed.stdout
+        shown = subprocess.run(run + ["--actor-id", actor_id], capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0 and shown.stdout == "over the wire\n"
+        bad = subprocess.run(run + ["--pid", "1"], capture_output=True, text=True, timeout=60)
+        assert bad.returncode == 1 and "no worker" in bad.stderr
+    finally:
+        meshrt.shutdown()
