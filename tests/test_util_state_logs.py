@@ -12,7 +12,11 @@ import pytest
 import meshrt
 from meshrt.util.state import get_log, list_actors, list_logs
 
+from . import test_multihost_nodes
 from .helpers import wait_until
+from .test_multihost_nodes import on
+
+two_nodes = test_multihost_nodes.two_nodes  # (the fixture: the head and one agent's host)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -114,3 +118,13 @@ def test_meshrt_logs_on_the_command_line(monkeypatch):
         assert bad.returncode == 1 and "no worker" in bad.stderr
     finally:
         meshrt.shutdown()
+
+
+def test_a_worker_on_another_host_has_its_log_on_the_head(two_nodes):
+    _head, other, remember, _agent = two_nodes
+    talker = Talker.options(**on(other["NodeID"])).remote()
+    pid = meshrt.get(talker.say.remote("from afar"), timeout=60)
+    remember()  # (its processes: gone by the end, the fixture checks)
+    assert _eventually(lambda: list(get_log(pid=pid)), bool) == ["from afar"]
+    [name] = list_logs(node_id=other["NodeID"])["worker_out"]
+    assert name.endswith(f"-{pid}.out")
