@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ._private.api import ActorClass, ActorHandle, ActorMethod
+from ._private.api import ActorClass, ActorHandle, ActorMethod, method
 from ._private.executor import ActorExit
 
-__all__ = ["exit_actor", "ActorHandle", "ActorClass", "ActorMethod"]
+__all__ = ["exit_actor", "method", "ActorHandle", "ActorClass", "ActorMethod"]
 
 
 def exit_actor() -> None:

@@ -4,6 +4,7 @@ controller knows now."""
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -11,13 +12,19 @@ import pytest
 import meshrt
 from meshrt.util.state import (
     get_actor,
+    get_job,
+    get_objects,
+    get_task,
+    get_worker,
     list_actors,
+    list_jobs,
     list_nodes,
     list_objects,
     list_placement_groups,
     list_tasks,
     list_workers,
     summarize_actors,
+    summarize_objects,
     summarize_tasks,
 )
 
@@ -149,3 +156,54 @@ def test_meshrt_list_on_the_command_line(monkeypatch):
         assert workers.returncode == 0 and str(pid) in workers.stdout
     finally:
         meshrt.shutdown()
+
+
+@meshrt.remote
+def quick(x):
+    return x
+
+
+def test_jobs_one_task_one_worker_and_objects_by_id(rt):
+    [job] = list_jobs()
+    assert job.job_id == meshrt.get_runtime_context().get_job_id() and job.status == "RUNNING"
+    assert job.type == "DRIVER" and sys.argv[0] in job.entrypoint and job.driver_info["pid"] == str(os.getpid())
+    assert get_job(job.job_id) == job and get_job("feed") is None
+    ref = quick.remote(1)
+    assert meshrt.get(ref) == 1
+    rows = get_task(ref.task_id().hex())
+    assert [r.state for r in rows] == ["FINISHED"] and rows[0].name == "quick"
+    worker = next(w for w in list_workers() if w.pid == rows[0].worker_pid)
+    assert get_worker(worker.worker_id) == worker
+    big = meshrt.put(np.zeros(1 << 20, dtype=np.uint8))  # (in the store: listed)
+    [obj] = get_objects(big.hex())
+    assert obj.object_size >= 1 << 20
+    summary = summarize_objects()["cluster"]
+    assert summary["total_objects"] >= 1 and summary["summary"]["shared memory"]["total_objects"] >= 1
+
+
+@meshrt.remote
+class Introspective:
+    def names(self):
+        ctx = meshrt.get_runtime_context()
+        return ctx.get_task_name(), ctx.get_task_function_name(), ctx.is_canceled()
+
+
+@meshrt.remote
+def task_names():
+    ctx = meshrt.get_runtime_context()
+    return (ctx.get_task_name(), ctx.get_task_function_name(), ctx.get_session_name(), ctx.get_temp_dir(),
+            ctx.should_capture_child_tasks_in_placement_group, ctx.current_placement_group_id)
+
+
+def test_runtime_context_names_the_running_task(rt):
+    ctx = meshrt.get_runtime_context()
+    assert ctx.get_task_name() is None and ctx.get_task_function_name() is None  # (the driver)
+    name, function, session, temp_dir, capture, group = meshrt.get(task_names.options(name="renamed").remote())
+    assert name == "renamed" and function == f"{__name__}.task_names"
+    assert session == ctx.get_session_name() and session and temp_dir.endswith(f"session_{session}")
+    assert capture is False and group is None
+    assert meshrt.get(Introspective.remote().names.remote()) == (
+        "Introspective.names", f"{__name__}.Introspective.names", False)
+    assert ctx.get_node_labels() == {"ray.io/node-id": ctx.get_node_id()}
+    with pytest.raises(RuntimeError, match="inside a task"):
+        ctx.is_canceled()

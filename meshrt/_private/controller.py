@@ -89,6 +89,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
         self.io = io
         self.loop = io.loop
         self.config = config
+        self.started_ms = int(time.time() * 1000)  # (the job's start_time: list_jobs)
         self.token: bytes = config["token"]
         self.node = NodeResources.create(config["resources"])
         self.scheduler = Scheduler(self.node)

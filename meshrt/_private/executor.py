@@ -95,6 +95,7 @@ class Executor:
         self.loop_ident = self.main_ident  # the thread an async actor's loop runs on
         self.running: int | None = None  # task id running on the main thread
         self.cancel_requested: set[int] = set()
+        self.interrupted: set[int] = set()  # running calls a cancel interrupted (until they end)
         self.code: dict[int, Any] = {}
         self.instance: Any = None
         self.actor_spec: m.ActorSpec | None = None
@@ -156,6 +157,7 @@ class Executor:
         running = self.running
         if running is not None and running in self.cancel_requested:
             self.cancel_requested.discard(running)
+            self.interrupted.add(running)  # (is_canceled() says so until the call ends)
             raise TaskInterrupted()
 
     def load(self, code_id: int) -> Any:
@@ -380,7 +382,9 @@ class Executor:
             self._failed(call, err)
         finally:
             context.leave(ctx)
-            call_record.note(call.span or call.name, call.task_id, call_record.TASK if call.is_task else call_record.ACTOR_CALL, started)
+            self.interrupted.discard(call.task_id)
+            kind = call_record.TASK if call.is_task else call_record.ACTOR_CALL
+            call_record.note(call.span or call.name, call.task_id, kind, started)
 
     def _settled(self, call: Call, ok: bool, value: Any) -> None:
         """A Deferred a method returned has settled (on the thread that settled it)."""

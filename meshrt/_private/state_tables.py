@@ -88,6 +88,20 @@ class StateTables:
             "required_resources": {k: from_units(v) for k, v in rec.spec.resources},
         }
 
+    def rpc_state_jobs(self, caller: int) -> list:
+        """This driver's job: the controller lives in the driver's process."""
+        import os
+        import sys
+
+        c = self.config
+        return [{
+            "job_id": c["job_id"], "type": "DRIVER", "status": "RUNNING",
+            "entrypoint": " ".join([os.path.basename(sys.executable), *sys.argv]),
+            "start_time": self.started_ms,
+            "driver_info": {"id": "driver", "node_ip_address": c.get("hostname", ""), "pid": str(os.getpid())},
+            "driver_node_id": c["node_id"], "runtime_env": dict(c.get("runtime_env") or {}),
+        }]
+
     def rpc_state_objects(self, caller: int) -> list:
         self.store.drain_unpins()
         node_id = self.node_id_of_host(0)

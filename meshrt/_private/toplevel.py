@@ -189,6 +189,63 @@ class RuntimeContext:
     def get_accelerator_ids(self) -> dict:
         return {"GPU": [str(g) for g in get_gpu_ids()]}
 
+    def get_resource_ids(self) -> dict:
+        """Ray's older name for get_accelerator_ids()."""
+        return self.get_accelerator_ids()
+
+    def get_task_name(self) -> str | None:
+        """The running task's name (``.options(name=...)``, else the function's), or the
+        actor method's (``Class.method``; a mesh endpoint's ``mesh.endpoint``); None in the driver."""
+        call = context.current_call()
+        if call is None or getattr(call, "task_id", 0) <= 0:
+            return None
+        return getattr(call, "span", None) or getattr(call, "name", None)
+
+    def get_task_function_name(self) -> str | None:
+        """The running task's function or actor method as ``module.qualname``; None in the driver."""
+        call = context.current_call()
+        executor = getattr(state.core_or_none(), "executor", None)
+        if call is None or getattr(call, "task_id", 0) <= 0 or executor is None:
+            return None
+        if getattr(call, "is_task", False):
+            fn = executor.load(call.spec.code_id)
+            return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', call.name)}"
+        cls = type(executor.instance)
+        method = call.name.rpartition(".")[2]
+        return f"{cls.__module__}.{cls.__qualname__}.{method}"
+
+    def is_canceled(self) -> bool:
+        """Whether ``meshrt.cancel()`` was asked for the running task (Ray's check from
+        inside a task that wants to stop on its own)."""
+        call = context.current_call()
+        executor = getattr(state.core_or_none(), "executor", None)
+        if call is None or getattr(call, "task_id", 0) <= 0 or executor is None:
+            raise RuntimeError("is_canceled() is only available inside a task or actor method")
+        return call.task_id in executor.cancel_requested or call.task_id in executor.interrupted
+
+    def get_session_name(self) -> str:
+        return str(getattr(state.core_or_none(), "config", {}).get("session") or context.process.get("session", ""))
+
+    def get_temp_dir(self) -> str:
+        """Where this session keeps its files (the workers' logs: meshrt.util.state.get_log)."""
+        import os
+
+        from .log_files import sessions_root
+
+        return os.path.join(sessions_root(), f"session_{self.get_session_name()}")
+
+    def get_node_labels(self) -> dict:
+        """Ray's node labels; meshrt nodes carry none but their id."""
+        return {"ray.io/node-id": self.get_node_id()}
+
+    @property
+    def current_placement_group_id(self) -> str | None:
+        return self.get_placement_group_id()
+
+    @property
+    def should_capture_child_tasks_in_placement_group(self) -> bool:
+        return context.capturing_group() is not None
+
     def get_pid(self) -> int:
         import os
 

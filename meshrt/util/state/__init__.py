@@ -2,20 +2,36 @@
 
 from .api import (
     get_actor,
+    get_job,
     get_node,
+    get_objects,
     get_placement_group,
+    get_task,
+    get_worker,
     list_actors,
+    list_jobs,
     list_nodes,
     list_objects,
     list_placement_groups,
     list_tasks,
     list_workers,
     summarize_actors,
+    summarize_objects,
     summarize_tasks,
 )
-from .common import ActorState, NodeState, ObjectState, PlacementGroupState, TaskState, WorkerState
+from .common import (
+    ActorState,
+    JobState,
+    NodeState,
+    ObjectState,
+    PlacementGroupState,
+    TaskState,
+    WorkerState,
+)
 from .logs import get_log, list_logs
 
-__all__ = ["ActorState", "NodeState", "ObjectState", "PlacementGroupState", "TaskState", "WorkerState",
-           "get_actor", "get_log", "get_node", "get_placement_group", "list_actors", "list_logs", "list_nodes", "list_objects",
-           "list_placement_groups", "list_tasks", "list_workers", "summarize_actors", "summarize_tasks"]
+__all__ = ["ActorState", "JobState", "NodeState", "ObjectState", "PlacementGroupState", "TaskState", "WorkerState",
+           "get_actor", "get_job", "get_log", "get_node", "get_objects", "get_placement_group", "get_task",
+           "get_worker", "list_actors", "list_jobs", "list_logs", "list_nodes", "list_objects",
+           "list_placement_groups", "list_tasks", "list_workers", "summarize_actors", "summarize_objects",
+           "summarize_tasks"]

@@ -12,7 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 from ..._private import state as rt_state
-from .common import ActorState, NodeState, ObjectState, PlacementGroupState, TaskState, WorkerState
+from .common import (
+    ActorState,
+    JobState,
+    NodeState,
+    ObjectState,
+    PlacementGroupState,
+    TaskState,
+    WorkerState,
+)
 
 _DEFAULT_LIMIT = 100
 
@@ -75,6 +83,33 @@ def get_node(id: str, address: str | None = None, timeout: int = 30) -> NodeStat
     return found[0] if found else None
 
 
+def list_jobs(address: str | None = None, filters: list | None = None, limit: int = _DEFAULT_LIMIT,
+              timeout: int = 30, detail: bool = False, raise_on_missing_output: bool = True,
+              _explain: bool = False) -> list[JobState]:
+    """The driver's job, RUNNING (a meshrt cluster is its driver's: one job)."""
+    return _listed("jobs", JobState, filters, limit, timeout)
+
+
+def get_job(id: str, address: str | None = None, timeout: int = 30) -> JobState | None:  # noqa: A002
+    found = list_jobs(filters=[("job_id", "=", id)], limit=1, timeout=timeout)
+    return found[0] if found else None
+
+
+def get_task(id: str, address: str | None = None, timeout: int = 30,  # noqa: A002
+             _explain: bool = False) -> list[TaskState]:
+    """Ray gives every attempt of the task: the rows of this task id (waiting, running, ended)."""
+    return list_tasks(filters=[("task_id", "=", id)], limit=1_000_000, timeout=timeout)
+
+
+def get_worker(id: str, address: str | None = None, timeout: int = 30) -> WorkerState | None:  # noqa: A002
+    found = list_workers(filters=[("worker_id", "=", id)], limit=1, timeout=timeout)
+    return found[0] if found else None
+
+
+def get_objects(id: str, address: str | None = None, timeout: int = 30) -> list[ObjectState]:  # noqa: A002
+    return list_objects(filters=[("object_id", "=", id)], limit=1_000_000, timeout=timeout)
+
+
 def get_placement_group(id: str, address: str | None = None,  # noqa: A002
                         timeout: int = 30) -> PlacementGroupState | None:
     found = list_placement_groups(filters=[("placement_group_id", "=", id)], limit=1, timeout=timeout)
@@ -102,6 +137,20 @@ def summarize_tasks(address: str | None = None, timeout: int = 30, raise_on_miss
                                                  "state_counts": {}})
         entry["state_counts"][row["state"]] = entry["state_counts"].get(row["state"], 0) + 1
     return {"cluster": {"summary": summary, "total_tasks": len(rows), "summary_by": "func_name"}}
+
+
+def summarize_objects(address: str | None = None, timeout: int = 30, raise_on_missing_output: bool = True,
+                      _explain: bool = False) -> dict:
+    """Objects in the head host's store, counted and sized by where they are (shared
+    memory or spilled), in the shape of Ray's summary."""
+    summary: dict[str, dict] = {}
+    rows = _ask("state_objects", timeout)
+    for row in rows:
+        entry = summary.setdefault(row["where"], {"total_objects": 0, "total_size_mb": 0.0})
+        entry["total_objects"] += 1
+        entry["total_size_mb"] += row["object_size"] / (1 << 20)
+    return {"cluster": {"summary": summary, "total_objects": len(rows),
+                        "total_size_mb": sum(r["object_size"] for r in rows) / (1 << 20), "summary_by": "where"}}
 
 
 # -- the snapshot and its filters -----------------------------------------------------------------

@@ -84,3 +84,20 @@ class PlacementGroupState(_Row):
     state: str  # PENDING | CREATED | REMOVED
     strategy: str = ""
     bundles: list = field(default_factory=list)
+
+
+@dataclass
+class JobState(_Row):
+    """The driver's job (meshrt runs one job per driver: the cluster is its own)."""
+
+    job_id: str
+    type: str  # DRIVER
+    status: str  # RUNNING
+    entrypoint: str = ""
+    submission_id: str | None = None
+    start_time: int | None = None  # ms since the epoch
+    end_time: int | None = None
+    driver_info: dict = field(default_factory=dict)  # id, node_ip_address, pid
+    driver_node_id: str | None = None
+    runtime_env: dict = field(default_factory=dict)
+    metadata: dict = field(default_factory=dict)
