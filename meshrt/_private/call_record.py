@@ -1,46 +1,107 @@
 """What ran in this process, kept for ``meshrt.timeline()``: one span per task, actor
 call or actor constructor (start, end, name, thread), the last ``KEPT`` of them.
 
-Always on, as cheap as two clock reads and an append, so a timeline covers what
+Always on, as cheap as two clock reads and a few stores, so a timeline covers what
 already ran (Ray records its events only with ``RAY_PROFILING=1``). The controller
 asks every process for its spans when a timeline is wanted (timeline_table.py); a
 process that exits on its own sends them first. Wall-clock times, so that spans of
 several hosts line up as far as their clocks do.
+
+The spans sit in fixed arrays, allocated at the first call (about 50 bytes a span,
+0.5 MB a process that ran anything), not as a tuple per span (five times that).
 """
 
 from __future__ import annotations
 
-import collections
+import itertools
 import os
+import sys
 import threading
 import time
+from array import array
 
-KEPT = 20_000
-
-# (start_ns, end_ns, name, task_id, kind, thread ident); deque appends and copies are
-# atomic under the GIL, so the threads that run calls need no lock
-_ran: collections.deque = collections.deque(maxlen=KEPT)
+KEPT = 10_000
 
 TASK = "task"
 ACTOR_CALL = "actor_task"
 ACTOR_CREATION = "actor_creation_task"
+_KINDS = (TASK, ACTOR_CALL, ACTOR_CREATION)
+_KIND_CODE = {kind: code for code, kind in enumerate(_KINDS)}
+
+
+class _Ring:
+    """Slot i % KEPT of each array holds span i. ``next()`` of a count is atomic under the
+    GIL, so threads that run calls at once write different slots without a lock."""
+
+    def __init__(self) -> None:
+        self.start = array("q", bytes(8 * KEPT))
+        self.end = array("q", bytes(8 * KEPT))
+        self.task_hi = array("Q", bytes(8 * KEPT))  # (a task id is wider than 64 bits)
+        self.task_lo = array("Q", bytes(8 * KEPT))
+        self.thread = array("Q", bytes(8 * KEPT))
+        self.kind = array("b", bytes(KEPT))
+        self.name: list = [None] * KEPT
+        self.count = itertools.count()
+        self.written = 0  # spans written so far (a reader's bound)
+
+
+_ring: _Ring | None = None
+_alloc = threading.Lock()
 
 
 def note(name: str, task_id: int, kind: str, start_ns: int) -> None:
     """A call that started at ``start_ns`` (``time.time_ns()``) ended now."""
-    _ran.append((start_ns, time.time_ns(), name, task_id, kind, threading.get_ident()))
+    end_ns = time.time_ns()
+    ring = _ring or _allocate()
+    i = next(ring.count)
+    slot = i % KEPT
+    ring.name[slot] = None  # (a reader skips it until it is whole)
+    ring.start[slot] = start_ns
+    ring.end[slot] = end_ns
+    task_id &= (1 << 128) - 1  # (meshrt's own calls have negative ids: kept as their two's complement)
+    ring.task_hi[slot] = task_id >> 64
+    ring.task_lo[slot] = task_id & 0xFFFF_FFFF_FFFF_FFFF
+    ring.thread[slot] = threading.get_ident()
+    ring.kind[slot] = _KIND_CODE[kind]
+    ring.name[slot] = sys.intern(name)
+    if i >= ring.written:
+        ring.written = i + 1
+
+
+def _allocate() -> _Ring:
+    global _ring
+    with _alloc:
+        if _ring is None:
+            _ring = _Ring()
+        return _ring
 
 
 def taken() -> tuple[list, dict]:
-    """The spans so far (oldest first) and the names of the threads they ran on."""
-    rows = list(_ran.copy())
+    """The spans so far, oldest first, as (start_ns, end_ns, name, task_id, kind, thread
+    ident), and the names of the threads they ran on."""
+    ring = _ring
+    if ring is None:
+        return [], {}
+    written = ring.written
+    first = max(0, written - KEPT)
+    rows = []
+    for i in range(first, written):
+        slot = i % KEPT
+        name = ring.name[slot]
+        if name is None:
+            continue
+        task_id = (ring.task_hi[slot] << 64) | ring.task_lo[slot]
+        if task_id >> 127:
+            task_id -= 1 << 128
+        rows.append((ring.start[slot], ring.end[slot], name, task_id, _KINDS[ring.kind[slot]], ring.thread[slot]))
     names = {t.ident: t.name for t in threading.enumerate()}
     return rows, {ident: names.get(ident, f"thread {ident}") for ident in {row[5] for row in rows}}
 
 
 def clear() -> None:
-    """Forget what ran (a new session starts in this process)."""
-    _ran.clear()
+    """Forget what ran (a new session starts in this process, or a forked one)."""
+    global _ring
+    _ring = None
 
 
 # A process forked from this one (a zygote, a worker) has run none of these calls.
