@@ -36,6 +36,19 @@ class Stage:
 
 
 @meshrt.remote
+class Holder:
+    def __init__(self):
+        self.gate = threading.Event()
+
+    def hold(self, x):
+        self.gate.wait(60)
+        return x
+
+    def release(self):
+        self.gate.set()
+
+
+@meshrt.remote
 class AsyncStage:
     async def forward(self, x):
         await asyncio.sleep(0)
@@ -210,3 +223,29 @@ def test_rays_limits_on_executions_in_flight_and_results_kept(rt):
         compiled.teardown()
     with pytest.raises(ValueError, match="_max_inflight_executions=0"):
         dag.experimental_compile(_max_inflight_executions=0)
+
+
+def test_teardown_wakes_a_get_waiting_in_another_thread(rt):
+    holder = Holder.remote()
+    with InputNode() as inp:
+        dag = holder.hold.bind(inp)
+    compiled = dag.experimental_compile()
+    waiting = compiled.execute(1)  # (its result comes only once released)
+    outcome = []
+    started = threading.Event()
+
+    def read():
+        started.set()
+        try:
+            outcome.append(waiting.get(timeout=60))
+        except Exception as err:  # noqa: BLE001
+            outcome.append(err)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    started.wait(10)
+    compiled.teardown()
+    reader.join(30)
+    meshrt.get(holder.release.remote())
+    assert not reader.is_alive() and len(outcome) == 1
+    assert isinstance(outcome[0], (exc.RaySystemError, exc.ActorDiedError)), outcome

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import select
+import socket
 import threading
 import time
 from typing import Any
@@ -198,10 +199,12 @@ class Wiring:
             select.select([], [sock], [], 0.01)
             return
         try:
-            while not select.select([], [sock], [], 0)[1]:
+            while not self._closed and not select.select([], [sock], [], 0)[1]:
                 if self._broken is not None:
                     raise channel.ChannelClosed(self._broken)
                 self._take_results(None, sock)
+            if self._closed:
+                raise channel.ChannelClosed("the graph was torn down")
         finally:
             self._lock.release()
 
@@ -231,6 +234,9 @@ class Wiring:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             while (index, output) not in self._buffered:
+                if self._closed:
+                    raise exc.RaySystemError(f"this compiled graph was torn down before the result of execution "
+                                             f"{index} came; read results before teardown()")
                 if self._broken is not None:
                     raise exc.ActorDiedError(class_name="compiled graph", cause=self._broken)
                 if self._max_buffered is not None and len(self._buffered) >= self._max_buffered:
@@ -255,6 +261,10 @@ class Wiring:
             return
         self._closed = True
         for sock in (*self._in_socks.values(), *self._out_socks.values()):
+            try:  # (wakes a get() waiting on it in another thread: closing alone would not)
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             sock.close()
 
 
