@@ -128,3 +128,24 @@ def test_a_worker_on_another_host_has_its_log_on_the_head(two_nodes):
     assert _eventually(lambda: list(get_log(pid=pid)), bool) == ["from afar"]
     [name] = list_logs(node_id=other["NodeID"])["worker_out"]
     assert name.endswith(f"-{pid}.out")
+
+
+def test_a_log_past_its_size_starts_over_keeping_the_last_one(rt, monkeypatch):
+    from meshrt._private import log_files
+
+    monkeypatch.setattr(log_files, "MAX_FILE_BYTES", 64)  # (the controller runs in this process)
+    talker = Talker.remote()
+    for text in ("a" * 40, "b" * 40, "c"):  # (past 64 bytes after the second: the file starts over)
+        meshrt.get(talker.say.remote(text))
+    actor_id = list_actors()[0].actor_id
+    log_dir = os.path.join(meshrt.get_runtime_context().get_temp_dir(), "logs")
+
+    def kept_then_current():
+        kept = [n for n in os.listdir(log_dir) if n.endswith(".out.1")]
+        if not kept:
+            return []
+        with open(os.path.join(log_dir, kept[0])) as f:
+            return f.read().splitlines() + list(get_log(actor_id=actor_id))
+
+    assert _eventually(kept_then_current, lambda got: len(got) == 3) == ["a" * 40, "b" * 40, "c"]
+    assert len(list(get_log(actor_id=actor_id))) <= 1  # (the current file holds only what came after)

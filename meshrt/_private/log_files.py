@@ -5,7 +5,8 @@ Mixed into the Controller (which provides workers, actors, config, node_id_of_ho
 ended_tasks). The controller already reads each worker's stdout and stderr (through
 its pipes, or its host agent's WorkerOutput): the lines are also appended to
 ``worker-<worker id>-<pid>.out`` / ``.err`` in ``<temp dir>/meshrt/session_<session>/logs``,
-so they can be read after the fact (with ``log_to_driver=False`` too). The last
+so they can be read after the fact (with ``log_to_driver=False`` too); one past
+``MAX_FILE_BYTES`` starts over, the previous kept beside it as ``<name>.1``. The last
 ``SESSIONS_KEPT`` sessions' logs stay on disk, as Ray keeps its session directories;
 older ones are removed when a driver starts (never a running driver's).
 """
@@ -20,6 +21,7 @@ import tempfile
 from . import ids
 
 SESSIONS_KEPT = 5
+MAX_FILE_BYTES = 256 << 20  # a worker's log past this starts over (the old one kept as <name>.1)
 SUFFIXES = ("out", "err")
 
 
@@ -57,9 +59,13 @@ class LogFiles:
                 self.log_files[name] = {"wid": w.id, "pid": w.pid, "host": w.host, "actor_id": w.actor_id}
             elif w.actor_id is not None:  # (a pool worker became an actor's process)
                 self.log_files[name]["actor_id"] = w.actor_id
+            path = os.path.join(self.log_dir, name)
             try:  # (opened per batch: no descriptor held for each of many workers)
-                with open(os.path.join(self.log_dir, name), "a", encoding="utf-8", errors="replace") as f:
+                with open(path, "a", encoding="utf-8", errors="replace") as f:
                     f.write("".join(line + "\n" for line in lines))
+                    full = f.tell() >= MAX_FILE_BYTES
+                if full:  # (as Ray rotates its logs: the older half kept as .1, at most two files a stream)
+                    os.replace(path, path + ".1")
             except OSError:
                 pass  # (a full disk loses the kept copy, never the driver's)
 
@@ -82,6 +88,8 @@ class LogFiles:
         start = offset or 0
         try:  # (written on this loop, a batch of whole lines at a time: no line is read half-written)
             with open(os.path.join(self.log_dir or "", name), "rb") as f:
+                if start > os.fstat(f.fileno()).st_size:
+                    start = 0  # (it started over since: MAX_FILE_BYTES)
                 f.seek(start)
                 data = f.read()
         except FileNotFoundError:  # (it has printed nothing on that stream yet)
