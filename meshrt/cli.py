@@ -33,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     agent.add_argument("--object-store-memory", type=int, help="bytes for this host's object store")
     agent.add_argument("--resources", help="custom resources to offer, as JSON (as ray start's): "
                        "'{\"trainer\": 2}'")
+    agent.add_argument("--labels", help="this node's labels, as JSON (as ray start's): '{\"zone\": \"us-east1\"}'; "
+                       "tasks and actors pick nodes by them with label_selector=")
     agent.add_argument("--connect-timeout", type=float, default=None,
                        help="seconds to keep trying to reach a head that is not listening yet (default: 300)")
     status = sub.add_parser("status", help="print a running cluster's hosts, actors and object store")
@@ -236,6 +238,20 @@ def _custom_resources(text: str | None) -> dict | None:
     return table
 
 
+def _node_labels(text: str | None) -> dict:
+    """``--labels`` as a dict of str to str; bad input is named."""
+    from ._private import labels
+
+    if text is None:
+        return {}
+    try:
+        table = json.loads(text)
+    except ValueError as err:
+        raise ValueError(f"--labels {text!r} is not JSON ({err}); e.g. --labels '{{\"zone\": \"us-east1\"}}'") \
+            from None
+    return labels.node_labels(table, "--labels")
+
+
 def run_agent(args) -> int:
     from ._private import cluster_token, slurm, spin
     from ._private.agent import CONNECT_TIMEOUT_S, Agent, default_name
@@ -265,10 +281,16 @@ def run_agent(args) -> int:
     except (TypeError, ValueError) as err:
         print(f"meshrt agent: {err}", file=sys.stderr)
         return 2
+    try:
+        node_labels = _node_labels(args.labels)
+    except (TypeError, ValueError) as err:
+        print(f"meshrt agent: {err}", file=sys.stderr)
+        return 2
     name = args.name or slurm.node_name() or default_name()
     agent = Agent("tcp:" + address.removeprefix("tcp:"), token, name, resources,
                   int(resources["object_store_memory"]), token_source=source,
-                  connect_timeout=CONNECT_TIMEOUT_S if args.connect_timeout is None else args.connect_timeout)
+                  connect_timeout=CONNECT_TIMEOUT_S if args.connect_timeout is None else args.connect_timeout,
+                  labels=node_labels)
     try:
         # uvloop, as in every other meshrt process: the agent relays every message of
         # its host, and the default loop's Python transports cost several times more.

@@ -92,7 +92,8 @@ class ActorDirectory:
         on any node, so one whose host went away starts on another."""
         spec = rec.spec
         try:
-            host_id = self.choose_actor_host(spec.resources, f"actor {spec.class_name}", spec.host_policy == "spread")
+            host_id = self.choose_actor_host(spec.resources, f"actor {spec.class_name}", spec.host_policy == "spread",
+                                             spec.labels, spec.soft_labels)
         except exc.ActorUnschedulableError as err:
             self._actor_dead(rec, str(err))
             return

@@ -42,8 +42,9 @@ EXIT_GRACE_S = 2.0  # a worker that exited but whose connection stays open (its 
 class Agent:
     def __init__(self, head: str, token: bytes, name: str, resources: dict, store_bytes: int,
                  spill_dir: str | None = None, connect_timeout: float = CONNECT_TIMEOUT_S,
-                 token_source: str = "MESHRT_TOKEN") -> None:
+                 token_source: str = "MESHRT_TOKEN", labels: dict | None = None) -> None:
         self.head_address = head
+        self.labels = labels or {}  # this node's labels (labels.py)
         self.connect_timeout = connect_timeout
         self.token_source = token_source
         self.token = token
@@ -84,7 +85,8 @@ class Agent:
         try:
             self.head = await self._dial_head()
             listen_host = self.head.transport.get_extra_info("sockname")[0]
-            self.head.send(m.AgentHello(self.name, os.getpid(), self.resources, listen_host, procutil.machine_id()))
+            self.head.send(m.AgentHello(self.name, os.getpid(), self.resources, listen_host, procutil.machine_id(),
+                                        self.labels))
             self.host_id, timeout = await welcome
             self.cache.inline = AgentInlineReads(self.head.send, self.host_id)
         except (OSError, ConnectionError) as err:

@@ -61,6 +61,8 @@ class RemoteFunction:
         core = state.core()
         if self._opts.affinity is not None:
             placement.check_task(core, self._opts.affinity, self._opts.resources, f"task {self._opts.name}")
+        elif self._opts.labels:
+            placement.check_labels(core, self._opts.labels, f"task {self._opts.name}", exc.TaskUnschedulableError)
         if core.is_driver:
             core.check_feasible(self._opts.resources, f"task {self._opts.name}")
         return core.submit_task(self, args, kwargs, self._opts)

@@ -27,13 +27,19 @@ class ClusterNodes:
         listening = self.tcp_address.removeprefix("tcp:").rsplit(":", 1)[0] if self.tcp_address else "127.0.0.1"
         listening = listening.strip("[]")
         address = host_ip() if listening in ("", "0.0.0.0", "::") else listening
-        nodes = [_node(c["node_id"], True, address, c["hostname"], self.node.as_floats("total"), self.address)]
+        nodes = [_node(c["node_id"], True, address, c["hostname"], self.node.as_floats("total"), self.address,
+                       self.labels)]
         for host in self.hosts.values():
             if host.checking:
                 continue  # (not in the cluster until its UCX check is done: meshrt.hosts() agrees)
             nodes.append(_node(host.node_id, host.alive, host.listen_host, host.name, host.node.as_floats("total"),
-                               f"host {host.id}"))
+                               f"host {host.id}", host.labels))
         return nodes
+
+    def labels_of_host(self, host_id: int) -> dict:
+        """A host's node labels (0: the head's)."""
+        host = self.hosts.get(host_id) if host_id else None
+        return dict(host.labels) if host is not None else dict(self.labels)
 
     def rpc_cluster_resources(self, caller: int) -> dict:
         return _summed([self.node.as_floats("total")] + [h.node.as_floats("total") for h in self._joined_hosts()])
@@ -98,11 +104,12 @@ class ClusterNodes:
         return hosts
 
 
-def _node(node_id: str, alive: bool, address: str, name: str, resources: dict, meshrt_address: str) -> dict:
+def _node(node_id: str, alive: bool, address: str, name: str, resources: dict, meshrt_address: str,
+          labels: dict) -> dict:
     return {
         "NodeID": node_id, "Alive": alive, "NodeManagerAddress": address,
         "NodeManagerHostname": name, "NodeName": name, "Resources": resources,
-        "MeshrtAddress": meshrt_address, "alive": alive,
+        "MeshrtAddress": meshrt_address, "alive": alive, "Labels": dict(labels),
     }
 
 

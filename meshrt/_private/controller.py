@@ -30,6 +30,7 @@ from .cluster_nodes import ClusterNodes
 from .control_requests import ControlRequests
 from .host_choice import HostChoice
 from .host_directory import HostDirectory, host_ip
+from .labels import NODE_ID_LABEL
 from .log_files import LogFiles
 from .log_options import LogOptions
 from .metrics_table import MetricsTable
@@ -90,6 +91,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
         self.loop = io.loop
         self.config = config
         self.started_ms = int(time.time() * 1000)  # (the job's start_time: list_jobs)
+        self.labels = {**config.get("labels", {}), NODE_ID_LABEL: config["node_id"]}  # the head's (labels.py)
         self.token: bytes = config["token"]
         self.node = NodeResources.create(config["resources"])
         self.scheduler = Scheduler(self.node)
@@ -324,6 +326,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
             "ucx_unreached": [sorted(cut) for cut in self.ucx_unreached], "several_hosts": self.spreads_tasks,
             "runtime_env": c.get("runtime_env"), "workspace": self.workspaces.get(host_id, []),
             "logging_config": c.get("logging_config"),
+            "head_labels": self.labels, "node_labels": self.labels_of_host(host_id),
         }
 
     def _set_idle(self, w: WorkerRecord) -> None:

@@ -19,7 +19,17 @@ import uuid
 import warnings
 from typing import Any
 
-from . import call_record, context, gpus, logging_config, metrics_local, runtime_env, spin, state
+from . import (
+    call_record,
+    context,
+    gpus,
+    labels,
+    logging_config,
+    metrics_local,
+    runtime_env,
+    spin,
+    state,
+)
 from . import messages as m
 from .controller import Controller
 from .core import Core
@@ -306,6 +316,7 @@ def init(
     if unknown:
         raise TypeError(f"init() got unexpected keyword argument(s) {', '.join(unknown)}")
     job_env = runtime_env.check(ray_args.get("runtime_env"), "meshrt.init()", job=True)
+    node_labels = labels.node_labels(ray_args.get("labels"), "init(labels=...)")
     logs = ray_args.get("logging_config")
     if logs is not None and not isinstance(logs, logging_config.LoggingConfig):
         raise TypeError(f"init(logging_config={logs!r}): give a meshrt.LoggingConfig(encoding=..., log_level=...)")
@@ -342,6 +353,7 @@ def init(
             "tcp_address": tcp,
             "spill_dir": ray_args.get("object_spilling_directory"),
             "logging_config": logs.to_plain() if logs is not None else None,
+            "labels": node_labels,
         }
         if job_env is not None and local_mode:
             warnings.warn("meshrt.init(local_mode=True): runtime_env is not applied in local mode (tasks run in "

@@ -13,6 +13,9 @@ Mixed into the Controller. Only hosts that can ever give what is asked for count
 - Default, asking for nothing (Ray's default actor: 0 CPUs to run): the hosts in
   turn. Ray picks a random node for these; a rotation spreads them as evenly.
 - ``"SPREAD"``: the hosts in turn, skipping those without room now while some have it.
+- Node labels (``label_selector``, ``NodeLabelSchedulingStrategy``): only the hosts
+  whose labels match the hard selector count, and of those the ones that match the
+  soft one too, when any do (labels.py).
 
 A task or actor leaves the head only when its caller packed it for any host (its
 large arguments lent, not left in the head's store: placement.py), which callers do
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 from .. import exceptions as exc
 from ..scheduler.resources import UNIT, from_units
+from . import labels
 from .cluster_nodes import fits_now
 
 
@@ -55,18 +59,22 @@ class HostChoice:
             if not soft:
                 raise self.affinity_unmet(node_id, host)
         if not spec.portable or not self.hosts:
+            if spec.labels and not labels.matches(self.labels, spec.labels):
+                raise self.labels_unmet(what, spec.labels, exc.TaskUnschedulableError, [0])
             self.node.check_feasible(units, what)
             return 0
-        candidates = self._able(units, what, exc.TaskUnschedulableError)
+        candidates = self._labelled(self._able(units, what, exc.TaskUnschedulableError), spec.labels,
+                                    spec.soft_labels, what, exc.TaskUnschedulableError)
         if spec.spread:
             return self._in_turn(candidates, lambda host_id: self.task_load(host_id, units) < 1.0)
         if candidates[0] == 0 and (len(candidates) == 1 or self.task_load(0, units) < 1.0):
             return 0
         return min(candidates, key=lambda host_id: self.task_load(host_id, units))  # (ties: the first, the head)
 
-    def choose_actor_host(self, units: tuple, what: str, spread: bool) -> int:
+    def choose_actor_host(self, units: tuple, what: str, spread: bool, hard: tuple = (), soft: tuple = ()) -> int:
         """The host an actor the controller places (ActorSpec.host_policy) starts on."""
-        candidates = self._able(units, what, exc.ActorUnschedulableError)
+        candidates = self._labelled(self._able(units, what, exc.ActorUnschedulableError), hard, soft, what,
+                                    exc.ActorUnschedulableError)
         free = [host_id for host_id in candidates if fits_now(self.node_of_host(host_id), units)]
         if spread or not any(amount for _, amount in units):
             return self._in_turn(candidates, free.__contains__)
@@ -74,10 +82,35 @@ class HostChoice:
             return min(free, key=lambda host_id: self.task_load(host_id, units))  # (ties: the head)
         return min(candidates, key=lambda host_id: self.task_load(host_id, units))
 
-    def rpc_host_for(self, caller: int, units: tuple, what: str, spread: bool = False) -> int:
+    def rpc_host_for(self, caller: int, units: tuple, what: str, spread: bool = False, hard: tuple = (),
+                     soft: tuple = ()) -> int:
         """At the caller's line: the host of an actor the head host can never run (or
-        with a soft affinity that cannot be met), so that what no host has fails there."""
-        return self.choose_actor_host(units, what, spread)
+        with a soft affinity that cannot be met, or node labels to match), so that what
+        no host has fails there."""
+        return self.choose_actor_host(units, what, spread, hard, soft)
+
+    def _labelled(self, candidates: list, hard: tuple, soft: tuple, what: str, unschedulable) -> list:
+        """The hosts of ``candidates`` whose labels match ``hard``; of those, the ones that
+        match ``soft`` too when there are any (Ray's label selectors: labels.py)."""
+        if hard:
+            matching = [h for h in candidates if labels.matches(self.labels_of_host(h), hard)]
+            if not matching:
+                raise self.labels_unmet(what, hard, unschedulable, candidates)
+            candidates = matching
+        if soft:
+            preferred = [h for h in candidates if labels.matches(self.labels_of_host(h), soft)]
+            return preferred or candidates
+        return candidates
+
+    def labels_unmet(self, what: str, hard: tuple, unschedulable, able: list):
+        hosts = [0] + [h.id for h in self._joined_hosts()]
+        seen = {self.labels_of_host(h).get(labels.NODE_ID_LABEL, "?")[:8]: {k: v for k, v in self.labels_of_host(h)
+                                                                             .items() if k != labels.NODE_ID_LABEL}
+                for h in hosts}
+        also = "" if len(able) == len(hosts) else " among the nodes that have the resources it asks for"
+        return unschedulable.because(what, f"no node's labels match its label selector {labels.describe(hard)}"
+                                           f"{also}; the nodes' labels are {seen} (meshrt.nodes() shows them: "
+                                           f"init(labels=...) for the head, meshrt agent --labels for a host)")
 
     def _able(self, units: tuple, what: str, unschedulable) -> list:
         """Ids of the hosts that can ever give ``units``, the head first."""

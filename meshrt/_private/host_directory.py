@@ -18,7 +18,7 @@ from typing import Any
 
 from ..scheduler.policy import Scheduler
 from ..scheduler.resources import NodeResources
-from . import heartbeat, ucx_routes
+from . import heartbeat, labels, ucx_routes
 from . import messages as m
 from .addresses import local_ip_towards
 from .inline_reads import answer_inline_read
@@ -45,6 +45,7 @@ class HostRecord:
     node_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # (as Ray's: meshrt.nodes())
     waiting: list = field(default_factory=list)  # ids of actors waiting for its resources to free up
     scheduler: Any = None  # its tasks' queues and pool (task_hosts.py)
+    labels: dict = field(default_factory=dict)  # its node labels (labels.py), ray.io/node-id included
 
     def __post_init__(self) -> None:
         self.scheduler = Scheduler(self.node)
@@ -121,6 +122,7 @@ class HostDirectory:
             return
         host = HostRecord(next(self._host_ids), msg.name, conn, msg.pid,
                           NodeResources.create(msg.resources), msg.listen_host, machine=msg.machine)
+        host.labels = {**(msg.labels or {}), labels.NODE_ID_LABEL: host.node_id}
         self.hosts[host.id] = host
         conn.agent_host = host.id
         if self.host_watch is None:

@@ -90,7 +90,8 @@ class LocalCore(Core):
             return self.node.as_floats("total")
         if method == "nodes":
             return [{"NodeID": self.config["node_id"], "Alive": True, "NodeManagerAddress": "127.0.0.1",
-                     "Resources": self.node.as_floats("total"), "alive": True}]
+                     "Resources": self.node.as_floats("total"), "alive": True,
+                     "Labels": {**self.config.get("labels", {}), "ray.io/node-id": self.config["node_id"]}}]
         if method == "host_of_node":  # (one node here: another is one that is not in the cluster)
             node_id, soft = args[0], args[1]
             if soft or node_id == self.config["node_id"]:

@@ -76,6 +76,8 @@ class TaskSpec(NamedTuple):
     spread: bool = False  # scheduling_strategy="SPREAD" (host_choice.py)
     runtime_env: dict | None = None  # resolved (runtime_env.py); None: the job's
     capture_children: bool = False  # in a placement group: what it submits joins the group (placement.capture)
+    labels: tuple = ()  # node labels it must run on (labels.py: host_choice.py matches them)
+    soft_labels: tuple = ()  # ... and would rather run on
 
 
 class SubmitTask(NamedTuple):
@@ -187,6 +189,8 @@ class ActorSpec(NamedTuple):
     host_policy: str = ""  # "": start it on ``host``; "default" or "spread": the controller picks (host_choice.py)
     runtime_env: dict | None = None  # resolved (runtime_env.py); None: the job's
     capture_children: bool = False  # in a placement group: what it submits joins the group (placement.capture)
+    labels: tuple = ()  # as TaskSpec's
+    soft_labels: tuple = ()
 
 
 class CreateActor(NamedTuple):
@@ -345,6 +349,7 @@ class AgentHello(NamedTuple):
     resources: dict
     listen_host: str  # where this host's workers listen for their peers
     machine: str = ""  # procutil.machine_id(): another machine's agent is checked for UCX (ucx_routes.py)
+    labels: dict | None = None  # its node labels (meshrt agent --labels; labels.py)
 
 
 class AgentWelcome(NamedTuple):

@@ -1,7 +1,7 @@
 """``@remote(...)`` and ``.options(...)``: validated once per decoration, not per call.
 
 Bad options raise at the decorator or ``.options()`` call, naming the option. Ray
-options that change nothing here (``_metadata``, ``label_selector`` ...) are
+options that change nothing here (``_metadata``, ``enable_task_events`` ...) are
 accepted so Ray programs run unchanged.
 """
 
@@ -14,19 +14,19 @@ import cloudpickle
 
 from ..scheduler import bundles
 from ..scheduler.resources import normalize, validate_request
-from . import concurrency_groups
+from . import concurrency_groups, labels
 from .runtime_env import Requested
 from .runtime_env import option as runtime_env_option
 
 _RESOURCE_KEYS = {"num_cpus", "num_gpus", "resources", "memory", "accelerator_type"}
-_IGNORED = {"_metadata", "label_selector", "enable_task_events",
+_IGNORED = {"_metadata", "enable_task_events",
             "_labels", "fallback_strategy"}
 _GROUP_KEYS = {"placement_group", "placement_group_bundle_index", "placement_group_capture_child_tasks"}
 TASK_KEYS = _RESOURCE_KEYS | _IGNORED | _GROUP_KEYS | {"runtime_env", "num_returns", "max_retries", "retry_exceptions", "name",
-                                         "max_calls", "scheduling_strategy"}
+                                         "max_calls", "scheduling_strategy", "label_selector"}
 ACTOR_KEYS = _RESOURCE_KEYS | _IGNORED | _GROUP_KEYS | {"runtime_env", "max_restarts", "max_task_retries", "max_concurrency", "name",
                                           "scheduling_strategy", "namespace", "lifetime", "get_if_exists", "max_pending_calls",
-                                          "concurrency_groups", "allow_out_of_order_execution",
+                                          "concurrency_groups", "allow_out_of_order_execution", "label_selector",
                                           "_host", "_label"}  # (meshes: a process's host, and its name in output)
 DEFAULT_TASK_RETRIES = 3
 ACCELERATOR_PREFIX = "accelerator_type:"  # a host's resource naming its GPU model (driver._node_resources)
@@ -107,15 +107,30 @@ def node_affinity(value: Any, what: str) -> tuple | None:
     """The ``scheduling_strategy`` option as (node_id, soft), or None where it leaves
     placement to meshrt ("DEFAULT", "SPREAD", None); a bad value is named."""
     # (imported here: meshrt.util imports this module)
-    from ..util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    from ..util.scheduling_strategies import (
+        NodeAffinitySchedulingStrategy,
+        NodeLabelSchedulingStrategy,
+    )
 
-    if value is None or value in ("DEFAULT", "SPREAD"):
-        return None
+    if value is None or value in ("DEFAULT", "SPREAD") or isinstance(value, NodeLabelSchedulingStrategy):
+        return None  # (labels: wanted_labels)
     if isinstance(value, NodeAffinitySchedulingStrategy):
         return (value.node_id, value.soft)
     raise ValueError(f"{what}: scheduling_strategy={value!r} is not one meshrt knows; use None, 'DEFAULT', "
-                     "'SPREAD', meshrt.util.scheduling_strategies.NodeAffinitySchedulingStrategy(...) or "
-                     "PlacementGroupSchedulingStrategy(...)")
+                     "'SPREAD', meshrt.util.scheduling_strategies.NodeAffinitySchedulingStrategy(...), "
+                     "NodeLabelSchedulingStrategy(...) or PlacementGroupSchedulingStrategy(...)")
+
+
+def wanted_labels(options: dict, what: str) -> tuple[tuple, tuple]:
+    """(hard, soft) label selectors (labels.py) from ``label_selector`` and a
+    ``NodeLabelSchedulingStrategy``."""
+    from ..util.scheduling_strategies import NodeLabelSchedulingStrategy
+
+    hard = labels.selector(options.get("label_selector"), what)
+    strategy = options.get("scheduling_strategy")
+    if isinstance(strategy, NodeLabelSchedulingStrategy):
+        return tuple(sorted(set(hard) | set(strategy._hard))), strategy._soft
+    return hard, ()
 
 
 def num_returns_value(value: Any, what: str, is_generator: bool) -> int:
@@ -165,6 +180,8 @@ class TaskOptions:
     runtime_env: Requested | None = None  # runtime_env.py
     capturable: bool = True  # names no placement: may join its parent's placement group
     capture_children: bool | None = None  # in a group: what it submits joins it too (None: as its parent)
+    labels: tuple = ()  # the node labels it must run on (labels.py)
+    soft_labels: tuple = ()  # ... and would rather run on
 
     @classmethod
     def build(cls, options: dict, default_name: str, is_generator: bool) -> TaskOptions:
@@ -172,6 +189,7 @@ class TaskOptions:
         check_keys(options, TASK_KEYS, what)
         resources, affinity = placement(options, resource_units(options, what, 1), what)
         capturable, captures = group_capture(options)
+        hard, soft = wanted_labels(options, what)
         return cls(
             name=options.get("name") or default_name,
             num_returns=num_returns_value(options.get("num_returns"), what, is_generator),
@@ -182,7 +200,7 @@ class TaskOptions:
             affinity=affinity,
             spread=options.get("scheduling_strategy") == "SPREAD",
             runtime_env=runtime_env_option(options.get("runtime_env"), what),
-            capturable=capturable, capture_children=captures,
+            capturable=capturable, capture_children=captures, labels=hard, soft_labels=soft,
         )
 
 
@@ -208,6 +226,8 @@ class ActorOptions:
     runtime_env: Requested | None = None  # runtime_env.py
     capturable: bool = True  # as TaskOptions's
     capture_children: bool | None = None
+    labels: tuple = ()  # as TaskOptions's
+    soft_labels: tuple = ()
 
     @classmethod
     def build(cls, options: dict, class_name: str, is_async: bool) -> ActorOptions:
@@ -227,6 +247,7 @@ class ActorOptions:
         default_concurrency = DEFAULT_ASYNC_CONCURRENCY if is_async else 1
         resources, affinity = placement(options, resource_units(options, what, 0), what)
         capturable, captures = group_capture(options)
+        hard, soft = wanted_labels(options, what)
         return cls(
             resources=resources,
             max_restarts=_int_option(options, "max_restarts", 0, what),
@@ -244,5 +265,5 @@ class ActorOptions:
             affinity=affinity,
             spread=options.get("scheduling_strategy") == "SPREAD",
             runtime_env=runtime_env_option(options.get("runtime_env"), what),
-            capturable=capturable, capture_children=captures,
+            capturable=capturable, capture_children=captures, labels=hard, soft_labels=soft,
         )

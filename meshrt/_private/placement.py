@@ -17,14 +17,36 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from .. import exceptions as exc
 from ..scheduler import bundles
-from . import context
+from . import context, labels
 
 
 def head_node_id(core) -> str | None:
     """The head host's node id, as a process anywhere in the cluster knows it."""
     config = getattr(core, "config", None) or {}
     return config.get("head_node_id") or config.get("node_id")
+
+
+def head_labels(core) -> dict:
+    """The head host's node labels, as a process anywhere in the cluster knows them."""
+    controller = getattr(core, "controller", None)
+    if controller is not None:
+        return controller.labels
+    config = getattr(core, "config", None) or {}
+    if "head_labels" in config:
+        return config["head_labels"]
+    return {**config.get("labels", {}), labels.NODE_ID_LABEL: config.get("node_id")}  # (local mode)
+
+
+def check_labels(core, hard: tuple, what: str, unschedulable) -> None:
+    """A label selector no node can meet fails at the call, on a cluster of one host
+    (with more, the controller judges: host_choice.py)."""
+    if hard and not several_hosts(core) and core.host_id == 0 and not labels.matches(head_labels(core), hard):
+        seen = {k: v for k, v in head_labels(core).items() if k != labels.NODE_ID_LABEL}
+        raise unschedulable.because(what, f"its label selector {labels.describe(hard)} does not match the only "
+                                          f"node's labels {seen}; give the node labels (init(labels=...)), or "
+                                          f"start a host that has them (meshrt agent --labels)")
 
 
 def check_task(core, affinity: tuple, units: tuple, what: str) -> None:
@@ -48,6 +70,8 @@ def task_portable(core, opts) -> bool:
             return True
         if not soft:
             return False  # (it runs here, or fails)
+    elif opts.labels and not labels.matches(head_labels(core), opts.labels):
+        return True  # (it must run elsewhere)
     return _head_lacks(core, opts.resources) or several_hosts(core)
 
 
@@ -91,6 +115,12 @@ def actor_options(core, opts, what: str):
         if node_id == head_node_id(core):
             return opts
         host = core.request_sync("host_of_node", node_id, soft, opts.resources, what)
+    elif opts.labels or opts.soft_labels:
+        if core.host_id == 0 and not several_hosts(core):
+            check_labels(core, opts.labels, what, exc.ActorUnschedulableError)
+            return opts  # (the head, the only host)
+        core.request_sync("host_for", opts.resources, what, opts.spread, opts.labels, opts.soft_labels)  # (or fails)
+        return dataclasses.replace(opts, host_policy="spread" if opts.spread else "default")
     elif _head_lacks(core, opts.resources):
         host = core.request_sync("host_for", opts.resources, what, opts.spread)
     elif core.host_id != 0 or several_hosts(core):

@@ -16,7 +16,7 @@ from .. import exceptions as exc
 from ..objstore.serialization import system_error_payload
 from ..scheduler import bundles
 from ..scheduler.resources import Allocation
-from . import ids
+from . import ids, labels
 from . import messages as m
 from .cluster_nodes import fits_now
 
@@ -128,7 +128,8 @@ class TaskHosts:
         """Ray's spillback: tasks queued on a host without room for them now move to a
         host that has room (after what it queued itself): the first of those that would
         wait go first. Only tasks packed for any host, with no affinity and not in a
-        placement group. True when some moved (the caller schedules again)."""
+        placement group, to a host whose labels match its selector. True when some moved
+        (the caller schedules again)."""
         if not self.spreads_tasks:
             return False
         schedulers = self.task_schedulers()
@@ -160,7 +161,7 @@ class TaskHosts:
             room = _room(node, units, len(queue) - len(starts))
             for task_id in list(itertools.islice(queue, len(starts), len(starts) + len(room))):
                 rec = self.tasks.get(task_id)
-                if rec is None or not _may_move(rec):
+                if rec is None or not _may_move(rec) or not self._labels_allow(rec.spec, src_id, dst_id):
                     continue
                 depth = src.task_units[task_id][1]
                 src.remove_task(task_id)
@@ -171,6 +172,15 @@ class TaskHosts:
             for alloc in room:
                 node.release(alloc)
         return moved
+
+    def _labels_allow(self, spec, src_id: int, dst_id: int) -> bool:
+        """A task may spill to a host its hard label selector matches, and not from a
+        host its soft one matches to one it does not."""
+        there = self.labels_of_host(dst_id)
+        if not labels.matches(there, spec.labels):
+            return False
+        return not spec.soft_labels or labels.matches(there, spec.soft_labels) or not labels.matches(
+            self.labels_of_host(src_id), spec.soft_labels)
 
     def room_elsewhere(self, host_id: int, units: tuple) -> bool:
         """Another host that queues nothing has room for ``units`` now."""

@@ -235,8 +235,16 @@ class RuntimeContext:
         return os.path.join(sessions_root(), f"session_{self.get_session_name()}")
 
     def get_node_labels(self) -> dict:
-        """Ray's node labels; meshrt nodes carry none but their id."""
-        return {"ray.io/node-id": self.get_node_id()}
+        """The labels of the node this runs on (init(labels=...), meshrt agent --labels,
+        and ``ray.io/node-id``), as meshrt.nodes() gives them."""
+        core = state.core_or_none()
+        controller = getattr(core, "controller", None)
+        if controller is not None:
+            return dict(controller.labels)
+        config = getattr(core, "config", None) or {}
+        if "node_labels" in config:
+            return dict(config["node_labels"])
+        return {**config.get("labels", {}), "ray.io/node-id": self.get_node_id()}
 
     @property
     def current_placement_group_id(self) -> str | None:

@@ -5,7 +5,9 @@ cluster: a node id from ``meshrt.nodes()`` or ``get_runtime_context().get_node_i
 ``soft=False`` fails the creation when that host is not in the cluster, and waits
 while it is busy; ``soft=True`` then places it as if it had no affinity. The same
 goes for tasks. ``PlacementGroupSchedulingStrategy(pg, i)`` runs it in bundle ``i``
-of a placement group (meshrt.util.placement_group).
+of a placement group (meshrt.util.placement_group). ``NodeLabelSchedulingStrategy(hard=
+{"zone": In("a", "b")}, soft={...})`` runs it on a node whose labels match ``hard``, one
+that also matches ``soft`` first (meshrt/_private/labels.py).
 """
 
 from __future__ import annotations
@@ -54,3 +56,50 @@ class PlacementGroupSchedulingStrategy:
     def __repr__(self) -> str:
         return (f"PlacementGroupSchedulingStrategy({self.placement_group!r}, "
                 f"placement_group_bundle_index={self.placement_group_bundle_index})")
+
+
+class In:
+    """A label's value is one of ``values``."""
+
+    def __init__(self, *values: str) -> None:
+        self.values = list(_label_values(values, "In"))
+
+
+class NotIn:
+    """A label's value is none of ``values`` (or the node lacks the label)."""
+
+    def __init__(self, *values: str) -> None:
+        self.values = list(_label_values(values, "NotIn"))
+
+
+class Exists:
+    """The node has the label, whatever its value."""
+
+
+class DoesNotExist:
+    """The node lacks the label."""
+
+
+class NodeLabelSchedulingStrategy:
+    """Run on a node whose labels match every expression of ``hard`` (``{"zone":
+    In("a")}``); among those, one matching ``soft`` too when there is one."""
+
+    def __init__(self, hard: dict, *, soft: dict | None = None) -> None:
+        from .._private import labels
+
+        if not hard and not soft:
+            raise ValueError("NodeLabelSchedulingStrategy(hard=..., soft=...): give at least one expression, "
+                             "e.g. hard={'zone': In('us-east1')}")
+        self.hard = hard or {}
+        self.soft = soft or {}
+        self._hard = labels.expressions(self.hard, "NodeLabelSchedulingStrategy(hard=...)")
+        self._soft = labels.expressions(self.soft, "NodeLabelSchedulingStrategy(soft=...)")
+
+    def __repr__(self) -> str:
+        return f"NodeLabelSchedulingStrategy(hard={self.hard!r}, soft={self.soft!r})"
+
+
+def _label_values(values: tuple, what: str) -> tuple:
+    if not values or not all(isinstance(v, str) and v for v in values):
+        raise ValueError(f"{what}(...): give one or more label values (non-empty str); got {values!r}")
+    return values

@@ -1,0 +1,122 @@
+"""Node labels and label selectors, as Ray's: a node carries ``{key: value}`` labels
+(``init(labels=...)`` for the head, ``meshrt agent --labels`` for a host, and
+``ray.io/node-id`` on every node); a task or actor asks for nodes by them with
+``label_selector={"zone": "a" | "!a" | "in(a,b)" | "!in(a,b)"}`` or
+``NodeLabelSchedulingStrategy(hard={...: In(...)}, soft={...})``.
+
+A selector is kept as a sorted tuple of ``(key, op, values)``, op one of "in", "!in",
+"exists", "!exists": plain data that travels in task and actor specs, and that
+host_choice.py matches against each host's labels.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+NODE_ID_LABEL = "ray.io/node-id"
+RESERVED_PREFIX = "ray.io/"
+
+_NAME = re.compile(r"[a-zA-Z0-9]([a-zA-Z0-9_.-]{0,61}[a-zA-Z0-9])?")
+_PREFIX = re.compile(rf"{_NAME.pattern}(\.{_NAME.pattern})*")
+_SELECTOR = re.compile(rf"(?P<neg>!)?(?:(?:in)?\((?P<many>{_NAME.pattern}(?:, ?{_NAME.pattern})*)\)|(?P<one>{_NAME.pattern}))")
+
+
+def check_key(key: Any, what: str) -> str:
+    if not isinstance(key, str):
+        raise TypeError(f"{what}: label keys are str; got {key!r}")
+    prefix, _, name = key.rpartition("/")
+    if (prefix and (len(prefix) > 253 or not _PREFIX.fullmatch(prefix))) or not _NAME.fullmatch(name):
+        raise ValueError(f"{what}: label key {key!r} is not valid: a name of up to 63 letters, digits, '-', '_' "
+                         f"or '.', starting and ending with a letter or digit, after an optional DNS-style "
+                         f"prefix and '/'")
+    return key
+
+
+def node_labels(labels: Any, what: str) -> dict:
+    """A node's own labels, checked: str keys and values, none under ``ray.io/``."""
+    if labels is None:
+        return {}
+    if not isinstance(labels, dict):
+        raise TypeError(f"{what}: give labels as a dict of str to str, e.g. {{'zone': 'us-east1'}}; got {labels!r}")
+    for key, value in labels.items():
+        check_key(key, what)
+        if key.startswith(RESERVED_PREFIX):
+            raise ValueError(f"{what}: label key {key!r}: keys under {RESERVED_PREFIX!r} are meshrt's own "
+                             f"(as Ray's); choose another")
+        if not isinstance(value, str) or (value and not _NAME.fullmatch(value)):
+            raise ValueError(f"{what}: label {key}={value!r}: a value is a str of up to 63 letters, digits, '-', "
+                             f"'_' or '.', starting and ending with a letter or digit")
+    return dict(labels)
+
+
+def selector(label_selector: Any, what: str) -> tuple:
+    """Ray's ``label_selector`` dict as a selector tuple."""
+    if label_selector is None:
+        return ()
+    if not isinstance(label_selector, dict):
+        raise TypeError(f"{what}: label_selector must be a dict of label key to value, e.g. "
+                        f"{{'zone': 'in(a,b)'}}; got {label_selector!r}")
+    out = []
+    for key, text in label_selector.items():
+        check_key(key, f"{what}: label_selector")
+        found = _SELECTOR.fullmatch(text) if isinstance(text, str) else None
+        if found is None:
+            raise ValueError(f"{what}: label_selector[{key!r}]={text!r}: give a value ('a'), its negation ('!a'), "
+                             f"or a set ('in(a,b)', '!in(a,b)')")
+        values = tuple(v.strip() for v in found["many"].split(",")) if found["many"] else (found["one"],)
+        out.append((key, "!in" if found["neg"] else "in", values))
+    return tuple(sorted(out))
+
+
+def expressions(match: Any, what: str) -> tuple:
+    """NodeLabelSchedulingStrategy's ``{key: In(...) | NotIn(...) | Exists() |
+    DoesNotExist()}`` as a selector tuple."""
+    from ..util.scheduling_strategies import DoesNotExist, Exists, In, NotIn
+
+    if match is None:
+        return ()
+    if not isinstance(match, dict):
+        raise TypeError(f"{what}: give a dict of label key to In(...), NotIn(...), Exists() or DoesNotExist(); "
+                        f"got {match!r}")
+    out = []
+    for key, operator in match.items():
+        check_key(key, what)
+        if isinstance(operator, In):
+            out.append((key, "in", tuple(operator.values)))
+        elif isinstance(operator, NotIn):
+            out.append((key, "!in", tuple(operator.values)))
+        elif isinstance(operator, Exists):
+            out.append((key, "exists", ()))
+        elif isinstance(operator, DoesNotExist):
+            out.append((key, "!exists", ()))
+        else:
+            raise TypeError(f"{what}: {key!r}: {operator!r} is not In(...), NotIn(...), Exists() or DoesNotExist()")
+    return tuple(sorted(out))
+
+
+def matches(labels: dict, wanted: tuple) -> bool:
+    """Whether a node with ``labels`` satisfies every expression of ``wanted``."""
+    for key, op, values in wanted:
+        have = labels.get(key)
+        if op == "in" and have not in values:
+            return False
+        if op == "!in" and have in values:
+            return False
+        if op == "exists" and have is None:
+            return False
+        if op == "!exists" and have is not None:
+            return False
+    return True
+
+
+def describe(wanted: tuple) -> str:
+    """A selector as a user wrote it, for errors."""
+    parts = []
+    for key, op, values in wanted:
+        if op in ("in", "!in"):
+            text = values[0] if len(values) == 1 else f"in({','.join(values)})"
+            parts.append(f"{key!r}: {('!' if op == '!in' else '') + text!r}")
+        else:
+            parts.append(f"{key!r}: {'DoesNotExist()' if op == '!exists' else 'Exists()'}")
+    return "{" + ", ".join(parts) + "}"
