@@ -12,6 +12,11 @@ import pytest
 
 import meshrt
 from meshrt import exceptions as exc
+from meshrt.util.placement_group import (
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)
 from meshrt.util.scheduling_strategies import (
     DoesNotExist,
     Exists,
@@ -110,3 +115,16 @@ def test_tasks_and_actors_go_to_the_host_whose_labels_match(labelled_host):
         Placed.options(label_selector={"zone": "c"}).remote()  # (no node: named at the call)
     with pytest.raises(exc.TaskUnschedulableError, match="'zone': 'c'"):
         meshrt.get(node.options(label_selector={"zone": "c"}).remote(), timeout=60)  # (named by the controller)
+
+
+def test_placement_group_bundles_go_to_the_hosts_their_selectors_match(labelled_host):
+    head, other, _remember = labelled_host
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="PACK",
+                         bundle_label_selector=[{"zone": "b"}, {"zone": "a"}])
+    assert pg.wait(60)
+    assert placement_group_table(pg)["bundles_to_node_id"] == {0: other, 1: head}
+    remove_placement_group(pg)
+    with pytest.raises(ValueError, match="bundle 0's label selector"):
+        placement_group([{"CPU": 1}], bundle_label_selector=[{"zone": "c"}])
+    with pytest.raises(ValueError, match="one dict per bundle"):
+        placement_group([{"CPU": 1}], bundle_label_selector=[{}, {}])

@@ -23,7 +23,7 @@ from ..scheduler.bundles import base_request, bundle_of
 from ..scheduler.bundles import summed as bundle_sum
 from ..scheduler.resources import NodeResources, from_units, normalize
 from . import args as argpack
-from . import call_record, context, ids
+from . import call_record, context, ids, labels
 from .core import Core
 from .executor import ActorExit
 from .pending import PendingTask
@@ -108,7 +108,11 @@ class LocalCore(Core):
         groups = self.__dict__.setdefault("_groups", {})
         namespaces = self.__dict__.setdefault("_group_namespaces", {})
         if method == "create_placement_group":
-            pg_id, bundles, strategy, name, namespace = args
+            pg_id, bundles, strategy, name, namespace, selectors = args
+            mine = {**self.config.get("labels", {}), "ray.io/node-id": self.config["node_id"]}
+            if any(not labels.matches(mine, wanted) for wanted in selectors):
+                raise ValueError(f"placement_group(bundle_label_selector=...) can never be placed: local mode's one "
+                                 f"node has the labels {mine}")
             if strategy == "STRICT_SPREAD" and len(bundles) > 1:
                 raise ValueError(f"placement_group(strategy='STRICT_SPREAD') can never be placed: it needs a host per "
                                  f"bundle ({len(bundles)} bundles), and local mode has one")

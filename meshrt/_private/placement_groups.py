@@ -29,6 +29,7 @@ from .. import exceptions as exc
 from ..objstore.serialization import system_error_payload
 from ..scheduler import bundles
 from ..scheduler.resources import from_units
+from . import labels
 from . import messages as m
 
 
@@ -45,10 +46,12 @@ class GroupRecord:
     waiting: list = field(default_factory=list)  # ("task", TaskSpec) | ("actor", actor id): for a bundle's host
     for_room: list = field(default_factory=list)  # the same, for any bundle (index -1) with room
     watchers: list = field(default_factory=list)  # futures of wait() calls, True once reserved
+    selectors: list = field(default_factory=list)  # each bundle's node label selector (labels.py), or ()
 
     def __post_init__(self) -> None:
         self.hosts = [None] * len(self.bundles)
         self.reserved = [None] * len(self.bundles)
+        self.selectors = list(self.selectors) or [()] * len(self.bundles)
 
     def table(self, node_id_of_host) -> dict:
         """As Ray's ``placement_group_table``."""
@@ -72,12 +75,13 @@ class PlacementGroups:
     # -- requests ----------------------------------------------------------------------------
 
     def rpc_create_placement_group(self, caller: int, pg_id: str, bundle_list: list, strategy: str,
-                                   name: str, namespace: str) -> None:
+                                   name: str, namespace: str, selectors: tuple = ()) -> None:
         if name and any(g.name == name and g.namespace == namespace and g.state != "REMOVED"
                         for g in self.groups.values()):
             raise ValueError(f"placement_group(name={name!r}): a placement group of that name already exists "
                              f"in namespace {namespace!r}; remove it first or pick another name")
-        rec = GroupRecord(pg_id, [tuple(b) for b in bundle_list], strategy, name, namespace)
+        rec = GroupRecord(pg_id, [tuple(b) for b in bundle_list], strategy, name, namespace,
+                          selectors=list(selectors))
         never = self._never_fits(rec)
         if never:
             raise ValueError(never)
@@ -321,12 +325,18 @@ class PlacementGroups:
     def _never_fits(self, rec: GroupRecord) -> str | None:
         """Why the group could never be placed, where that is plain from the hosts'
         totals (a bundle larger than any host, ...); a group that might fit waits."""
-        totals = [dict(node.total) for _, node in self._live_nodes()]
+        live = self._live_nodes()
+        totals = [dict(node.total) for _, node in live]
         summed = bundles.summed(rec.bundles)
         why = None
         for index, bundle in enumerate(rec.bundles):
             if not any(bundles.within(bundle, total) for total in totals):
                 why = f"bundle {index} is larger than any host"
+                break
+            wanted = rec.selectors[index]
+            if wanted and not any(labels.matches(self.labels_of_host(host_id), wanted) for host_id, _ in live):
+                seen = [self.labels_of_host(host_id) for host_id, _ in live]
+                why = f"no host's labels match bundle {index}'s label selector {labels.describe(wanted)} ({seen})"
                 break
         else:
             if rec.strategy == "STRICT_PACK" and not any(bundles.within(summed, total) for total in totals):
@@ -371,11 +381,11 @@ class PlacementGroups:
                 return None
         return plan
 
-    @staticmethod
-    def _take_all(plan: dict, indices: list, host_id: int, node, rec: GroupRecord) -> bool:
+    def _take_all(self, plan: dict, indices: list, host_id: int, node, rec: GroupRecord) -> bool:
         taken = []
+        there = self.labels_of_host(host_id)
         for index in indices:
-            alloc = node.try_acquire(rec.bundles[index])
+            alloc = node.try_acquire(rec.bundles[index]) if labels.matches(there, rec.selectors[index]) else None
             if alloc is None:
                 for alloc in taken:
                     node.release(alloc)

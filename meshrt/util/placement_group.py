@@ -117,10 +117,24 @@ def placement_group(bundles: list[dict], strategy: str = "PACK", name: str = "",
         raise ValueError(f"{what}: lifetime must be None or 'detached', got {lifetime!r}")
     if not isinstance(name, str):
         raise ValueError(f"{what}: name must be a string, got {name!r}")
+    selectors = _bundle_selectors(bundle_label_selector, len(bundles), what)
     core = state.core()
     pg = PlacementGroup(PlacementGroupID(os.urandom(14).hex()), units)
-    core.request_sync("create_placement_group", pg.id.hex(), units, strategy, name, _namespace())
+    core.request_sync("create_placement_group", pg.id.hex(), units, strategy, name, _namespace(), selectors)
     return pg
+
+
+def _bundle_selectors(given, count: int, what: str) -> tuple:
+    """``bundle_label_selector``: a label selector per bundle (Ray's), the hosts each
+    bundle may be reserved on (meshrt/_private/labels.py)."""
+    from .._private import labels
+
+    if given is None:
+        return ()
+    if not isinstance(given, list) or len(given) != count:
+        raise ValueError(f"{what}: bundle_label_selector must be a list of one dict per bundle ({count}), "
+                         f"e.g. [{{'zone': 'a'}}, {{}}]; got {given!r}")
+    return tuple(labels.selector(s, f"{what}: bundle_label_selector[{i}]") for i, s in enumerate(given))
 
 
 def remove_placement_group(placement_group: PlacementGroup) -> None:
