@@ -122,6 +122,10 @@ def test_a_port_already_taken_is_named_at_init(monkeypatch):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{port}"):
+        with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{port}.*that port is taken"):
             meshrt.init(address=f"127.0.0.1:{port}", num_cpus=1)
-    meshrt.shutdown()
+    with pytest.raises(OSError, match="no such address.*meshrt agent --address"):  # (a Ray user's head address)
+        meshrt.init(address="192.0.2.7:6379", num_cpus=1)
+    with pytest.raises(ValueError, match="no Ray Client"):
+        meshrt.init(address="ray://192.0.2.7:10001")
+    assert not meshrt.is_initialized()

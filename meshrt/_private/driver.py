@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import logging
 import os
 import secrets
@@ -377,10 +378,12 @@ def init(
             core.attach(controller)
             try:
                 io.run_sync(controller.start(), timeout=30)
-            except BaseException:
+            except BaseException as err:
                 with contextlib.suppress(Exception):  # (the start's own error is the one to see)
                     io.run_sync(controller.stop(), timeout=10)  # what it made: servers, store, zygote
                 io.stop()
+                if isinstance(err, OSError) and tcp is not None:
+                    raise _listen_error(err, address) from None
                 raise
             core.attach_store(controller.store)
             io.post(core.start_timers)
@@ -471,11 +474,31 @@ def _token(tcp_address: str | None, token_file: str | None) -> bytes:
 def _tcp_address(address: str | None) -> str | None:
     if address in (None, "", "auto", "local") or address.startswith("unix:"):
         return None
+    if address.startswith("ray://"):
+        raise ValueError(f"init(address={address!r}): meshrt has no Ray Client to attach to a cluster from afar; "
+                         f"run this program on the cluster's head host, with init(address='0.0.0.0:6380') to let "
+                         f"the other hosts join it (`meshrt agent --address HEAD:6380` on each)")
     if address.startswith("tcp:"):
         return address
     if ":" not in address:
         raise ValueError(f"init(address={address!r}): expected HOST:PORT to listen on")
     return "tcp:" + address
+
+
+def _listen_error(err: OSError, address: str) -> OSError:
+    """Why the driver cannot listen at ``init(address=...)``, and what to do: a Ray user
+    may have meant to attach to a cluster that runs elsewhere."""
+    role = (f"init(address={address!r}) makes this driver the cluster's head, listening there for the other "
+            f"hosts' agents")
+    if err.errno == errno.EADDRNOTAVAIL:
+        hint = ("this machine has no such address. meshrt does not attach a driver to a cluster started "
+                "elsewhere (as Ray's address= does): run this program on the head host, and `meshrt agent "
+                "--address HEAD:PORT` on each other host; '0.0.0.0:6380' listens on every interface")
+    elif err.errno == errno.EADDRINUSE:
+        hint = "that port is taken (another meshrt driver, or a Ray head?); pick a free port, or port 0 for any"
+    else:
+        hint = "give HOST:PORT of this machine"
+    return OSError(err.errno, f"{role}, but {err.strerror or err}: {hint}")
 
 
 def auto_init() -> None:
