@@ -12,6 +12,7 @@ import pytest
 
 import meshrt
 from meshrt import exceptions as exc
+from meshrt._private import state, status
 from meshrt.util.placement_group import (
     placement_group,
     placement_group_table,
@@ -46,6 +47,8 @@ def test_one_node_runs_what_its_labels_match_and_refuses_the_rest():
     try:
         head = meshrt.get_runtime_context().get_node_id()
         assert meshrt.nodes()[0]["Labels"] == {"zone": "a", "tier": "gold", "ray.io/node-id": head}
+        controller = state.core().controller
+        assert "labels tier=gold zone=a" in status.render(state.core().io.call_sync(status.collect, controller))
         for selector in ({"zone": "a"}, {"zone": "in(a,b)", "tier": "!silver"}, {"zone": "!in(b,c)"},
                          {"ray.io/node-id": head}):
             assert meshrt.get(node.options(label_selector=selector).remote()) == head

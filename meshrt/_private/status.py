@@ -18,12 +18,13 @@ def collect(controller) -> dict:
     hosts = [{
         "id": 0, "name": controller.config["hostname"], "role": "head",
         "total": controller.node.as_floats("total"), "available": controller.node.as_floats("available"),
-        "workers": per_host.get(0, 0),
+        "workers": per_host.get(0, 0), "labels": _own(controller.labels),
     }]
     for h in controller.hosts.values():
         if h.alive:
             hosts.append({"id": h.id, "name": h.name, "role": "agent", "total": h.node.as_floats("total"),
-                          "available": h.node.as_floats("available"), "workers": per_host.get(h.id, 0)})
+                          "available": h.node.as_floats("available"), "workers": per_host.get(h.id, 0),
+                          "labels": _own(h.labels)})
     actors = collections.Counter()
     for rec in controller.actors.values():
         actors[(rec.spec.class_name, rec.state, rec.spec.host)] += 1
@@ -42,7 +43,9 @@ def render(info: dict) -> str:
     for h in info["hosts"]:
         res = ", ".join(f"{k} {_num(h['available'].get(k, 0))}/{_num(v)} free"
                         for k, v in sorted(h["total"].items()) if k in ("CPU", "GPU"))
-        lines.append(f"  host {h['id']} {h['name']!r} ({h['role']}): {res}; {h['workers']} worker process(es)")
+        tags = "".join(f" {k}={v}" for k, v in sorted(h.get("labels", {}).items()))
+        lines.append(f"  host {h['id']} {h['name']!r} ({h['role']}): {res}; {h['workers']} worker process(es)"
+                     f"{'; labels' + tags if tags else ''}")
     alive = sum(a["count"] for a in info["actors"] if a["state"] == "alive")
     lines.append(f"actors: {alive} alive, {sum(a['count'] for a in info['actors'])} known")
     for a in info["actors"]:
@@ -56,6 +59,11 @@ def render(info: dict) -> str:
         lines.append(f"  {ids.to_hex(rec['key'], ids.OBJECT_HEX)} {_mib(rec['size']):>10}  {rec['where']:14} "
                      f"owner w{rec['owner']}  mapped by {pins}")
     return "\n".join(lines)
+
+
+def _own(labels: dict) -> dict:
+    """A node's labels but its id (shown beside it already)."""
+    return {k: v for k, v in labels.items() if not k.startswith("ray.io/")}
 
 
 def _num(x: float) -> str:
