@@ -138,7 +138,7 @@ class ActorDirectory:
             return
         rec.alloc = alloc
         w = self.spawn_worker("actor", ("actor", spec.actor_id), alloc.gpu_ids, label=spec.label or spec.class_name,
-                              host=spec.host)
+                              host=spec.host, python=spec.python)
         if w is None:
             host.node.release(alloc)
             rec.alloc = None
@@ -202,7 +202,7 @@ class ActorDirectory:
             return
         rec.alloc = alloc
         w = self.spawn_worker("actor", ("actor", actor_id), alloc.gpu_ids,
-                              label=rec.spec.label or rec.spec.class_name)
+                              label=rec.spec.label or rec.spec.class_name, python=rec.spec.python)
         w.actor_id = actor_id
         rec.worker = w.id
 

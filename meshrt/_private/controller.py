@@ -238,16 +238,17 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
                 self.scheduler_of(host).worker_starting(pool_key)
 
     def spawn_worker(self, kind: str, pool_key: tuple, gpu_ids: tuple, label: str = "worker",
-                     host: int = 0) -> WorkerRecord | None:
+                     host: int = 0, python: str = "") -> WorkerRecord | None:
         w = WorkerRecord(next(self._ids), kind, pool_key, gpu_ids, label=label)
+        chosen = {"MESHRT_PYTHON": python} if python else {}  # (the zygote's child runs it: zygote.py)
         if host:
-            env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpu_ids)}
+            env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpu_ids), **chosen}
             if not self.spawn_on_host(w, host, env):
                 return None
             self.workers[w.id] = w
             return w
         self.workers[w.id] = w
-        env = {"CUDA_VISIBLE_DEVICES": ",".join(gpus.physical_ids(gpu_ids))}
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(gpus.physical_ids(gpu_ids)), **chosen}
         out_fd, err_fd = self.zygote.spawn(w.id, env, kind)
 
         def eof():

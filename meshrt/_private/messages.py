@@ -191,6 +191,7 @@ class ActorSpec(NamedTuple):
     capture_children: bool = False  # in a placement group: what it submits joins the group (placement.capture)
     labels: tuple = ()  # as TaskSpec's
     soft_labels: tuple = ()
+    python: str = ""  # the interpreter its process runs ('': the driver's; mesh/python_executable.py)
 
 
 class CreateActor(NamedTuple):

@@ -27,7 +27,8 @@ TASK_KEYS = _RESOURCE_KEYS | _IGNORED | _GROUP_KEYS | {"runtime_env", "num_retur
 ACTOR_KEYS = _RESOURCE_KEYS | _IGNORED | _GROUP_KEYS | {"runtime_env", "max_restarts", "max_task_retries", "max_concurrency", "name",
                                           "scheduling_strategy", "namespace", "lifetime", "get_if_exists", "max_pending_calls",
                                           "concurrency_groups", "allow_out_of_order_execution", "label_selector",
-                                          "_host", "_label"}  # (meshes: a process's host, and its name in output)
+                                          "_host", "_label", "_python"}  # (meshes: a process's host, its name in
+# output, and the interpreter it runs: mesh/python_executable.py)
 DEFAULT_TASK_RETRIES = 3
 ACCELERATOR_PREFIX = "accelerator_type:"  # a host's resource naming its GPU model (driver._node_resources)
 ACCELERATOR_SLIVER = 0.001
@@ -226,6 +227,7 @@ class ActorOptions:
     runtime_env: Requested | None = None  # runtime_env.py
     capturable: bool = True  # as TaskOptions's
     capture_children: bool | None = None
+    python: str = ""  # the interpreter its process runs ('': the driver's; mesh/python_executable.py)
     labels: tuple = ()  # as TaskOptions's
     soft_labels: tuple = ()
 
@@ -260,6 +262,7 @@ class ActorOptions:
             host=int(options.get("_host") or 0),
             host_given=options.get("_host") is not None,
             label=str(options.get("_label") or ""),
+            python=str(options.get("_python") or ""),
             max_pending_calls=_int_option(options, "max_pending_calls", -1, what),
             concurrency_groups=concurrency_groups.check(options.get("concurrency_groups"), what),
             affinity=affinity,

@@ -150,6 +150,15 @@ def _child(worker_id: int, env: dict, kind: str, fds: list[int]) -> None:
     if len(fds) >= 3:  # the host's object store, handed over with the request
         env = {**env, "MESHRT_STORE_FD": str(fds[2])}
     os.environ.update(env)
+    python = env.get("MESHRT_PYTHON")
+    if python and python != sys.executable:  # (HostMesh.with_python_executable: mesh/python_executable.py)
+        for fd in (1, 2, *fds[2:3]):
+            os.set_inheritable(fd, True)
+        try:
+            os.execv(python, [python, "-m", "meshrt._private.worker", str(worker_id), kind])
+        except OSError as err:
+            print(f"meshrt: cannot run {python} for worker {worker_id}: {err}", file=sys.stderr)
+            os._exit(1)
     import random
 
     random.seed()

@@ -29,6 +29,8 @@ from .actor import ENDPOINT_MARK, OwnerCell, current_owner, endpoint_names, plai
 from .actor_mesh import ActorMesh, MeshState, _gather
 from .future import Future, ready
 from .proc_host import STOPPED, ProcHost
+from .python_executable import checked as checked_python
+from .python_executable import inherited as inherited_python
 from .shape import Point, Shape, Shaped, check_dims
 
 log = logging.getLogger("meshrt")
@@ -40,15 +42,25 @@ _host_classes: dict = {}
 class HostMesh(Shaped):
     """Hosts, as a mesh: ``this_host()`` (no dims) or ``meshrt.hosts(...)`` {"hosts": N}."""
 
-    def __init__(self, shape: Shape, host_ids: tuple) -> None:
+    def __init__(self, shape: Shape, host_ids: tuple, python: str | None = None) -> None:
         self._shape = shape
         self._host_ids = host_ids  # per underlying rank
+        self._python = inherited_python() if python is None else python  # ('': the driver's)
 
     def slice(self, **dims) -> HostMesh:
         return self._reshaped(self._shape.slice(**dims))
 
     def _reshaped(self, shape: Shape) -> HostMesh:
-        return HostMesh(shape, self._host_ids)
+        return HostMesh(shape, self._host_ids, self._python)
+
+    def with_python_executable(self, python_executable: str) -> HostMesh:
+        """These hosts, their new processes running ``python_executable`` (python_executable.py)."""
+        return HostMesh(self._shape, self._host_ids, checked_python(python_executable))
+
+    @property
+    def stream_logs(self) -> bool:
+        """Monarch's flag: the processes' output reaches this client (unless log_to_driver=False)."""
+        return bool((getattr(state.core(), "config", None) or {}).get("log_to_driver", True))
 
     @property
     def initialized(self) -> Future:
@@ -126,7 +138,7 @@ class HostMesh(Shaped):
         labels = self._shape.labels + labels
         sizes = self._shape.sizes + sizes
         setup = dumps_code(bootstrap) if bootstrap is not None else None
-        return _spawn(name or f"procs{next(_names)}", labels, sizes, _count(per_host), hosts, setup)
+        return _spawn(name or f"procs{next(_names)}", labels, sizes, _count(per_host), hosts, setup, self._python)
 
     def __repr__(self) -> str:
         return f"<HostMesh {self.extent}>"
@@ -408,7 +420,7 @@ class ProcMesh(Shaped):
 
 
 def _spawn(name: str, labels: tuple, sizes: tuple, per_host_count: int, host_ids: list,
-           bootstrap: bytes | None = None) -> ProcMesh:
+           bootstrap: bytes | None = None, python: str = "") -> ProcMesh:
     core = state.core()
     total = 1
     for s in sizes:
@@ -416,7 +428,7 @@ def _spawn(name: str, labels: tuple, sizes: tuple, per_host_count: int, host_ids
     proc_hosts = tuple(host_ids[rank // per_host_count] for rank in range(total))
     gpus = {h: _gpus_per_proc(core, h, labels, per_host_count) for h in set(proc_hosts)}
     extent = Shape.dense(labels, sizes).extent
-    procs = tuple(_host_class(gpus[h], h).options(_label=_proc_label(name, Point(rank, extent)))
+    procs = tuple(_host_class(gpus[h], h).options(_label=_proc_label(name, Point(rank, extent)), _python=python)
                   .remote(name, labels, sizes, rank, {}, bootstrap=bootstrap)
                   for rank, h in enumerate(proc_hosts))
     mesh_state = MeshState(name, Shape.dense(labels, sizes).extent, _owner_here(core))
