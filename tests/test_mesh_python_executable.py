@@ -8,7 +8,12 @@ import sys
 
 import pytest
 
+import meshrt
 from meshrt import Actor, endpoint, this_host
+
+from . import test_multihost_nodes
+
+two_nodes = test_multihost_nodes.two_nodes  # (the fixture: the head and one agent's host)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -54,3 +59,13 @@ def test_an_interpreter_that_is_not_there_is_named(rt, tmp_path):
         this_host().with_python_executable(str(tmp_path / "missing" / "python"))
     with pytest.raises(TypeError, match="with_python_executable"):
         this_host().with_python_executable(None)
+
+
+def test_another_hosts_processes_run_it_too(two_nodes, wrapped_python):
+    _head, _other, remember, _agent = two_nodes
+    hosts = meshrt.hosts(min_hosts=1, timeout=60)
+    procs = hosts.with_python_executable(wrapped_python).spawn_procs(per_host={"gpus": 1})
+    probes = procs.spawn("probe", Probe)
+    assert [wrapped for wrapped, _ in probes.how.call().get(timeout=60).values()] == ["yes"]
+    remember()  # (its processes: gone by the end, the fixture checks)
+    procs.stop().get(timeout=60)
