@@ -57,8 +57,10 @@ class LogFiles:
             if name is None:  # (named once: by its pid, once known)
                 name = self._log_names[(w.id, suffix)] = self._name_of(w, suffix)
                 self.log_files[name] = {"wid": w.id, "pid": w.pid, "host": w.host, "actor_id": w.actor_id}
-            elif w.actor_id is not None:  # (a pool worker became an actor's process)
-                self.log_files[name]["actor_id"] = w.actor_id
+            else:  # (its pid may have come since; a pool worker may have become an actor's process)
+                info = self.log_files[name]
+                info["pid"] = info["pid"] or w.pid
+                info["actor_id"] = w.actor_id if w.actor_id is not None else info["actor_id"]
             path = os.path.join(self.log_dir, name)
             try:  # (opened per batch: no descriptor held for each of many workers)
                 with open(path, "a", encoding="utf-8", errors="replace") as f:
