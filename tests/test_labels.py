@@ -81,6 +81,16 @@ def test_bad_labels_and_selectors_are_named_where_they_are_given():
     assert not meshrt.is_initialized()
 
 
+def test_a_node_with_a_gpu_model_carries_it_as_a_label():
+    meshrt.init(num_cpus=1, resources={"accelerator_type:H100": 1})
+    try:
+        assert meshrt.nodes()[0]["Labels"]["ray.io/accelerator-type"] == "H100"
+        head = meshrt.get_runtime_context().get_node_id()
+        assert meshrt.get(node.options(label_selector={"ray.io/accelerator-type": "in(H100,A100)"}).remote()) == head
+    finally:
+        meshrt.shutdown()
+
+
 @pytest.fixture
 def labelled_host(monkeypatch):
     """The head (zone a) and one agent's host (zone b, with a gpu label)."""

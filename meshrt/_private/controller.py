@@ -23,14 +23,13 @@ from ..objstore.serialization import system_error_payload
 from ..objstore.store import SharedStore
 from ..scheduler.policy import Dispatch, PlaceActor, Scheduler, StartWorkers
 from ..scheduler.resources import Allocation, NodeResources
-from . import addresses, env_packages, gpus, ids, ucx_routes, wire
+from . import addresses, env_packages, gpus, ids, labels, ucx_routes, wire
 from . import messages as m
 from .actor_directory import ActorDirectory
 from .cluster_nodes import ClusterNodes
 from .control_requests import ControlRequests
 from .host_choice import HostChoice
 from .host_directory import HostDirectory, host_ip
-from .labels import NODE_ID_LABEL
 from .log_files import LogFiles
 from .log_options import LogOptions
 from .metrics_table import MetricsTable
@@ -91,7 +90,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
         self.loop = io.loop
         self.config = config
         self.started_ms = int(time.time() * 1000)  # (the job's start_time: list_jobs)
-        self.labels = {**config.get("labels", {}), NODE_ID_LABEL: config["node_id"]}  # the head's (labels.py)
+        self.labels = labels.of_node(config.get("labels", {}), config["node_id"], config["resources"])  # the head's
         self.token: bytes = config["token"]
         self.node = NodeResources.create(config["resources"])
         self.scheduler = Scheduler(self.node)

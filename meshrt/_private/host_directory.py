@@ -122,7 +122,7 @@ class HostDirectory:
             return
         host = HostRecord(next(self._host_ids), msg.name, conn, msg.pid,
                           NodeResources.create(msg.resources), msg.listen_host, machine=msg.machine)
-        host.labels = {**(msg.labels or {}), labels.NODE_ID_LABEL: host.node_id}
+        host.labels = labels.of_node(msg.labels or {}, host.node_id, msg.resources)
         self.hosts[host.id] = host
         conn.agent_host = host.id
         if self.host_watch is None:

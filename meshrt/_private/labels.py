@@ -15,11 +15,23 @@ import re
 from typing import Any
 
 NODE_ID_LABEL = "ray.io/node-id"
+ACCELERATOR_LABEL = "ray.io/accelerator-type"
 RESERVED_PREFIX = "ray.io/"
 
 _NAME = re.compile(r"[a-zA-Z0-9]([a-zA-Z0-9_.-]{0,61}[a-zA-Z0-9])?")
 _PREFIX = re.compile(rf"{_NAME.pattern}(\.{_NAME.pattern})*")
 _SELECTOR = re.compile(rf"(?P<neg>!)?(?:(?:in)?\((?P<many>{_NAME.pattern}(?:, ?{_NAME.pattern})*)\)|(?P<one>{_NAME.pattern}))")
+
+
+def of_node(own: dict, node_id: str, resources: dict) -> dict:
+    """A node's labels: its own, its id, and its GPU model where it offers one (as Ray
+    sets ``ray.io/accelerator-type``; meshrt's hosts offer ``accelerator_type:<model>``)."""
+    found = dict(own)
+    found[NODE_ID_LABEL] = node_id
+    models = [name.split(":", 1)[1] for name in resources if name.startswith("accelerator_type:")]
+    if len(models) == 1:
+        found[ACCELERATOR_LABEL] = models[0]
+    return found
 
 
 def check_key(key: Any, what: str) -> str:

@@ -91,7 +91,8 @@ class LocalCore(Core):
         if method == "nodes":
             return [{"NodeID": self.config["node_id"], "Alive": True, "NodeManagerAddress": "127.0.0.1",
                      "Resources": self.node.as_floats("total"), "alive": True,
-                     "Labels": {**self.config.get("labels", {}), "ray.io/node-id": self.config["node_id"]}}]
+                     "Labels": labels.of_node(self.config.get("labels", {}), self.config["node_id"],
+                                              self.config["resources"])}]
         if method == "host_of_node":  # (one node here: another is one that is not in the cluster)
             node_id, soft = args[0], args[1]
             if soft or node_id == self.config["node_id"]:
@@ -109,7 +110,7 @@ class LocalCore(Core):
         namespaces = self.__dict__.setdefault("_group_namespaces", {})
         if method == "create_placement_group":
             pg_id, bundles, strategy, name, namespace, selectors = args
-            mine = {**self.config.get("labels", {}), "ray.io/node-id": self.config["node_id"]}
+            mine = labels.of_node(self.config.get("labels", {}), self.config["node_id"], self.config["resources"])
             if any(not labels.matches(mine, wanted) for wanted in selectors):
                 raise ValueError(f"placement_group(bundle_label_selector=...) can never be placed: local mode's one "
                                  f"node has the labels {mine}")

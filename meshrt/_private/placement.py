@@ -36,7 +36,7 @@ def head_labels(core) -> dict:
     config = getattr(core, "config", None) or {}
     if "head_labels" in config:
         return config["head_labels"]
-    return {**config.get("labels", {}), labels.NODE_ID_LABEL: config.get("node_id")}  # (local mode)
+    return labels.of_node(config.get("labels", {}), config.get("node_id"), config.get("resources", {}))  # (local)
 
 
 def check_labels(core, hard: tuple, what: str, unschedulable) -> None:

@@ -244,7 +244,9 @@ class RuntimeContext:
         config = getattr(core, "config", None) or {}
         if "node_labels" in config:
             return dict(config["node_labels"])
-        return {**config.get("labels", {}), "ray.io/node-id": self.get_node_id()}
+        from . import labels
+
+        return labels.of_node(config.get("labels", {}), self.get_node_id(), config.get("resources", {}))
 
     @property
     def current_placement_group_id(self) -> str | None:
