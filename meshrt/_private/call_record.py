@@ -68,6 +68,13 @@ def note(name: str, task_id: int, kind: str, start_ns: int) -> None:
         ring.written = i + 1
 
 
+def note_call(call) -> None:
+    """An executor's call (executor.Call) ended, or is about to answer: noted once."""
+    if call.started:
+        note(call.span or call.name, call.task_id, TASK if call.is_task else ACTOR_CALL, call.started)
+        call.started = 0
+
+
 def _allocate() -> _Ring:
     global _ring
     with _alloc:

@@ -65,7 +65,7 @@ class Call:
     """One unit of work for the executor: a pool task or an actor method call."""
 
     __slots__ = ("task_id", "name", "method", "args", "deps", "num_returns", "dest", "held",
-                 "arg_refs", "spec", "is_task", "granted", "last", "group", "borrowed", "span")
+                 "arg_refs", "spec", "is_task", "granted", "last", "group", "borrowed", "span", "started")
 
     def __init__(self, task_id, name, method, args, deps, num_returns, dest, held, arg_refs, spec=None):
         self.task_id = task_id
@@ -84,6 +84,7 @@ class Call:
         self.group: str | None = None  # the concurrency group chosen for this call, if any
         self.borrowed: tuple = ()  # (value, loan) for each large bytes argument the caller lent
         self.span: str | None = None  # its name in meshrt.timeline(), where not ``name`` (a mesh endpoint's)
+        self.started = 0  # time.time_ns() when it began to run; 0 once noted (call_record.py)
 
 
 class Executor:
@@ -353,7 +354,7 @@ class Executor:
             self._finish(call, self._cancelled(call))
             return
         on_main = threading.get_ident() == self.main_ident
-        started = time.time_ns()
+        call.started = time.time_ns()
         ctx = context.enter(call, self.core)
         try:
             fn = self._resolve_target(call)
@@ -383,8 +384,7 @@ class Executor:
         finally:
             context.leave(ctx)
             self.interrupted.discard(call.task_id)
-            kind = call_record.TASK if call.is_task else call_record.ACTOR_CALL
-            call_record.note(call.span or call.name, call.task_id, kind, started)
+            call_record.note_call(call)
 
     def _settled(self, call: Call, ok: bool, value: Any) -> None:
         """A Deferred a method returned has settled (on the thread that settled it)."""
@@ -433,6 +433,7 @@ class Executor:
             return call.name
 
     def _finish(self, call: Call, packed, error=None) -> None:
+        call_record.note_call(call)  # (before the reply: a caller that asks for the timeline once answered finds it)
         results, held = packed
         if call.num_returns == 1:
             batch = self._replies
@@ -541,7 +542,7 @@ class Executor:
             self.async_tasks.pop(call.task_id, None)
 
     async def _run_coroutine(self, call: Call, fn) -> None:
-        started = time.time_ns()
+        call.started = time.time_ns()
         ctx = context.enter(call, self.core)
         try:
             args, kwargs = argpack.unpack(call_payloads.arguments(call), call.deps, deserialize, fetch=False)
@@ -566,7 +567,7 @@ class Executor:
             self._failed(call, err)
         finally:
             context.leave(ctx)
-            call_record.note(call.span or call.name, call.task_id, call_record.ACTOR_CALL, started)
+            call_record.note_call(call)
 
     def _system_exit(self, call: Call, stop: SystemExit) -> None:
         """``sys.exit()`` in an actor method ends the actor, as in Ray (its callers get
