@@ -162,13 +162,13 @@ def run_logs(args) -> int:
     answer = _ask(args, "logs", "log_lines", how, key, "err" if args.err else "out", args.tail, None)
     pause = threading.Event()
     while not isinstance(answer, int):
-        _name, lines, offset, alive = answer
+        name, lines, offset, alive = answer
         for line in lines:
             print(line, flush=args.follow)
         if not (args.follow and alive):
             return 0
-        pause.wait(0.5)  # (then ask for what came since)
-        answer = _ask(args, "logs", "log_lines", how, key, "err" if args.err else "out", -1, offset)
+        pause.wait(0.5)  # (then ask for what came since, in that file)
+        answer = _ask(args, "logs", "log_lines", "filename", name, "err" if args.err else "out", -1, offset)
     return answer
 
 

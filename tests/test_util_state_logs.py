@@ -80,6 +80,14 @@ def test_follow_yields_lines_as_they_come_and_ends_with_the_process(rt):
     assert next(lines) == "second"
     meshrt.kill(talker)
     assert list(lines) == []  # (it ends: the process is gone)
+    quiet = Talker.remote()
+    meshrt.get(quiet.say.remote())  # (up, and has printed nothing)
+    quiet_id = next(a.actor_id for a in list_actors() if a.state == "ALIVE")
+    later = get_log(actor_id=quiet_id, follow=True, _interval=0.05)
+    meshrt.get(quiet.say.remote("at last"))
+    assert next(later) == "at last"
+    meshrt.kill(quiet)
+    assert list(later) == []
 
 
 def test_bad_log_requests_say_what_to_give(rt):

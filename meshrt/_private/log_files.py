@@ -106,9 +106,12 @@ class LogFiles:
         """The file name and worker id of the log asked for (a clear error if none)."""
         if how == "filename":
             info = self.log_files.get(key) if isinstance(key, str) else None
-            if info is None:
-                raise ValueError(f"get_log(filename={key!r}): no such log; list_logs(node_id=...) names them")
-            return key, info["wid"]
+            if info is not None:
+                return key, info["wid"]
+            for w in list(self.workers.values()):  # (a live process that has printed nothing yet)
+                if w.id and key in (self._name_of(w, "out"), self._name_of(w, "err")):
+                    return key, w.id
+            raise ValueError(f"get_log(filename={key!r}): no such log; list_logs(node_id=...) names them")
         if how == "task_id":
             rows = [r for r in self.rpc_state_tasks(0) if r["task_id"] == key and r.get("worker_pid")]
             if not rows:

@@ -58,12 +58,12 @@ def get_log(address: str | None = None, node_id: str | None = None, node_ip: str
 
 def _lines(first: tuple, how: str, key: Any, suffix: str, follow: bool, interval: float, timeout: int,
            filter_ansi: bool) -> Generator[str, None, None]:
-    _name, lines, offset, alive = first
+    name, lines, offset, alive = first
     yield from _clean(lines, filter_ansi)
     pause = threading.Event()  # (never set: waits between reads without busy-polling)
-    while follow and alive:
+    while follow and alive:  # (that file: a restarted actor's new process writes another)
         pause.wait(interval)
-        _name, lines, offset, alive = _ask("log_lines", timeout, how, key, suffix, -1, offset)
+        name, lines, offset, alive = _ask("log_lines", timeout, "filename", name, suffix, -1, offset)
         yield from _clean(lines, filter_ansi)
 
 
