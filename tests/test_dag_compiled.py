@@ -249,3 +249,24 @@ def test_teardown_wakes_a_get_waiting_in_another_thread(rt):
     meshrt.get(holder.release.remote())
     assert not reader.is_alive() and len(outcome) == 1
     assert isinstance(outcome[0], (exc.RaySystemError, exc.ActorDiedError)), outcome
+
+
+def test_visualize_shows_the_calls_and_their_edges(rt, tmp_path):
+    first, second = Stage.remote(), Stage.remote()
+    with InputNode() as inp:
+        dag = MultiOutputNode([second.forward.bind(first.forward.bind(inp[0])), first.forward.bind(inp[1])])
+    compiled = dag.experimental_compile()
+    try:
+        text = compiled.visualize(format="ascii")
+        lines = text.splitlines()
+        assert lines[0] == "0: input" and lines[-1].startswith(f"{len(lines) - 1}: output <- ")
+        assert sum("Stage.forward (actor" in line for line in lines) == 3
+        dot = compiled.visualize(filename=str(tmp_path / "graph"), format="dot", channel_details=True)
+        assert (tmp_path / "graph.dot").read_text().strip() == dot
+        edges = sum(len(line.split(" <- ")[1].split(", ")) for line in lines if " <- " in line)
+        assert dot.startswith("digraph") and dot.count("->") == edges == 7
+        assert '[label="channels"]' in dot
+        with pytest.raises(ValueError, match="channel_details"):
+            compiled.visualize(format="ascii", channel_details=True)
+    finally:
+        compiled.teardown()

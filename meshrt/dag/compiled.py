@@ -135,6 +135,14 @@ class CompiledDAG:
             for handle in actors.values():
                 kill(handle)
 
+    def visualize(self, filename: str = "compiled_graph", format: str = "png", view: bool = False,  # noqa: A002
+                  channel_details: bool = False) -> str:
+        """Ray's: the graph as Graphviz DOT source (rendered to ``filename.format``), or
+        text with ``format="ascii"`` (visualize.py)."""
+        from .visualize import render
+
+        return render(self._root, self.path, filename, format, view, channel_details)
+
     def _start(self, args: tuple, kwargs: dict) -> Any:
         if self._torn_down:
             raise exc.RaySystemError("this compiled graph was torn down (teardown()); compile the DAG again")
