@@ -137,3 +137,8 @@ def _checked_timeout(timeout: Any, op: str) -> float:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
         raise ValueError(f"{op}(timeout=...): give the seconds to wait, a number above 0; got {timeout!r}")
     return float(timeout)
+
+
+from .rdma_action import RDMAAction  # noqa: E402 - (it builds on RDMABuffer, above)
+
+__all__ += ["RDMAAction"]

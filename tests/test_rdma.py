@@ -12,7 +12,13 @@ import torch
 
 import meshrt
 from meshrt import Actor, endpoint, this_host
-from meshrt.rdma import RDMABuffer, get_rdma_backend, is_ibverbs_available, is_rdma_available
+from meshrt.rdma import (
+    RDMAAction,
+    RDMABuffer,
+    get_rdma_backend,
+    is_ibverbs_available,
+    is_rdma_available,
+)
 from meshrt.tensor import BufferDroppedError
 
 pytestmark = pytest.mark.timeout(120)
@@ -102,3 +108,59 @@ def test_backend_names():
         assert is_rdma_available() == is_ibverbs_available()
     assert caught and caught[0].category is DeprecationWarning
     assert meshrt.rdma.RDMABuffer is RDMABuffer
+
+
+class Owner(Actor):
+    def __init__(self):
+        self.a = torch.arange(8, dtype=torch.int32)
+        self.b = torch.zeros(4, dtype=torch.int32)
+
+    @endpoint
+    def buffers(self):
+        self.bufs = (RDMABuffer(self.a), RDMABuffer(self.b))
+        return self.bufs
+
+    @endpoint
+    def contents(self):
+        return self.a.tolist(), self.b.tolist()
+
+    @endpoint
+    def drop_a(self):
+        self.bufs[0].drop()
+
+
+async def test_an_action_moves_a_batch_and_waits_for_all_of_it(rt):
+    owner = this_host().spawn_procs(per_host={"gpus": 1}).spawn("owner", Owner)
+    a, b = await owner.buffers.call_one()
+    got = torch.zeros(8, dtype=torch.int32)
+    action = RDMAAction().read_remote(got, a).write_remote(b, torch.tensor([5, 6, 7, 8], dtype=torch.int32))
+    assert await action.submit() is None
+    assert got.tolist() == list(range(8)) and (await owner.contents.call_one())[1] == [5, 6, 7, 8]
+    got.zero_()
+    assert await action.submit(timeout=30) is None  # (again: the same ops run again)
+    assert got.tolist() == list(range(8))
+    await owner.drop_a.call_one()
+    with pytest.raises(BufferDroppedError):  # (one op fails: the batch does, once all ended)
+        await RDMAAction().read_remote(torch.zeros(8, dtype=torch.int32), a).write_remote(b, torch.ones(4)).submit()
+
+
+def test_an_action_refuses_racing_local_memory_and_atomics(rt):
+    buf = RDMABuffer(bytearray(16))
+    local = torch.zeros(32, dtype=torch.uint8)
+    action = RDMAAction().read_remote(local[:16], buf)
+    with pytest.raises(ValueError, match="overlaps that of op 0"):
+        action.read_remote(local[8:24], buf)  # (both would write local[8:16])
+    action.read_remote(local[16:], buf)  # (apart: fine)
+    with pytest.raises(ValueError, match="overlaps"):
+        action.write_remote(buf, local[:4])  # (read from while another op writes it)
+    RDMAAction().write_remote(buf, local[:4]).write_remote(buf, local[:4])  # (two reads of one memory: fine)
+    with pytest.raises(NotImplementedError, match="atomics"):
+        action.fetch_add(buf, local[:8], 1)
+    with pytest.raises(NotImplementedError, match="atomics"):
+        action.compare_and_swap(buf, local[:8], 0, 1)
+    with pytest.raises(TypeError, match="expected an RDMABuffer"):
+        action.read_remote(local, b"not a buffer")
+    with pytest.raises(ValueError, match="timeout"):
+        action.submit(timeout=0)
+    assert action.submit().get(30) is None and local.tolist() == [0] * 32  # (a blocking wait works too)
+    buf.drop()

@@ -4,7 +4,7 @@
 import torch
 
 from meshrt import Actor, endpoint, this_host
-from meshrt.rdma import RDMABuffer
+from meshrt.rdma import RDMAAction, RDMABuffer
 
 
 class Weights(Actor):
@@ -37,6 +37,15 @@ class Learner(Actor):
         return await buf.write_from(torch.tensor(values, dtype=torch.float32).view(torch.uint8))
 
     @endpoint
+    async def batch(self, buf, values):
+        """One read of the buffer and one write into it, submitted as a unit."""
+        before = torch.zeros(buf.size(), dtype=torch.uint8)
+        action = RDMAAction().read_remote(before, buf)
+        await action.submit()
+        await RDMAAction().write_remote(buf, torch.tensor(values, dtype=torch.float32).view(torch.uint8)).submit()
+        return before.view(torch.float32).tolist()
+
+    @endpoint
     async def refused(self, buf, op, nbytes):
         try:
             if op == "read":
@@ -59,6 +68,8 @@ async def test_a_buffer_is_read_and_written_whole_by_another_process():
     assert values == [float(i) for i in range(16)] and rest == [0] * 8
     assert await learner.push.call_one(buf, [9.0, 8.0]) is None  # a shorter write fills the start
     assert (await weights.values.call_one())[:3] == [9.0, 8.0, 2.0]
+    assert (await learner.batch.call_one(buf, [1.0]))[:3] == [9.0, 8.0, 2.0]  # (an RDMAAction: read, then write)
+    assert (await weights.values.call_one())[:3] == [1.0, 8.0, 2.0]
     assert await learner.refused.call_one(buf, "read", 32) == "ValueError"  # too little room
     assert await learner.refused.call_one(buf, "write", 80) == "ValueError"  # too much to write
     await weights.drop.call_one()
