@@ -27,8 +27,8 @@ TASK_KEYS = _RESOURCE_KEYS | _IGNORED | _GROUP_KEYS | {"runtime_env", "num_retur
 ACTOR_KEYS = _RESOURCE_KEYS | _IGNORED | _GROUP_KEYS | {"runtime_env", "max_restarts", "max_task_retries", "max_concurrency", "name",
                                           "scheduling_strategy", "namespace", "lifetime", "get_if_exists", "max_pending_calls",
                                           "concurrency_groups", "allow_out_of_order_execution", "label_selector",
-                                          "_host", "_label", "_python"}  # (meshes: a process's host, its name in
-# output, and the interpreter it runs: mesh/python_executable.py)
+                                          "_host", "_label", "_python"}
+# (_host, _label, _python: a mesh process's host, its name in output, the interpreter it runs)
 DEFAULT_TASK_RETRIES = 3
 ACCELERATOR_PREFIX = "accelerator_type:"  # a host's resource naming its GPU model (driver._node_resources)
 ACCELERATOR_SLIVER = 0.001
