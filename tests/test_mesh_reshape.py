@@ -174,3 +174,16 @@ async def test_initialized_and_host_mesh(rt):
     assert await more.initialized is True
     await more.stop()
     await procs.stop()
+
+
+def test_to_table_lays_the_processes_out_by_the_meshs_dims(rt):
+    procs = this_host().spawn_procs(per_host={"hosts": 2, "gpus": 2})
+    table = procs.to_table().splitlines()
+    assert table[1].split("|")[1].strip() == "hosts \\ gpus"
+    assert [cell.strip() for cell in table[3].split("|")[1:-1]] == ["0", "0.gpu[0]", "0.gpu[1]"]
+    assert [cell.strip() for cell in table[5].split("|")[1:-1]] == ["1", "0.gpu[2]", "0.gpu[3]"]
+    row = procs.slice(hosts=1).to_table().splitlines()[3]
+    assert [cell.strip() for cell in row.split("|")[1:-1]] == ["", "0.gpu[2]", "0.gpu[3]"]
+    deep = this_host().spawn_procs(per_host={"a": 2, "b": 1, "c": 2}).to_table()
+    assert deep.startswith("a=0\n") and "\n\na=1\n" in deep and deep.count("0.gpu[") == 4
+    procs.stop().get()

@@ -24,16 +24,15 @@ from .._private import context as rt_context
 from .._private import lanes, state
 from .._private.args import CallChecker
 from ..objstore.serialization import dumps_code
-from . import supervision
+from . import python_executable, supervision, table
 from .actor import ENDPOINT_MARK, OwnerCell, current_owner, endpoint_names, plain_method_names
 from .actor_mesh import ActorMesh, MeshState, _gather
 from .future import Future, ready
 from .proc_host import STOPPED, ProcHost
-from .python_executable import checked as checked_python
-from .python_executable import inherited as inherited_python
 from .shape import Point, Shape, Shaped, check_dims
 
 log = logging.getLogger("meshrt")
+_checked_python = python_executable.checked  # (HostMesh.with_python_executable's argument shares the module's name)
 
 _names = itertools.count()
 _host_classes: dict = {}
@@ -45,7 +44,7 @@ class HostMesh(Shaped):
     def __init__(self, shape: Shape, host_ids: tuple, python: str | None = None) -> None:
         self._shape = shape
         self._host_ids = host_ids  # per underlying rank
-        self._python = inherited_python() if python is None else python  # ('': the driver's)
+        self._python = python_executable.inherited() if python is None else python  # ('': the driver's)
 
     def slice(self, **dims) -> HostMesh:
         return self._reshaped(self._shape.slice(**dims))
@@ -55,7 +54,7 @@ class HostMesh(Shaped):
 
     def with_python_executable(self, python_executable: str) -> HostMesh:
         """These hosts, their new processes running ``python_executable`` (python_executable.py)."""
-        return HostMesh(self._shape, self._host_ids, checked_python(python_executable))
+        return HostMesh(self._shape, self._host_ids, _checked_python(python_executable))
 
     @property
     def stream_logs(self) -> bool:
@@ -224,6 +223,8 @@ class ProcMesh(Shaped):
 
     def _reshaped(self, shape: Shape) -> ProcMesh:
         return ProcMesh(self._name, self._procs, shape, self._state, self._local, self._hosts, self._in_driver)
+
+    to_table = table.to_table  # (Monarch's: each process as host.gpu[i], by the mesh's dims)
 
     def spawn(self, name: str, actor_class: Any, *args, **kwargs) -> ActorMesh:
         """Start one ``actor_class(*args, **kwargs)`` in every process; returns the ActorMesh
