@@ -411,6 +411,15 @@ class RuntimeEnvSetupError(MeshrtError):
     """Ray: a runtime_env could not be set up; meshrt does not build runtime envs."""
 
 
+class RayChannelError(RaySystemError):
+    """A compiled graph's channel failed (meshrt.dag)."""
+
+
+class RayChannelTimeoutError(RayChannelError, TimeoutError):
+    """A compiled graph's ``execute()`` could not hand its inputs over within
+    ``_submit_timeout`` (the graph's first actors took nothing for that long)."""
+
+
 class RayCgraphCapacityExceeded(RaySystemError):
     """Raised by a compiled graph's ``execute()`` with ``_max_inflight_executions``
     executions whose results have not come back, or by a read that would keep more than
@@ -419,4 +428,5 @@ class RayCgraphCapacityExceeded(RaySystemError):
 
 __all__ += ["RaySystemError", "NodeDiedError", "LocalRayletDiedError", "ObjectFetchTimedOutError",
             "ObjectReconstructionFailedError", "OutOfMemoryError", "OutOfDiskError",
-            "PendingCallsLimitExceeded", "RuntimeEnvSetupError", "RayCgraphCapacityExceeded"]
+            "PendingCallsLimitExceeded", "RuntimeEnvSetupError", "RayCgraphCapacityExceeded",
+            "RayChannelError", "RayChannelTimeoutError"]

@@ -270,3 +270,22 @@ def test_visualize_shows_the_calls_and_their_edges(rt, tmp_path):
             compiled.visualize(format="ascii", channel_details=True)
     finally:
         compiled.teardown()
+
+
+def test_execute_gives_up_after_the_submit_timeout_when_the_graph_takes_nothing(rt):
+    holder = Holder.remote()
+    with InputNode() as inp:
+        dag = holder.hold.bind(inp)
+    compiled = dag.experimental_compile(_submit_timeout=0.5, _max_inflight_executions=100)
+    try:
+        big = np.ones(1 << 18)  # 2 MiB: the first is taken (and held), the next fill the socket
+        with pytest.raises(exc.RayChannelTimeoutError, match="_submit_timeout=0.5"):
+            for _ in range(50):
+                compiled.execute(big)
+        with pytest.raises(exc.RaySystemError):  # (gone out in part: the graph cannot go on; or still full)
+            compiled.execute(big)
+    finally:
+        meshrt.get(holder.release.remote())
+        compiled.teardown()
+    with pytest.raises(ValueError, match="_submit_timeout"):
+        dag.experimental_compile(_submit_timeout=0)

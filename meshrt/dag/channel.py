@@ -33,6 +33,12 @@ _BUFFER_BYTES = 4 << 20  # (asked of the kernel, which caps it at net.core.wmem_
 CONNECT_TIMEOUT_S = 30.0
 
 
+class ChannelTimeout(Exception):
+    """A write's ``when_full`` gave up; ``partial``: part of the message went out already."""
+
+    partial = False
+
+
 class ChannelClosed(ConnectionError):
     """The other end went away (its process died, or the graph was torn down)."""
 
@@ -153,12 +159,18 @@ def send(sock: socket.socket, value: Any) -> None:
 
 def _sendall(sock: socket.socket, parts: list, when_full: Callable[[socket.socket], None] | None) -> None:
     views = [memoryview(p).cast("B") for p in parts]
+    progressed = False
     while views:
         try:
             sent = sock.sendmsg(views[:512])
         except BlockingIOError:
-            when_full(sock)
+            try:
+                when_full(sock)
+            except ChannelTimeout as err:
+                err.partial = progressed
+                raise
             continue
+        progressed = True
         while sent and views:
             if sent >= views[0].nbytes:
                 sent -= views[0].nbytes

@@ -27,6 +27,7 @@ from .wiring import Unwired, Wiring
 # Ray's defaults for its limits (its RAY_CGRAPH_max_inflight_executions and _max_buffered_results)
 DEFAULT_MAX_INFLIGHT_EXECUTIONS = 10
 DEFAULT_MAX_BUFFERED_RESULTS = 1000
+DEFAULT_SUBMIT_TIMEOUT_S = 10.0  # (Ray's RAY_CGRAPH_submit_timeout)
 
 
 class CompiledDAGRef:
@@ -95,12 +96,12 @@ class CompiledDAG:
         _check_compilable(root)
         self._root = root
         self._asyncio = enable_asyncio
-        self._submit_timeout = submit_timeout
+        self._submit_timeout = _seconds("_submit_timeout", submit_timeout, DEFAULT_SUBMIT_TIMEOUT_S)
         self._executions = 0
         self._read_up_to = 0  # (the calls path: executions before this one had a result read)
         self._torn_down = False
         try:
-            self._wiring: Wiring | None = Wiring(root, max_buffered)
+            self._wiring: Wiring | None = Wiring(root, max_buffered, self._submit_timeout)
             self.path = "channels"
         except Unwired as why:
             self._wiring = None
@@ -193,6 +194,14 @@ class CompiledDAG:
 
     def __repr__(self) -> str:
         return f"<CompiledDAG of {self._root!r}, {self._executions} execution(s)>"
+
+
+def _seconds(name: str, value: float | None, default: float) -> float:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError(f"experimental_compile({name}={value!r}): give the seconds to wait, a number above 0")
+    return float(value)
 
 
 def _limit(name: str, value: int | None, default: int) -> int:

@@ -72,9 +72,10 @@ class DAGNode:
         going straight to the actor that needs it; results come back as
         CompiledDAGRefs. Ray's limits hold, with Ray's defaults: at most
         ``_max_inflight_executions`` (10) executions whose results have not come back,
-        ``_max_buffered_results`` (1000) results kept unread. ``_submit_timeout``,
-        ``_buffer_size_bytes`` and Ray's other tuning options are taken and unused (an
-        execution never waits to be submitted; a socket's buffer is the kernel's)."""
+        ``_max_buffered_results`` (1000) results kept unread, ``_submit_timeout`` (10 s)
+        for ``execute()`` to hand its inputs over when the graph takes none.
+        ``_buffer_size_bytes`` and Ray's other tuning options are taken and unused (a
+        socket's buffer is the kernel's)."""
         from .compiled import CompiledDAG
 
         return CompiledDAG(self, enable_asyncio=enable_asyncio, submit_timeout=_submit_timeout,

@@ -35,9 +35,11 @@ class Wiring:
     """A compiled graph's edges, built and connected; ``feed`` an execution's inputs,
     ``result`` reads output k of execution i."""
 
-    def __init__(self, root: DAGNode, max_buffered: int | None = None) -> None:
+    def __init__(self, root: DAGNode, max_buffered: int | None = None, submit_timeout: float | None = None) -> None:
         self._plan(root)
         self._max_buffered = max_buffered
+        self._submit_timeout = submit_timeout
+        self._feed_deadline: float | None = None
         self._lock = threading.Lock()  # (one reader at a time)
         self._feed_lock = threading.Lock()  # (one execution's inputs at a time)
         self._buffered: dict[tuple[int, int], Any] = {}
@@ -183,18 +185,31 @@ class Wiring:
         parts = [(edge, _encoded(value if isinstance(node, InputNode) else node._run(args, kwargs, results)))
                  for edge, node, _actor in self._inputs]
         with self._feed_lock:
-            for edge, encoded in parts:
+            limit = self._submit_timeout
+            self._feed_deadline = None if limit is None else time.monotonic() + limit
+            for i, (edge, encoded) in enumerate(parts):
                 try:
                     channel.write(self._in_socks[edge], encoded, self._when_full)
                 except channel.ChannelClosed:
                     self._broken = ("an actor of this compiled graph died or was killed; compile the graph "
                                     "again with live actors")
                     raise exc.RaySystemError(self._broken) from None
+                except channel.ChannelTimeout as err:
+                    why = (f"execute() could not hand its inputs to the graph within _submit_timeout={limit} s: its "
+                           f"first actors took none meanwhile (a method may be stuck, or slower than that)")
+                    if err.partial or i:  # (part of an execution went out: the graph's inputs no longer line up)
+                        self._broken = why + "; this compiled graph cannot go on: teardown() and compile it again"
+                        raise exc.RayChannelTimeoutError(self._broken) from None
+                    raise exc.RayChannelTimeoutError(why + "; nothing was sent: execute() again later, or compile "
+                                                     "with a larger experimental_compile(_submit_timeout=...)") from None
 
     def _when_full(self, sock) -> None:
         """An input socket is full: the graph is backed up behind results nobody has read
         yet. Read them into the buffer until the socket takes more (else the stages wait
         on the driver and the driver on them: a hang)."""
+        deadline = self._feed_deadline
+        if deadline is not None and time.monotonic() >= deadline:
+            raise channel.ChannelTimeout()
         if not self._lock.acquire(blocking=False):  # (a get() is reading them already)
             select.select([], [sock], [], 0.01)
             return
@@ -202,7 +217,10 @@ class Wiring:
             while not self._closed and not select.select([], [sock], [], 0)[1]:
                 if self._broken is not None:
                     raise channel.ChannelClosed(self._broken)
-                self._take_results(None, sock)
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise channel.ChannelTimeout()
+                self._take_results(left, sock)
             if self._closed:
                 raise channel.ChannelClosed("the graph was torn down")
         finally:
