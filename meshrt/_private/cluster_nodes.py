@@ -37,9 +37,9 @@ class ClusterNodes:
         return nodes
 
     def labels_of_host(self, host_id: int) -> dict:
-        """A host's node labels (0: the head's)."""
+        """A host's node labels (0: the head's); read them, do not change them."""
         host = self.hosts.get(host_id) if host_id else None
-        return dict(host.labels) if host is not None else dict(self.labels)
+        return host.labels if host is not None else self.labels
 
     def rpc_cluster_resources(self, caller: int) -> dict:
         return _summed([self.node.as_floats("total")] + [h.node.as_floats("total") for h in self._joined_hosts()])

@@ -104,9 +104,7 @@ class HostChoice:
 
     def labels_unmet(self, what: str, hard: tuple, unschedulable, able: list):
         hosts = [0] + [h.id for h in self._joined_hosts()]
-        seen = {self.labels_of_host(h).get(labels.NODE_ID_LABEL, "?")[:8]: {k: v for k, v in self.labels_of_host(h)
-                                                                             .items() if k != labels.NODE_ID_LABEL}
-                for h in hosts}
+        seen = labels.by_node([self.labels_of_host(h) for h in hosts])
         also = "" if len(able) == len(hosts) else " among the nodes that have the resources it asks for"
         return unschedulable.because(what, f"no node's labels match its label selector {labels.describe(hard)}"
                                            f"{also}; the nodes' labels are {seen} (meshrt.nodes() shows them: "

@@ -122,6 +122,17 @@ def matches(labels: dict, wanted: tuple) -> bool:
     return True
 
 
+def given(labels: dict) -> dict:
+    """A node's labels but the ones meshrt sets (its id, its GPU model): what errors and
+    ``meshrt status`` show beside the node."""
+    return {k: v for k, v in labels.items() if not k.startswith(RESERVED_PREFIX)}
+
+
+def by_node(nodes: list[dict]) -> dict:
+    """``{node id (8 hex): its given labels}`` of nodes' labels, for errors."""
+    return {n.get(NODE_ID_LABEL, "?")[:8]: given(n) for n in nodes}
+
+
 def describe(wanted: tuple) -> str:
     """A selector as a user wrote it, for errors."""
     parts = []

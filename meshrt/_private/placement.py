@@ -43,7 +43,7 @@ def check_labels(core, hard: tuple, what: str, unschedulable) -> None:
     """A label selector no node can meet fails at the call, on a cluster of one host
     (with more, the controller judges: host_choice.py)."""
     if hard and not several_hosts(core) and core.host_id == 0 and not labels.matches(head_labels(core), hard):
-        seen = {k: v for k, v in head_labels(core).items() if k != labels.NODE_ID_LABEL}
+        seen = labels.given(head_labels(core))
         raise unschedulable.because(what, f"its label selector {labels.describe(hard)} does not match the only "
                                           f"node's labels {seen}; give the node labels (init(labels=...)), or "
                                           f"start a host that has them (meshrt agent --labels)")

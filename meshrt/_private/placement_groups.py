@@ -335,7 +335,7 @@ class PlacementGroups:
                 break
             wanted = rec.selectors[index]
             if wanted and not any(labels.matches(self.labels_of_host(host_id), wanted) for host_id, _ in live):
-                seen = [self.labels_of_host(host_id) for host_id, _ in live]
+                seen = labels.by_node([self.labels_of_host(host_id) for host_id, _ in live])
                 why = f"no host's labels match bundle {index}'s label selector {labels.describe(wanted)} ({seen})"
                 break
         else:

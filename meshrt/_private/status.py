@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import collections
 
-from . import ids
+from . import ids, labels
 
 
 def collect(controller) -> dict:
@@ -18,13 +18,13 @@ def collect(controller) -> dict:
     hosts = [{
         "id": 0, "name": controller.config["hostname"], "role": "head",
         "total": controller.node.as_floats("total"), "available": controller.node.as_floats("available"),
-        "workers": per_host.get(0, 0), "labels": _own(controller.labels),
+        "workers": per_host.get(0, 0), "labels": labels.given(controller.labels),
     }]
     for h in controller.hosts.values():
         if h.alive:
             hosts.append({"id": h.id, "name": h.name, "role": "agent", "total": h.node.as_floats("total"),
                           "available": h.node.as_floats("available"), "workers": per_host.get(h.id, 0),
-                          "labels": _own(h.labels)})
+                          "labels": labels.given(h.labels)})
     actors = collections.Counter()
     for rec in controller.actors.values():
         actors[(rec.spec.class_name, rec.state, rec.spec.host)] += 1
@@ -59,11 +59,6 @@ def render(info: dict) -> str:
         lines.append(f"  {ids.to_hex(rec['key'], ids.OBJECT_HEX)} {_mib(rec['size']):>10}  {rec['where']:14} "
                      f"owner w{rec['owner']}  mapped by {pins}")
     return "\n".join(lines)
-
-
-def _own(labels: dict) -> dict:
-    """A node's labels but its id (shown beside it already)."""
-    return {k: v for k, v in labels.items() if not k.startswith("ray.io/")}
 
 
 def _num(x: float) -> str:

@@ -177,15 +177,15 @@ class CompiledDAG:
         results came back, Ray counts those read: every one before it is done too)."""
         from .._private import state
 
+        came = True  # (its value or its error: either way it is done)
         try:
-            value = state.core().get([ref], timeout)[0]
+            return state.core().get([ref], timeout)[0]
         except exc.GetTimeoutError:
+            came = False
             raise
-        except BaseException:  # (its error came back: it is done)
-            self._read_up_to = max(self._read_up_to, index + 1)
-            raise
-        self._read_up_to = max(self._read_up_to, index + 1)
-        return value
+        finally:
+            if came:
+                self._read_up_to = max(self._read_up_to, index + 1)
 
     def __del__(self) -> None:
         wiring = getattr(self, "_wiring", None)

@@ -48,7 +48,7 @@ STOPPED = "its processes were stopped with stop()"
 
 class _Hosted:
     __slots__ = ("instance", "info", "error", "owner", "error_tb", "turn", "holder", "failures", "ending",
-                 "failed", "running_sync", "running_async")
+                 "failed", "running_sync", "running_async", "span_names")
 
     def __init__(self, instance, info: ActorInstance, error: BaseException | None, owner: OwnerCell,
                  error_tb: str = "", failures: Port | None = None) -> None:
@@ -57,6 +57,7 @@ class _Hosted:
         self.error = error
         self.owner = owner
         self.error_tb = error_tb  # the constructor's traceback, for every later call's error
+        self.span_names: dict[str, str] = {}  # endpoint -> "mesh.endpoint", its calls' name in meshrt.timeline()
         # An Actor's async endpoints take turns, as in Monarch (a Ray-style class's interleave, as in Ray)
         self.turn = asyncio.Lock() if isinstance(instance, Actor) else None
         self.holder: int | None = None  # the call whose turn it is
@@ -150,7 +151,7 @@ class ProcHost:
             # running there is blocked waiting for this very call.
             await self._executor.helper_turn(task_id, key)
         hosted = self._hosted(key)
-        _name_span(f"{hosted.info.name}.{method}")
+        _name_span(hosted, method)
         fn = getattr(hosted.instance, method)
         turn = await self._take_turn(hosted, fn, task_id)
         hosted.running_async += 1
@@ -201,7 +202,7 @@ class ProcHost:
         arrival order, so it may block (``meshrt.get``, collectives) without stalling
         the async endpoints."""
         hosted = self._hosted(key)
-        _name_span(f"{hosted.info.name}.{method}")
+        _name_span(hosted, method)
         fn = getattr(hosted.instance, method)
         # [ref]: arguments stored by a caller on another host, fetched here (its agent
         # pulls them once per host); a bare ref would have travelled inside the message.
@@ -520,8 +521,11 @@ def _fetch(ref) -> Any:
     return state.core().get([ref], None)[0]
 
 
-def _name_span(name: str) -> None:
+def _name_span(hosted: _Hosted, method: str) -> None:
     """The running call shows in meshrt.timeline() as the endpoint it runs (call_record.py)."""
     call = rt_context.current_call()
     if call is not None:
+        name = hosted.span_names.get(method)
+        if name is None:  # (made once per endpoint, not per call)
+            name = hosted.span_names[method] = f"{hosted.info.name}.{method}"
         call.span = name
