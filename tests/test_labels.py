@@ -47,8 +47,7 @@ def test_one_node_runs_what_its_labels_match_and_refuses_the_rest():
     try:
         head = meshrt.get_runtime_context().get_node_id()
         assert meshrt.nodes()[0]["Labels"] == {"zone": "a", "tier": "gold", "ray.io/node-id": head}
-        controller = state.core().controller
-        assert "labels tier=gold zone=a" in status.render(state.core().io.call_sync(status.collect, controller))
+        assert "labels tier=gold zone=a" in status.render(state.core().request_sync("cluster_status"))
         for selector in ({"zone": "a"}, {"zone": "in(a,b)", "tier": "!silver"}, {"zone": "!in(b,c)"},
                          {"ray.io/node-id": head}):
             assert meshrt.get(node.options(label_selector=selector).remote()) == head

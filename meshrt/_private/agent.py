@@ -13,12 +13,14 @@ directly for calls; only store requests (allocate, pin) come to the agent.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
 import socket
 
 from ..objstore.store import SharedStore
+from ..objstore.store_service import StoreService
 from . import addresses, env_packages, heartbeat, procutil, ucx_routes, wire
 from . import messages as m
 from .direct_lanes import DirectLanes
@@ -75,6 +77,7 @@ class Agent:
         self.loop = loop
         self.done = asyncio.Event()
         self.store = SharedStore(self.store_bytes, self.spill_dir)
+        self.store_service = StoreService(self.store, loop)  # (spills off this loop)
         self.env_dir = env_packages.new_host_dir()
         self.cache = HostCache(self.store)
         self.local_address = addresses.new_unix_address("agent")
@@ -92,6 +95,7 @@ class Agent:
         except (OSError, ConnectionError) as err:
             log.error("meshrt agent: cannot join the head at %s: %s", self.head_address, err)
             server.close()
+            self.store_service.close()
             self.store.close()
             env_packages.remove_host_dir(self.env_dir)
             return 1
@@ -118,6 +122,7 @@ class Agent:
             pipe.close()
         server.close()
         self.direct_lanes.close()
+        self.store_service.close()
         self.store.close()
         env_packages.remove_host_dir(self.env_dir)
         return 0
@@ -264,7 +269,7 @@ class Agent:
         timer = self.exited.pop(worker_id, None)
         if timer is not None:
             timer.cancel()
-        self.store.worker_died(worker_id)
+        self.store_service.run(functools.partial(self.store.worker_died, worker_id))
 
     def on_zygote_lost(self) -> None:
         if not self.done.is_set():
@@ -274,7 +279,7 @@ class Agent:
     # -- this host's workers: the object store ------------------------------------------------
 
     def on_local(self, conn, msgs: list) -> None:
-        store = self.store
+        store, service = self.store, self.store_service
         for msg in msgs:
             kind = type(msg)
             if kind is m.Relay:
@@ -292,14 +297,11 @@ class Agent:
                     self.cache.pull_lent(conn, msg)  # answers once the value is here
                 except Exception as err:  # noqa: BLE001 - the worker pulls it itself
                     conn.send(m.Response(msg.req_id, False, err))
-            elif kind is m.Request:
-                try:
-                    value = store.serve(conn.peer_id, msg.method, msg.args)
-                    conn.send(m.Response(msg.req_id, True, value))
-                except Exception as err:  # handed back to the worker
-                    conn.send(m.Response(msg.req_id, False, err))
+            elif kind is m.Request:  # (an error is handed back to the worker)
+                service.request(conn.peer_id, msg.method, msg.args,
+                                lambda ok, value, conn=conn, req_id=msg.req_id: conn.send(m.Response(req_id, ok, value)))
             elif kind is m.StoreUpdate:
-                store.apply(msg, conn.peer_id)
+                service.run(functools.partial(store.apply, msg, conn.peer_id))
             elif kind is m.DirectLaneOffer:
                 pid = self.pids.get(conn.peer_id)
                 if pid is not None:
@@ -370,3 +372,4 @@ def _kill(pid: int) -> None:
 
 def default_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
+

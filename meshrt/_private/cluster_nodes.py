@@ -44,9 +44,9 @@ class ClusterNodes:
     def rpc_cluster_resources(self, caller: int) -> dict:
         return _summed([self.node.as_floats("total")] + [h.node.as_floats("total") for h in self._joined_hosts()])
 
-    def rpc_available_resources(self, caller: int) -> dict:
+    async def rpc_available_resources(self, caller: int) -> dict:
+        usage = await self.store_service.call(self.store.usage)
         available = self.node.as_floats("available")
-        usage = self.store.usage()
         # (the store's capacity is the configured size rounded up to whole pages)
         total = self.node.as_floats("total").get("object_store_memory", usage["capacity"])
         available["object_store_memory"] = max(0, min(total, usage["capacity"]) - usage["used"])

@@ -7,6 +7,7 @@ Mixed into the Controller: ``rpc_<method>(caller, *args)`` answers a request nam
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 from . import messages as m
@@ -32,7 +33,7 @@ class ControlRequests:
         if handler is None:
             raise ValueError(f"unknown controller request {method!r}")
         result = handler(caller, *args)
-        if asyncio.iscoroutine(result):
+        if asyncio.iscoroutine(result) or asyncio.isfuture(result):
             result = await result
         return result
 
@@ -73,19 +74,20 @@ class ControlRequests:
 
     # -- the host's object store (this host: the head) ----------------------------------------
 
-    def rpc_store_allocate(self, caller: int, *args) -> int:
-        return self.store.serve(caller, "store_allocate", args)
+    # (store work that needs the disk runs off this loop: objstore/store_service.py)
+    def rpc_store_allocate(self, caller: int, *args) -> asyncio.Future:
+        return self.store_service.ask(caller, "store_allocate", args)
 
-    def rpc_store_pin(self, caller: int, *args) -> tuple[int, int]:
-        return self.store.serve(caller, "store_pin", args)
+    def rpc_store_pin(self, caller: int, *args) -> asyncio.Future:
+        return self.store_service.ask(caller, "store_pin", args)
 
-    def rpc_store_summary(self, caller: int) -> dict:
-        return self.store.serve(caller, "store_summary", ())
+    def rpc_store_summary(self, caller: int) -> asyncio.Future:
+        return self.store_service.ask(caller, "store_summary", ())
 
     def on_store_update(self, conn, msg: m.StoreUpdate) -> None:
-        self.store.apply(msg, conn.peer_id)
+        self.store_service.run(functools.partial(self.store.apply, msg, conn.peer_id))
 
-    def rpc_cluster_status(self, caller) -> dict:
+    async def rpc_cluster_status(self, caller) -> dict:
         from .status import collect
 
-        return collect(self)
+        return collect(self, await self.store_service.call(self.store.summary))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import itertools
 import logging
 import os
@@ -21,6 +22,7 @@ from typing import Any
 from .. import exceptions as exc
 from ..objstore.serialization import system_error_payload
 from ..objstore.store import SharedStore
+from ..objstore.store_service import StoreService
 from ..scheduler.policy import Dispatch, PlaceActor, Scheduler, StartWorkers
 from ..scheduler.resources import Allocation, NodeResources
 from . import addresses, env_packages, gpus, ids, labels, ucx_routes, wire
@@ -111,6 +113,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
         self.accepted: weakref.WeakSet = weakref.WeakSet()  # every connection the servers took
         self.zygote: Zygote | None = None
         self.store: SharedStore | None = None
+        self.store_service: StoreService | None = None
         self.startup_failures: dict[int, int] = {}  # host id -> workers in a row that failed to start
         self.stopping = False
         self._background: set = set()  # tasks we started and must keep referenced
@@ -142,6 +145,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
     async def start(self) -> None:
         self.store = SharedStore(int(self.config["resources"]["object_store_memory"]),
                                  self.config.get("spill_dir"))
+        self.store_service = StoreService(self.store, self.loop)
         self.env_dir = env_packages.new_host_dir()
         self.open_log_dir()
         self.servers.append(await wire.listen(self.address, self.token, self._conn_kwargs, self.accepted))
@@ -179,6 +183,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
         finally:
             self.flush_logs()  # (what the processes printed on their way out)
             if self.store is not None:
+                self.store_service.close()
                 self.store.close()
             env_packages.remove_host_dir(self.env_dir)
 
@@ -394,7 +399,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
             self._fail_queued_startup(w, cause)
         self._owner_died(w.id)
         self.head_owner_gone(w.id)  # copies the head host keeps of what it owned
-        self.store.worker_died(w.id)
+        self.store_service.run(functools.partial(self.store.worker_died, w.id))
         gone = m.PeerGone(w.id)
         self.core.local.send(gone)
         for other in self.workers.values():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import errno
+import functools
 import logging
 import os
 import secrets
@@ -99,16 +100,18 @@ class DriverCore(Lending, Core):
         self.controller = controller
         self.handlers.update(controller.handlers)
 
-    def attach_store(self, store) -> None:
+    def attach_store(self, store, service) -> None:
         from ..objstore.client import LocalBackend, StoreClient
         from ..objstore.serialization import set_store_client
 
-        self.store = StoreClient(store.arena, LocalBackend(store))
+        backend = LocalBackend(store)
+        backend.service = service
+        self.store = StoreClient(store.arena, backend)
         set_store_client(self.store)
 
     def _periodic_drain(self) -> None:
-        if self.controller is not None and self.controller.store is not None:
-            self.controller.store.drain_unpins()
+        if self.controller is not None and self.controller.store is not None:  # (not while a spill holds it)
+            self.controller.store_service.try_now(self.controller.store.drain_unpins)
         super()._periodic_drain()
 
     def send_controller(self, msg) -> None:
@@ -190,7 +193,7 @@ class DriverCore(Lending, Core):
         # sealed now. Sealing a sealed block again changes nothing.
         shm = payload.shm
         if shm is not None and shm[0] is not None and self.controller.store is not None:
-            self.controller.store.seal(shm[0])
+            self.controller.store_service.run(functools.partial(self.controller.store.seal, shm[0]))
         return super().adopt(payload, count)
 
     def pin_for(self, peer: int, payload) -> tuple:
@@ -199,15 +202,16 @@ class DriverCore(Lending, Core):
         shm = getattr(payload, "shm", None)  # (lent arguments have none)
         if shm is None or shm[0] is None or self.store is None or not peer or self.remote_peer(peer):
             return ()
-        try:
-            offset, size = self.controller.store.pin(shm[0], peer)
+        store = self.controller.store
+        try:  # (not while the store is busy with a spill, nor for a spilled value)
+            pinned = self.controller.store_service.try_now(lambda: store.pin_at_once(shm[0], peer))
         except Exception:  # noqa: BLE001 - lost or freed: the reader asks, and hears why
             return ()
-        return ((shm[0], offset, size),)
+        return () if pinned is None else ((shm[0], *pinned),)
 
     def unpin_for(self, peer: int, pins: tuple) -> None:
         for key, _offset, _size in pins:
-            self.controller.store.unpin(key, peer)
+            self.controller.store_service.run(functools.partial(self.controller.store.unpin, key, peer))
 
     def note_address(self, peer: int, address) -> None:
         pass
@@ -385,7 +389,7 @@ def init(
                 if isinstance(err, OSError) and tcp is not None:
                     raise _listen_error(err, address) from None
                 raise
-            core.attach_store(controller.store)
+            core.attach_store(controller.store, controller.store_service)
             io.post(core.start_timers)
         context.process.update(
             job_id=config["job_id"], node_id=config["node_id"], namespace=config["namespace"],

@@ -102,8 +102,8 @@ class StateTables:
             "driver_node_id": c["node_id"], "runtime_env": dict(c.get("runtime_env") or {}),
         }]
 
-    def rpc_state_objects(self, caller: int) -> list:
-        self.store.drain_unpins()
+    async def rpc_state_objects(self, caller: int) -> list:
+        records = (await self.store_service.call(self.store.summary))["objects"]
         node_id = self.node_id_of_host(0)
         return [{
             "object_id": ids.to_hex(r["key"], ids.OBJECT_HEX),
@@ -112,7 +112,7 @@ class StateTables:
             "owner_worker": r["owner"],
             "pinned_by": dict(r["pins"]),
             "node_id": node_id,
-        } for r in self.store.records()]
+        } for r in records]
 
 
 def _death_cause(rec) -> str | None:

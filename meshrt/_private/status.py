@@ -11,9 +11,9 @@ import collections
 from . import ids, labels
 
 
-def collect(controller) -> dict:
-    """Controller loop: a plain-data snapshot of the cluster."""
-    controller.store.drain_unpins()
+def collect(controller, store: dict) -> dict:
+    """Controller loop: a plain-data snapshot of the cluster (``store``: the store's
+    usage and objects, as store_summary gives them)."""
     per_host = collections.Counter(w.host for w in controller.workers.values())
     hosts = [{
         "id": 0, "name": controller.config["hostname"], "role": "head",
@@ -33,7 +33,7 @@ def collect(controller) -> dict:
         "address": controller.public_address,
         "hosts": hosts,
         "actors": [{"class": c, "state": s, "host": h, "count": n} for (c, s, h), n in sorted(actors.items())],
-        "store": {"usage": controller.store.usage(), "objects": controller.store.records()},
+        "store": store,
     }
 
 

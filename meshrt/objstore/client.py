@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import threading
 import weakref
 
@@ -121,6 +122,7 @@ class LocalBackend:
     def __init__(self, store, worker_id: int = 0) -> None:
         self.store = store
         self.worker_id = worker_id
+        self.service = None  # the controller's StoreService: its loop must not wait for a spill
 
     def allocate(self, key: int, size: int, owner: int) -> int | str:
         return self.store.allocate(key, size, owner, self.worker_id)
@@ -129,7 +131,7 @@ class LocalBackend:
         return self.store.has_used_room(size)
 
     def seal(self, key: int) -> None:
-        self.store.seal(key)
+        self._bookkeep(self.store.seal, key)
 
     def pin(self, key: int) -> tuple[int | str, int]:
         self.drain()
@@ -139,7 +141,13 @@ class LocalBackend:
         self.store.unpin_later(key, self.worker_id)
 
     def free(self, key: int) -> None:
-        self.store.free(key)
+        self._bookkeep(self.store.free, key)
+
+    def _bookkeep(self, method, key: int) -> None:
+        if self.service is not None:
+            self.service.run(functools.partial(method, key))
+        else:
+            method(key)
 
     def drain(self) -> None:
         self.store.drain_unpins()

@@ -70,28 +70,39 @@ class SharedStore:
         self.restore_count = 0
         self.fallback_count = 0  # objects written to a file for want of room (see _on_disk)
         self._unpins: collections.deque = collections.deque()  # (key, worker) from finalizers
+        self._why_not = ""  # why the last allocation found no room in the arena
 
     # -- producers ---------------------------------------------------------------------------
 
     def allocate(self, key: int, size: int, owner: int, writer: int | None = None) -> int | str:
         """Where to write a new object: an offset in the arena, or a file's path when
         the arena has no room for it (see the module docstring)."""
-        need = round_up(max(size, 1))
         self.drain_unpins()  # (views dropped just now may be what makes room)
         with self.lock:
-            if key in self.objects:  # (its block would be lost to the allocator for good)
-                raise AlreadyStored(f"object {key:x} is already in the store")
-            offset = self._find_room(need)
-            if offset is None:
-                return self._on_disk(key, owner, size, writer, "it does not fit in shared memory")
-            self.objects[key] = StoredObject(key, owner, size, offset, last_access=time.monotonic(), writer=writer)
+            offset = self._allocate(key, size, owner, writer, self._find_room)
+            return offset if offset is not None else self._on_disk(key, owner, size, writer, self._why_not)
+
+    def allocate_at_once(self, key: int, size: int, owner: int, writer: int | None = None) -> int | None:
+        """allocate() where it needs no disk: an offset in the arena, or None where the
+        object would have to go to disk or others be spilled for it (then allocate())."""
+        with self.lock:
+            return self._allocate(key, size, owner, writer, self.blocks.alloc)
+
+    def _allocate(self, key: int, size: int, owner: int, writer: int | None, find) -> int | None:
+        need = round_up(max(size, 1))
+        if key in self.objects:  # (its block would be lost to the allocator for good)
+            raise AlreadyStored(f"object {key:x} is already in the store")
+        offset = find(need) if need <= self.capacity else None
+        if offset is None:
+            self._why_not = "it does not fit in shared memory"
+            return None
         try:
             self.arena.reserve(offset, need)
         except ArenaFullError as err:
-            with self.lock:
-                self.objects.pop(key, None)
-                self.blocks.free(offset, need)
-                return self._on_disk(key, owner, size, writer, str(err))
+            self.blocks.free(offset, need)
+            self._why_not = str(err)
+            return None
+        self.objects[key] = StoredObject(key, owner, size, offset, last_access=time.monotonic(), writer=writer)
         return offset
 
     def _on_disk(self, key: int, owner: int, size: int, writer: int | None, why: str) -> str:
@@ -141,14 +152,27 @@ class SharedStore:
         """Keep an object in place while ``worker`` maps it; restores it if spilled (or,
         with no room to, has it mapped from its file)."""
         with self.lock:
-            obj = self.objects.get(key)
-            if obj is None or obj.freed:
-                raise ObjectLostError(f"{key:x}", "its owner has freed it")
+            obj = self._live(key)
             if obj.offset is None and not obj.pins:  # (pinned: readers map its file, which must stay)
                 self._restore(obj)
-            obj.pins[worker] = obj.pins.get(worker, 0) + 1
-            obj.last_access = time.monotonic()
-            return (obj.spill_path if obj.offset is None else obj.offset), obj.size
+            return self._pin(obj, worker)
+
+    def pin_at_once(self, key: int, worker: int) -> tuple[int | str, int] | None:
+        """pin() where it needs no disk; None where the object must be read back first."""
+        with self.lock:
+            obj = self._live(key)
+            return None if obj.offset is None and not obj.pins else self._pin(obj, worker)
+
+    def _live(self, key: int) -> StoredObject:
+        obj = self.objects.get(key)
+        if obj is None or obj.freed:
+            raise ObjectLostError(f"{key:x}", "its owner has freed it")
+        return obj
+
+    def _pin(self, obj: StoredObject, worker: int) -> tuple[int | str, int]:
+        obj.pins[worker] = obj.pins.get(worker, 0) + 1
+        obj.last_access = time.monotonic()
+        return (obj.spill_path if obj.offset is None else obj.offset), obj.size
 
     def unpin_later(self, key: int, worker: int) -> None:
         """Safe from a garbage-collection finalizer on any thread: applied by drain_unpins."""
@@ -170,17 +194,6 @@ class SharedStore:
             self.unpin(key, worker)
         for key in update.freed:
             self.free(key)
-
-    def serve(self, caller: int, method: str, args: tuple):
-        """A store request from a process of this host (whoever owns the store answers)."""
-        self.drain_unpins()
-        if method == "store_allocate":
-            return self.allocate(*args, writer=caller)
-        if method == "store_pin":
-            return self.pin(args[0], caller)
-        if method == "store_summary":
-            return {"usage": self.usage(), "objects": self.records()}
-        raise ValueError(f"unknown store request {method!r}")
 
     def unpin(self, key: int, worker: int, count: int = 1) -> None:
         with self.lock:
@@ -322,6 +335,11 @@ class SharedStore:
                 "restores": self.restore_count,
                 "fallback_allocations": self.fallback_count,
             }
+
+    def summary(self) -> dict:
+        """What ``meshrt status`` and the state API show of it."""
+        self.drain_unpins()
+        return {"usage": self.usage(), "objects": self.records()}
 
     def records(self) -> list[dict]:
         with self.lock:

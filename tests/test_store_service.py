@@ -1,0 +1,110 @@
+"""Spilling does not stop the cluster: a worker's store request that must spill (or
+read a spilled value back) runs off the controller's loop, and so does any that finds
+the store busy; the loop goes on scheduling and answering meanwhile."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import meshrt
+from meshrt._private import state
+
+from .helpers import wait_until
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def small_store():
+    meshrt.init(num_cpus=2, object_store_memory=64 * MiB)
+    yield state.core().controller
+    meshrt.shutdown()
+
+
+@meshrt.remote
+def make(seed: int):
+    return np.random.default_rng(seed).random(2 * MiB)  # 16 MiB
+
+
+@meshrt.remote
+def checksum(arr) -> float:
+    return float(arr.sum())
+
+
+@meshrt.remote
+def small(x: int) -> int:
+    return x + 1
+
+
+def expected(seed: int) -> float:
+    return float(np.random.default_rng(seed).random(2 * MiB).sum())
+
+
+@pytest.mark.timeout(120)
+def test_workers_values_spill_and_come_back_bit_exact(small_store):
+    refs = [make.remote(i) for i in range(10)]  # 160 MiB made by workers, into a 64 MiB store
+    meshrt.wait(refs, num_returns=len(refs), timeout=60)
+    usage = small_store.store.usage()
+    assert usage["spills"] >= 6 and usage["spilled_objects"] >= 6
+    # read back by workers (their pins restore them) and by the driver
+    sums = meshrt.get([checksum.remote(r) for r in refs], timeout=60)
+    assert sums == [expected(i) for i in range(10)]
+    assert float(meshrt.get(refs[0], timeout=60).sum()) == expected(0)
+    assert small_store.store.usage()["restores"] >= 6
+
+
+@pytest.mark.timeout(120)
+def test_the_controller_answers_while_the_store_is_busy(small_store):
+    service = small_store.store_service
+    big = None
+    with small_store.store.lock:  # (as a long spill holds it)
+        big = make.remote(1)  # its result's allocation waits for the store, off the loop
+        assert wait_until(lambda: service.busy, timeout=30)
+        assert meshrt.get([small.remote(i) for i in range(4)], timeout=30) == [1, 2, 3, 4]
+        assert meshrt.cluster_resources()["CPU"] == 2.0
+        ready, _ = meshrt.wait([big], timeout=0)
+        assert not ready
+    assert float(meshrt.get(big, timeout=60).sum()) == expected(1)
+    assert not service.busy and not service.queue
+
+
+@pytest.mark.timeout(60)
+def test_store_work_stays_in_order_when_one_piece_waits():
+    """Unit: once one piece of work waits for the store, later ones queue behind it."""
+    import asyncio
+
+    from meshrt.objstore.store import SharedStore
+    from meshrt.objstore.store_service import StoreService
+
+    async def scenario() -> list:
+        store = SharedStore(4 * MiB)
+        service = StoreService(store, asyncio.get_running_loop())
+        done: list = []
+        held = threading.Event()
+        release = threading.Event()
+
+        def hold():  # another thread holds the store (a long spill)
+            with store.lock:
+                held.set()
+                release.wait(30)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        held.wait(30)
+        first = service.ask(7, "store_allocate", (1, MiB, 7))
+        service.run(lambda: done.append("seal"))
+        second = service.call(lambda: done.append("summary") or len(done))
+        assert service.busy and not first.done() and done == []
+        release.set()
+        offset = await asyncio.wait_for(first, 30)
+        position = await asyncio.wait_for(second, 30)
+        holder.join(30)
+        service.close()
+        store.close()
+        return [offset, done, position]
+
+    offset, done, position = asyncio.run(scenario())
+    assert isinstance(offset, int) and done == ["seal", "summary"] and position == 2
