@@ -4,6 +4,9 @@ the store busy; the loop goes on scheduling and answering meanwhile."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -11,8 +14,10 @@ import pytest
 
 import meshrt
 from meshrt._private import state
+from meshrt.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from .helpers import wait_until
+from .test_multihost import TOKEN, AgentProcesses, stop_agent
 
 MiB = 1 << 20
 
@@ -108,3 +113,36 @@ def test_store_work_stays_in_order_when_one_piece_waits():
 
     offset, done, position = asyncio.run(scenario())
     assert isinstance(offset, int) and done == ["seal", "summary"] and position == 2
+
+
+@pytest.fixture
+def head_and_agent(monkeypatch):
+    """A head with a 64 MiB store and one agent's host (its own store)."""
+    monkeypatch.setenv("MESHRT_TOKEN", TOKEN)
+    info = meshrt.init(address="127.0.0.1:0", num_cpus=1, object_store_memory=64 * MiB)
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "meshrt", "agent", "--address", info["tcp_address"], "--num-cpus", "1",
+         "--object-store-memory", str(64 * MiB)],
+        env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    meshrt.hosts(min_hosts=1, timeout=60)
+    spawned = AgentProcesses([agent])
+    head = meshrt.get_runtime_context().get_node_id()
+    other = next(n["NodeID"] for n in meshrt.nodes() if n["NodeID"] != head)
+    yield state.core().controller, other, spawned.remember
+    spawned.remember()
+    meshrt.shutdown()
+    stop_agent(agent)
+    spawned.assert_gone()
+
+
+@pytest.mark.timeout(120)
+def test_values_from_another_host_make_room_in_a_full_store(head_and_agent):
+    controller, other, remember = head_and_agent
+    kept = [meshrt.put(np.random.default_rng(i).random(2 * MiB)) for i in range(3)]  # 48 MiB of the 64
+    there = make.options(scheduling_strategy=NodeAffinitySchedulingStrategy(other, soft=False))
+    refs = [there.remote(i) for i in (7, 8)]  # 32 MiB made on the agent's host, read here
+    values = meshrt.get(refs, timeout=60)
+    remember()
+    assert [float(v.sum()) for v in values] == [expected(7), expected(8)]
+    assert controller.store.usage()["spills"] >= 1
+    assert [float(meshrt.get(r, timeout=60).sum()) for r in kept] == [expected(i) for i in range(3)]

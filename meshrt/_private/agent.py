@@ -79,7 +79,7 @@ class Agent:
         self.store = SharedStore(self.store_bytes, self.spill_dir)
         self.store_service = StoreService(self.store, loop)  # (spills off this loop)
         self.env_dir = env_packages.new_host_dir()
-        self.cache = HostCache(self.store)
+        self.cache = HostCache(self.store, self.store_service)
         self.local_address = addresses.new_unix_address("agent")
         server = await wire.listen(self.local_address, self.token,
                                    lambda: {"on_messages": self.on_local, "on_close": self.on_local_close})

@@ -27,12 +27,14 @@ AGENT_OWNER = -1  # the owner id of the agent's own blocks (no worker has it)
 
 
 class HostCache:
-    def __init__(self, store) -> None:
+    def __init__(self, store, service) -> None:
         self.store = store
         # An agent's AgentInlineReads, once the head has named its host: for a value the
         # tensor engine cannot read (inline_reads.py). The head's own cache has none.
         self.inline = None
-        self.client = StoreClient(store.arena, LocalBackend(store, AGENT_OWNER))
+        backend = LocalBackend(store, AGENT_OWNER)
+        backend.service = service  # (copies never make this loop wait for the disk: store_service.py)
+        self.client = StoreClient(store.arena, backend)
         self.copies: dict[int, Payload] = {}  # object id -> its shared-memory payload here
         self.pulling: dict[int, list] = {}  # object id -> relays waiting for the pull under way
         self.lent_pulls: dict[int, list] = {}  # object id -> answers waiting for a worker's lent value
@@ -50,8 +52,8 @@ class HostCache:
             if not big:
                 return relay
             try:
-                desc = self.client.put(value.object_id, AGENT_OWNER, list(payload.buffers))
-            except Exception:  # the store is full: the bytes go on as they came
+                desc = self.client.put(value.object_id, AGENT_OWNER, list(payload.buffers), at_once=True)
+            except Exception:  # no room without a spill: the bytes go on as they came
                 return relay
             cached = self.copies[value.object_id] = Payload(payload.data, (), (), False, desc + (False,))
         return m.Relay(relay.dest, relay.src, m.ObjectValue(value.object_id, cached))
@@ -80,7 +82,7 @@ class HostCache:
         in_store = False
         try:
             try:
-                target = self.client.reserve(oid, AGENT_OWNER, total)
+                target = await self.client.reserve_async(oid, AGENT_OWNER, total)
                 in_store = True
             except Exception:  # noqa: BLE001 - the store is full: pull into memory instead
                 target = bytearray(total)

@@ -101,7 +101,7 @@ class HostDirectory:
         if self._head_cache is None:
             from .host_cache import HostCache
 
-            self._head_cache = HostCache(self.store)
+            self._head_cache = HostCache(self.store, self.store_service)
         self._head_cache.pull_lent(conn, msg)
 
     def head_owner_gone(self, worker_id: int) -> None:

@@ -181,7 +181,7 @@ async def pull_payload(key: int | None, lent: m.LentPayload, client=None, owner:
         block = None
         if key is not None and client is not None:
             try:
-                block = client.reserve(key, owner, total)
+                block = await client.reserve_async(key, owner, total)
                 in_store = True
             except Exception:  # noqa: BLE001 - the store is full: into memory instead
                 block = None

@@ -19,6 +19,7 @@ import functools
 import threading
 import weakref
 
+from ..exceptions import ObjectStoreFullError
 from . import disk_blocks
 from .arena import Arena
 
@@ -44,11 +45,15 @@ class StoreClient:
         self.arena = arena
         self.backend = backend
 
-    def put(self, key: int, owner: int, buffers: list, seal: bool = True) -> tuple:
+    def put(self, key: int, owner: int, buffers: list, seal: bool = True, at_once: bool = False) -> tuple:
         """Write buffers into a new block; returns the descriptor payloads carry.
-        ``seal=False``: the owner seals it when the value reaches it (one message less)."""
+        ``seal=False``: the owner seals it when the value reaches it (one message less).
+        ``at_once``: only where the store has room now, without waiting for the disk
+        (a cache's copy, which may go without); else ObjectStoreFullError."""
         total, layout = layout_of(buffers)
-        where = self.backend.allocate(key, total, owner)
+        where = self.backend.allocate_at_once(key, total, owner) if at_once else self.backend.allocate(key, total, owner)
+        if where is None:
+            raise ObjectStoreFullError(f"no room for {total} bytes in the store without spilling")
         try:
             self._space(where).write(where, [(rel, buf) for (rel, _), buf in zip(layout, buffers, strict=True)])
         except BaseException:
@@ -104,6 +109,13 @@ class StoreClient:
         where = self.backend.allocate(key, total, owner)
         return self._space(where).block_view(where, total)
 
+    async def reserve_async(self, key: int, owner: int, total: int) -> memoryview:
+        """reserve(), for a coroutine on the store owner's loop: a spill it needs runs
+        off that loop (store_service.py)."""
+        allocate = getattr(self.backend, "allocate_async", None)
+        where = await allocate(key, total, owner) if allocate is not None else self.backend.allocate(key, total, owner)
+        return self._space(where).block_view(where, total)
+
     def _space(self, where: int | str):
         """Where a block lives: the arena (an offset), or a file (its path, when shared
         memory had no room: store.py)."""
@@ -126,6 +138,18 @@ class LocalBackend:
 
     def allocate(self, key: int, size: int, owner: int) -> int | str:
         return self.store.allocate(key, size, owner, self.worker_id)
+
+    def allocate_at_once(self, key: int, size: int, owner: int) -> int | None:
+        """Room now, or None; never waits for a spill (nor, on the loop, for the store)."""
+        def now():
+            return self.store.allocate_at_once(key, size, owner, self.worker_id)
+
+        return self.service.try_now(now) if self.service is not None and self.service.on_loop() else now()
+
+    async def allocate_async(self, key: int, size: int, owner: int) -> int | str:
+        if self.service is not None and self.service.on_loop():
+            return await self.service.ask(self.worker_id, "store_allocate", (key, size, owner))
+        return self.allocate(key, size, owner)
 
     def has_used_room(self, size: int) -> bool:
         return self.store.has_used_room(size)
