@@ -182,6 +182,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
             await self._stop_processes()
         finally:
             self.flush_logs()  # (what the processes printed on their way out)
+            self.end_progress_bars()
             if self.store is not None:
                 self.store_service.close()
                 self.store.close()

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import sys
 
+from . import progress_bars
+
 
 class LogAggregator:
     """Lines of one window, counted by text; printed when the window closes (the
@@ -46,8 +48,9 @@ class LogAggregator:
 def write(stream: str, lines: list[str]) -> None:
     target = sys.stderr if stream == "stderr" else sys.stdout
     try:
-        target.write("".join(line + "\n" for line in lines))
-        target.flush()
+        with progress_bars.writing(target):  # (progress bars on screen are drawn again below)
+            target.write("".join(line + "\n" for line in lines))
+            target.flush()
     except (ValueError, OSError):  # the driver's stream was closed
         pass
 
@@ -74,3 +77,7 @@ class LogOptions:
     def flush_logs(self) -> None:
         for aggregator in self.log_aggregators.values():
             aggregator.flush()
+
+    def end_progress_bars(self) -> None:
+        """The runtime stops: bars of processes that never closed them end where they stood."""
+        progress_bars.end_workers_bars()

@@ -19,6 +19,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 
+from . import progress_bars
 from .log_options import write
 
 log = logging.getLogger("meshrt")
@@ -459,12 +460,14 @@ def worker_output(record, forward: bool, keep=None) -> Callable[[str, list[str]]
     ``keep(stream, lines)`` in the worker's log files (log_files.py)."""
 
     def sink(stream_name: str, text: list[str]) -> None:
+        prefix = f"({record.label} pid={record.pid}) "
+        if stream_name == "stdout":  # (progress bars' states: drawn by the driver, not printed)
+            text = progress_bars.take(prefix if forward and record.log_stream else None, text)
         if stream_name == "stderr":
             record.stderr_tail.extend(text)
         if keep is not None:
             keep(stream_name, text)
         if forward and record.log_stream:  # (a mesh's logging_option may say otherwise)
-            prefix = f"({record.label} pid={record.pid}) "
             if record.log_aggregator is not None:
                 record.log_aggregator.add(stream_name, prefix, text)
             else:
