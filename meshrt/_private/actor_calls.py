@@ -31,10 +31,11 @@ class ActorCalls:
             payload, deps, pins = self.pack_args(args, kwargs, f"{handle._class_name}.{method}.remote()", inline,
                                                  lend=not inline)
         task_id = ids.new_task_id()
+        actor_id = int(handle._actor_id)  # (a plain int in messages, not the handle's ActorID)
         pt = PendingTask(task_id, f"{handle._class_name}.{lanes.split(method)[0]}", payload, deps, pins, num_returns)
         pt.method = method
         pt.kind = "call"
-        pt.actor_id = handle._actor_id
+        pt.actor_id = actor_id
         pt.remote = inline
         pt.retries_left = handle._max_task_retries
         pt.retry = retry_exceptions
@@ -42,12 +43,12 @@ class ActorCalls:
         result = self._make_returns(pt, num_returns)
         self.pending[task_id] = pt
         self._note_child(task_id)
-        self.count_call(handle._actor_id, 1)
-        client = self.actor_clients.get(handle._actor_id)
+        self.count_call(actor_id, 1)
+        client = self.actor_clients.get(actor_id)
         if direct and client is not None and not deps and client.send_now(pt):
             return result
-        self.count_unsubmitted(handle._actor_id, 1)
-        self.io.post(self._submit_actor_call, handle._actor_id, handle._class_name, pt)
+        self.count_unsubmitted(actor_id, 1)
+        self.io.post(self._submit_actor_call, actor_id, handle._class_name, pt)
         return result
 
     def retry_call(self, pt: PendingTask, msg: m.TaskReturn, sender: int) -> bool:
@@ -139,6 +140,7 @@ class ActorCalls:
         return ActorHandle(actor_id, meta, None, meta_blob)
 
     def kill_actor(self, actor_id: int, no_restart: bool) -> None:
+        actor_id = int(actor_id)
         client = self.actor_clients.get(actor_id)
         if client is not None:
             client.killed = True  # no call may leave ahead of the kill from now on
@@ -160,6 +162,7 @@ class ActorCalls:
         if client is None:
             from .actor_client import ActorClient
 
+            actor_id = int(actor_id)  # (it goes into every call's message)
             client = self.actor_clients[actor_id] = ActorClient(self, actor_id, class_name)
             client.subscribe()
         return client

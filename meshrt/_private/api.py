@@ -137,7 +137,7 @@ def _method_meta(cls: type, class_name: str) -> tuple[dict, bool]:
         retry = retry_exceptions_value(opts.get("retry_exceptions"), f"{class_name}.{name}")
         methods[name] = MethodMeta(nr, checker, is_async, retry)
     for builtin in ("__ray_ready__", "__ray_terminate__"):
-        methods.setdefault(builtin, MethodMeta(1 if builtin == "__ray_ready__" else 0,
+        methods.setdefault(builtin, MethodMeta(1,  # (a ref: Ray's terminate call has one too)
                                                CallChecker(builtin, inspect.Signature()), False))
     methods.setdefault("__ray_call__", MethodMeta(1, CallChecker("__ray_call__", None), False))
     # (an ``async def __init__`` makes an async actor, as in Ray: it runs on the actor's loop)
@@ -235,7 +235,7 @@ class ActorHandle:
     """A reference to a live actor; picklable, so tasks and other actors can call it too."""
 
     def __init__(self, actor_id: int, meta: ActorMeta, handle_ref: ObjectRef | None, meta_blob: bytes | None = None):
-        self._actor_id = actor_id
+        self._actor_id = ids.ActorID(actor_id)
         self._meta = meta
         self._meta_blob = meta_blob
         self._handle_ref = handle_ref
@@ -260,7 +260,7 @@ class ActorHandle:
 
     def __reduce__(self):
         blob = self._meta_blob or pickle.dumps(self._meta, protocol=5)
-        return (_rebuild_handle, (self._actor_id, blob, self._handle_ref))
+        return (_rebuild_handle, (int(self._actor_id), blob, self._handle_ref))
 
     def __hash__(self) -> int:
         return hash(self._actor_id)

@@ -69,3 +69,27 @@ class HexId(str):
 
     def is_nil(self) -> bool:
         return False
+
+
+class ActorID(int):
+    """An actor's id as its handles carry it (``handle._actor_id``): the int meshrt keys
+    actors by (messages carry plain ints), with Ray's ActorID's ``hex()`` (what
+    ``get_runtime_context().get_actor_id()`` says inside the actor), ``binary()`` and
+    ``is_nil()``."""
+
+    __slots__ = ()
+
+    def hex(self) -> str:
+        return to_hex(self)
+
+    def binary(self) -> bytes:
+        return bytes.fromhex(self.hex())
+
+    def is_nil(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"ActorID({self.hex()})"
+
+    def __reduce__(self):
+        return (ActorID, (int(self),))

@@ -326,7 +326,7 @@ class ProcMesh(Shaped):
         core = state.core()
         ranks = self._shape.ranks()
         window = None if aggregate_window_sec is None else float(aggregate_window_sec)
-        core.request_sync("log_options", tuple(self._procs[r]._actor_id for r in ranks), bool(stream_to_client),
+        core.request_sync("log_options", tuple(int(self._procs[r]._actor_id) for r in ranks), bool(stream_to_client),
                           window)
         refs = [core.call_actor(self._procs[r], "set_log_level", (level,), {}, 1,
                                 inline=self._hosts[r] != core.host_id) for r in ranks]

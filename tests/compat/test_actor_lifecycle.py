@@ -127,8 +127,10 @@ def test_exit_actor_and_ray_terminate():
     # __ray_terminate__ is queued behind calls already submitted.
     writer2 = BufferedWriter.remote(sink)
     queued = [writer2.write.remote(f"x{i}") for i in range(5)]
-    writer2.__ray_terminate__.remote()
+    terminated = writer2.__ray_terminate__.remote()
     assert ray.get(queued) == [1, 2, 3, 4, 5]
+    with pytest.raises(RayActorError):
+        ray.get(terminated, timeout=60)  # (its ref says the actor is gone)
     with pytest.raises(RayActorError):
         ray.get(writer2.write.remote("after terminate"), timeout=60)
 

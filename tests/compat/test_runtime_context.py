@@ -42,5 +42,7 @@ def test_an_actor_method_knows_its_name_and_actor():
         assert name == "Worker.who" and function == f"{__name__}.Worker.who"
         assert isinstance(actor_id, str) and actor_id and cancelled is False
         assert ray.get(worker.who.remote())[2] == actor_id
+        assert worker._actor_id.hex() == actor_id  # (Ray's private handle attribute, used by many programs)
+        assert {worker._actor_id.hex(): 1}[ray.get(worker.who.remote())[2]] == 1
     finally:
         ray.shutdown()
