@@ -157,3 +157,18 @@ def test_a_log_past_its_size_starts_over_keeping_the_last_one(rt, monkeypatch):
 
     assert _eventually(kept_then_current, lambda got: len(got) == 3) == ["a" * 40, "b" * 40, "c"]
     assert len(list(get_log(actor_id=actor_id))) <= 1  # (the current file holds only what came after)
+
+
+@pytest.mark.timeout(60)
+def test_the_logs_directory_does_not_shadow_the_package(rt):
+    """Sessions live in "<temp dir>/meshrt-sessions": a directory named "meshrt" there
+    would be imported as an empty namespace package by a program started in the temp
+    directory (where meshrt is installed in editable mode, as in development)."""
+    import tempfile
+
+    temp = tempfile.gettempdir()
+    assert os.path.isdir(os.path.join(temp, "meshrt-sessions"))
+    assert meshrt.get_runtime_context().get_temp_dir().startswith(os.path.join(temp, "meshrt-sessions", "session_"))
+    started_there = subprocess.run([sys.executable, "-c", "import meshrt; print(callable(meshrt.init))"],
+                                   cwd=temp, capture_output=True, text=True, timeout=60)
+    assert started_there.stdout.strip() == "True", started_there.stderr

@@ -47,6 +47,7 @@ from .streams import Stream
 log = logging.getLogger("meshrt")
 
 DRAIN_INTERVAL_S = 0.05
+DRAIN_IDLE_S = 0.5  # idle, the wait doubles up to this: 2 wake-ups a second, not 20
 _NONE_PAYLOAD, _ = serialize(None)
 
 
@@ -122,14 +123,19 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls, InlineReads):
         """A user thread starts/stops waiting in get(); pool workers lend their CPU."""
 
     def start_timers(self) -> None:
+        self._drain_wait = DRAIN_INTERVAL_S
         self._drain_timer = self.io.loop.call_later(DRAIN_INTERVAL_S, self._periodic_drain)
 
-    def _periodic_drain(self) -> None:
+    def _periodic_drain(self, busy: bool = False) -> None:
+        """Refs dropped by user threads (and, in subclasses, views unmapped): applied
+        here. ``busy``: a subclass had something of its own to send."""
         if self.closed:
             return
         if self.table.deltas or self._check:
             self.drain()
-        self._drain_timer = self.io.loop.call_later(DRAIN_INTERVAL_S, self._periodic_drain)
+            busy = True
+        self._drain_wait = DRAIN_INTERVAL_S if busy else min(self._drain_wait * 2, DRAIN_IDLE_S)
+        self._drain_timer = self.io.loop.call_later(self._drain_wait, self._periodic_drain)
 
     # ===================================================================================
     # user-thread API

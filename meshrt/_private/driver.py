@@ -109,10 +109,12 @@ class DriverCore(Lending, Core):
         self.store = StoreClient(store.arena, backend)
         set_store_client(self.store)
 
-    def _periodic_drain(self) -> None:
-        if self.controller is not None and self.controller.store is not None:  # (not while a spill holds it)
-            self.controller.store_service.try_now(self.controller.store.drain_unpins)
-        super()._periodic_drain()
+    def _periodic_drain(self, busy: bool = False) -> None:
+        store = self.controller.store if self.controller is not None else None
+        if store is not None and store._unpins:  # (not while a spill holds it)
+            self.controller.store_service.try_now(store.drain_unpins)
+            busy = True
+        super()._periodic_drain(busy)
 
     def send_controller(self, msg) -> None:
         self.local.send(msg)

@@ -26,7 +26,22 @@ SUFFIXES = ("out", "err")
 
 
 def sessions_root() -> str:
-    return os.path.join(tempfile.gettempdir(), "meshrt")
+    # Not "<temp dir>/meshrt": a directory of that name would be taken for the meshrt
+    # package (an empty namespace package) by a program started in the temp directory
+    # where meshrt is installed in editable mode.
+    return os.path.join(tempfile.gettempdir(), "meshrt-sessions")
+
+
+def _remove_legacy_root() -> None:
+    """The sessions' directory of earlier versions, "<temp dir>/meshrt", if it holds
+    nothing but their sessions (see sessions_root)."""
+    legacy = os.path.join(tempfile.gettempdir(), "meshrt")
+    try:
+        entries = os.listdir(legacy)
+    except OSError:
+        return
+    if all(name.startswith("session_") for name in entries):
+        shutil.rmtree(legacy, ignore_errors=True)
 
 
 class LogFiles:
@@ -38,6 +53,7 @@ class LogFiles:
     def open_log_dir(self) -> None:
         """This session's log directory (older sessions' pruned first)."""
         root = sessions_root()
+        _remove_legacy_root()
         _prune(root)
         path = os.path.join(root, f"session_{self.config['session']}", "logs")
         try:

@@ -98,10 +98,10 @@ class WorkerCore(Core):
         self.store = StoreClient(Arena(int(fd), int(os.environ["MESHRT_STORE_SIZE"])), self.store_backend)
         set_store_client(self.store)
 
-    def _periodic_drain(self) -> None:
+    def _periodic_drain(self, busy: bool = False) -> None:
         if self.store is not None:
-            self.store_backend.flush()
-        super()._periodic_drain()
+            busy = self.store_backend.flush() or busy
+        super()._periodic_drain(busy)
 
     async def connect(self) -> None:
         loop = asyncio.get_running_loop()

@@ -241,11 +241,12 @@ class RemoteBackend:
 
         self.core.to_store(m.StoreUpdate((), (), (key,)))
 
-    def flush(self) -> None:
-        """Core loop: send queued unpins in one message."""
+    def flush(self) -> bool:
+        """Core loop: send queued unpins in one message (True when there were some)."""
         update = self.take_unpins()
         if update is not None:
             self.core.send_store(update)
+        return update is not None
 
     def take_unpins(self):
         """The queued unpins as one StoreUpdate (None if there are none): for the core
