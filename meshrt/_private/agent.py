@@ -372,4 +372,3 @@ def _kill(pid: int) -> None:
 
 def default_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
-

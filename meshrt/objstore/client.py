@@ -134,7 +134,7 @@ class LocalBackend:
     def __init__(self, store, worker_id: int = 0) -> None:
         self.store = store
         self.worker_id = worker_id
-        self.service = None  # the controller's StoreService: its loop must not wait for a spill
+        self.service = None  # the store owner's StoreService (store_service.py): its loop never waits for a spill
 
     def allocate(self, key: int, size: int, owner: int) -> int | str:
         return self.store.allocate(key, size, owner, self.worker_id)
