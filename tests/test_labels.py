@@ -60,11 +60,23 @@ def test_one_node_runs_what_its_labels_match_and_refuses_the_rest():
             node.options(label_selector={"zone": "b"}).remote()
         with pytest.raises(exc.ActorUnschedulableError, match="label selector"):
             Placed.options(scheduling_strategy=NodeLabelSchedulingStrategy({"gpu": Exists()})).remote()
+        fallback = [{"label_selector": {"zone": "b"}}, {"label_selector": {"tier": "gold"}}]
+        assert meshrt.get(node.options(label_selector={"zone": "c"}, fallback_strategy=fallback).remote()) == head
+        with pytest.raises(exc.TaskUnschedulableError, match="nor its fallback"):
+            node.options(label_selector={"zone": "c"}, fallback_strategy=fallback[:1]).remote()
     finally:
         meshrt.shutdown()
 
 
 def test_bad_labels_and_selectors_are_named_where_they_are_given():
+    with pytest.raises(TypeError, match="fallback_strategy is a list of dicts"):
+        node.options(fallback_strategy={"label_selector": {"zone": "a"}})
+    with pytest.raises(ValueError, match="only 'label_selector' is supported"):
+        node.options(fallback_strategy=[{"resources": {"GPU": 1}}])
+    with pytest.raises(ValueError, match="non-empty dict"):
+        Placed.options(fallback_strategy=[{}])
+    with pytest.raises(ValueError, match="fallback_strategy"):
+        node.options(fallback_strategy=[{"label_selector": {"zone": "a b"}}])
     with pytest.raises(ValueError, match="label_selector\\['zone'\\]"):
         node.options(label_selector={"zone": "a b"})
     with pytest.raises(TypeError, match="label_selector must be a dict"):
@@ -127,6 +139,23 @@ def test_tasks_and_actors_go_to_the_host_whose_labels_match(labelled_host):
         Placed.options(label_selector={"zone": "c"}).remote()  # (no node: named at the call)
     with pytest.raises(exc.TaskUnschedulableError, match="'zone': 'c'"):
         meshrt.get(node.options(label_selector={"zone": "c"}).remote(), timeout=60)  # (named by the controller)
+
+
+def test_a_fallback_strategy_is_taken_where_no_host_matches_the_selector(labelled_host):
+    head, other, remember = labelled_host
+    # zone c is nowhere: the first fallback some host matches is taken, in order
+    fallback = [{"label_selector": {"zone": "d"}}, {"label_selector": {"gpu": "h100"}},
+                {"label_selector": {"zone": "a"}}]
+    assert set(meshrt.get([node.options(label_selector={"zone": "c"}, fallback_strategy=fallback).remote()
+                           for _ in range(3)], timeout=60)) == {other}
+    # a selector some host matches is kept: its fallbacks are never used
+    assert set(meshrt.get([node.options(label_selector={"zone": "a"}, fallback_strategy=fallback[1:]).remote()
+                           for _ in range(3)], timeout=60)) == {head}
+    actor = Placed.options(label_selector={"zone": "c"}, fallback_strategy=fallback).remote()
+    assert meshrt.get(actor.node.remote(), timeout=60)[0] == other
+    remember()
+    with pytest.raises(exc.ActorUnschedulableError, match="nor its fallback_strategy's .*'zone': 'd'"):
+        Placed.options(label_selector={"zone": "c"}, fallback_strategy=[{"label_selector": {"zone": "d"}}]).remote()
 
 
 def test_placement_group_bundles_go_to_the_hosts_their_selectors_match(labelled_host):

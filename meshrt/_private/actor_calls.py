@@ -118,7 +118,7 @@ class ActorCalls:
                 self.worker_id, handle_oid, opts.resources, opts.max_restarts, opts.max_concurrency,
                 actor_cls._is_async, opts.name, namespace, opts.detached, actor_cls._meta_blob, opts.host,
                 opts.label, opts.concurrency_groups, opts.waits_for_host, opts.host_policy, env,
-                bool(opts.capture_children), opts.labels, opts.soft_labels, opts.python,
+                bool(opts.capture_children), opts.labels, opts.soft_labels, opts.python, opts.fallback_labels,
             )
             self.send_controller(m.CreateActor(spec))
 

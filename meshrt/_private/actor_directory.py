@@ -93,7 +93,7 @@ class ActorDirectory:
         spec = rec.spec
         try:
             host_id = self.choose_actor_host(spec.resources, f"actor {spec.class_name}", spec.host_policy == "spread",
-                                             spec.labels, spec.soft_labels)
+                                             spec.labels, spec.soft_labels, spec.fallback_labels)
         except exc.ActorUnschedulableError as err:
             self._actor_dead(rec, str(err))
             return

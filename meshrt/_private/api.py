@@ -62,7 +62,8 @@ class RemoteFunction:
         if self._opts.affinity is not None:
             placement.check_task(core, self._opts.affinity, self._opts.resources, f"task {self._opts.name}")
         elif self._opts.labels:
-            placement.check_labels(core, self._opts.labels, f"task {self._opts.name}", exc.TaskUnschedulableError)
+            placement.check_labels(core, self._opts.labels, f"task {self._opts.name}", exc.TaskUnschedulableError,
+                                   self._opts.fallback_labels)
         if core.is_driver:
             core.check_feasible(self._opts.resources, f"task {self._opts.name}")
         return core.submit_task(self, args, kwargs, self._opts)

@@ -59,22 +59,23 @@ class HostChoice:
             if not soft:
                 raise self.affinity_unmet(node_id, host)
         if not spec.portable or not self.hosts:
-            if spec.labels and not labels.matches(self.labels, spec.labels):
-                raise self.labels_unmet(what, spec.labels, exc.TaskUnschedulableError, [0])
+            if spec.labels and labels.first_met(spec.labels, spec.fallback_labels, [self.labels]) is None:
+                raise self.labels_unmet(what, spec.labels, exc.TaskUnschedulableError, [0], spec.fallback_labels)
             self.node.check_feasible(units, what)
             return 0
         candidates = self._labelled(self._able(units, what, exc.TaskUnschedulableError), spec.labels,
-                                    spec.soft_labels, what, exc.TaskUnschedulableError)
+                                    spec.soft_labels, what, exc.TaskUnschedulableError, spec.fallback_labels)
         if spec.spread:
             return self._in_turn(candidates, lambda host_id: self.task_load(host_id, units) < 1.0)
         if candidates[0] == 0 and (len(candidates) == 1 or self.task_load(0, units) < 1.0):
             return 0
         return min(candidates, key=lambda host_id: self.task_load(host_id, units))  # (ties: the first, the head)
 
-    def choose_actor_host(self, units: tuple, what: str, spread: bool, hard: tuple = (), soft: tuple = ()) -> int:
+    def choose_actor_host(self, units: tuple, what: str, spread: bool, hard: tuple = (), soft: tuple = (),
+                          fallbacks: tuple = ()) -> int:
         """The host an actor the controller places (ActorSpec.host_policy) starts on."""
         candidates = self._labelled(self._able(units, what, exc.ActorUnschedulableError), hard, soft, what,
-                                    exc.ActorUnschedulableError)
+                                    exc.ActorUnschedulableError, fallbacks)
         free = [host_id for host_id in candidates if fits_now(self.node_of_host(host_id), units)]
         if spread or not any(amount for _, amount in units):
             return self._in_turn(candidates, free.__contains__)
@@ -83,32 +84,44 @@ class HostChoice:
         return min(candidates, key=lambda host_id: self.task_load(host_id, units))
 
     def rpc_host_for(self, caller: int, units: tuple, what: str, spread: bool = False, hard: tuple = (),
-                     soft: tuple = ()) -> int:
+                     soft: tuple = (), fallbacks: tuple = ()) -> int:
         """At the caller's line: the host of an actor the head host can never run (or
         with a soft affinity that cannot be met, or node labels to match), so that what
         no host has fails there."""
-        return self.choose_actor_host(units, what, spread, hard, soft)
+        return self.choose_actor_host(units, what, spread, hard, soft, fallbacks)
 
-    def _labelled(self, candidates: list, hard: tuple, soft: tuple, what: str, unschedulable) -> list:
-        """The hosts of ``candidates`` whose labels match ``hard``; of those, the ones that
-        match ``soft`` too when there are any (Ray's label selectors: labels.py)."""
+    def _labelled(self, candidates: list, hard: tuple, soft: tuple, what: str, unschedulable,
+                  fallbacks: tuple = ()) -> list:
+        """The hosts of ``candidates`` whose labels match ``hard`` (where none does, the
+        first of ``fallbacks`` that some do); of those, the ones that match ``soft`` too
+        when there are any (Ray's label selectors: labels.py)."""
         if hard:
-            matching = [h for h in candidates if labels.matches(self.labels_of_host(h), hard)]
-            if not matching:
-                raise self.labels_unmet(what, hard, unschedulable, candidates)
-            candidates = matching
+            wanted = labels.first_met(hard, fallbacks, [self.labels_of_host(h) for h in candidates])
+            if wanted is None:
+                raise self.labels_unmet(what, hard, unschedulable, candidates, fallbacks)
+            candidates = [h for h in candidates if labels.matches(self.labels_of_host(h), wanted)]
         if soft:
             preferred = [h for h in candidates if labels.matches(self.labels_of_host(h), soft)]
             return preferred or candidates
         return candidates
 
-    def labels_unmet(self, what: str, hard: tuple, unschedulable, able: list):
+    def labels_unmet(self, what: str, hard: tuple, unschedulable, able: list, fallbacks: tuple = ()):
         hosts = [0] + [h.id for h in self._joined_hosts()]
         seen = labels.by_node([self.labels_of_host(h) for h in hosts])
         also = "" if len(able) == len(hosts) else " among the nodes that have the resources it asks for"
+        nor = (" nor its fallback_strategy's " + ", ".join(labels.describe(f) for f in fallbacks)) if fallbacks else ""
         return unschedulable.because(what, f"no node's labels match its label selector {labels.describe(hard)}"
-                                           f"{also}; the nodes' labels are {seen} (meshrt.nodes() shows them: "
+                                           f"{nor}{also}; the nodes' labels are {seen} (meshrt.nodes() shows them: "
                                            f"init(labels=...) for the head, meshrt agent --labels for a host)")
+
+    def effective_labels(self, spec) -> tuple:
+        """The selector a task runs by: its own, or (no node matching that) the first of
+        its fallbacks some node matches."""
+        if not spec.fallback_labels:
+            return spec.labels
+        hosts = [0] + [h.id for h in self._joined_hosts()]
+        return labels.first_met(spec.labels, spec.fallback_labels,
+                                [self.labels_of_host(h) for h in hosts]) or spec.labels
 
     def _able(self, units: tuple, what: str, unschedulable) -> list:
         """Ids of the hosts that can ever give ``units``, the head first."""

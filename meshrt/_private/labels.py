@@ -122,6 +122,15 @@ def matches(labels: dict, wanted: tuple) -> bool:
     return True
 
 
+def first_met(hard: tuple, fallbacks: tuple, nodes: list[dict]) -> tuple | None:
+    """``hard``, or else the first of ``fallbacks`` (Ray's fallback_strategy), that one
+    of ``nodes`` (their labels) matches; None where none does."""
+    for wanted in (hard, *fallbacks):
+        if any(matches(node, wanted) for node in nodes):
+            return wanted
+    return None
+
+
 def given(labels: dict) -> dict:
     """A node's labels but the ones meshrt sets (its id, its GPU model): what errors and
     ``meshrt status`` show beside the node."""

@@ -78,6 +78,7 @@ class TaskSpec(NamedTuple):
     capture_children: bool = False  # in a placement group: what it submits joins the group (placement.capture)
     labels: tuple = ()  # node labels it must run on (labels.py: host_choice.py matches them)
     soft_labels: tuple = ()  # ... and would rather run on
+    fallback_labels: tuple = ()  # selectors tried in turn where no node matches ``labels`` (fallback_strategy)
 
 
 class SubmitTask(NamedTuple):
@@ -192,6 +193,7 @@ class ActorSpec(NamedTuple):
     labels: tuple = ()  # as TaskSpec's
     soft_labels: tuple = ()
     python: str = ""  # the interpreter its process runs ('': the driver's; mesh/python_executable.py)
+    fallback_labels: tuple = ()  # as TaskSpec's
 
 
 class CreateActor(NamedTuple):

@@ -19,14 +19,14 @@ from .runtime_env import Requested
 from .runtime_env import option as runtime_env_option
 
 _RESOURCE_KEYS = {"num_cpus", "num_gpus", "resources", "memory", "accelerator_type"}
-_IGNORED = {"_metadata", "enable_task_events",
-            "_labels", "fallback_strategy"}
+_IGNORED = {"_metadata", "enable_task_events", "_labels"}
 _GROUP_KEYS = {"placement_group", "placement_group_bundle_index", "placement_group_capture_child_tasks"}
 TASK_KEYS = _RESOURCE_KEYS | _IGNORED | _GROUP_KEYS | {"runtime_env", "num_returns", "max_retries", "retry_exceptions", "name",
-                                         "max_calls", "scheduling_strategy", "label_selector"}
+                                         "max_calls", "scheduling_strategy", "label_selector", "fallback_strategy"}
 ACTOR_KEYS = _RESOURCE_KEYS | _IGNORED | _GROUP_KEYS | {"runtime_env", "max_restarts", "max_task_retries", "max_concurrency", "name",
                                           "scheduling_strategy", "namespace", "lifetime", "get_if_exists", "max_pending_calls",
                                           "concurrency_groups", "allow_out_of_order_execution", "label_selector",
+                                          "fallback_strategy",
                                           "_host", "_label", "_python"}
 # (_host, _label, _python: a mesh process's host, its name in output, the interpreter it runs)
 DEFAULT_TASK_RETRIES = 3
@@ -134,6 +134,28 @@ def wanted_labels(options: dict, what: str) -> tuple[tuple, tuple]:
     return hard, ()
 
 
+def fallback_labels(options: dict, what: str) -> tuple:
+    """Ray's ``fallback_strategy=[{"label_selector": {...}}, ...]``: selectors tried in
+    turn where no node matches the task's or actor's own (host_choice.py)."""
+    given = options.get("fallback_strategy")
+    if given is None:
+        return ()
+    if not isinstance(given, (list, tuple)):
+        raise TypeError(f"{what}: fallback_strategy is a list of dicts, e.g. "
+                        f"[{{'label_selector': {{'zone': 'b'}}}}]; got {given!r}")
+    out = []
+    for item in given:
+        if not isinstance(item, dict) or not item:
+            raise ValueError(f"{what}: each fallback_strategy entry is a non-empty dict, e.g. "
+                             f"{{'label_selector': {{'zone': 'b'}}}}; got {item!r}")
+        unknown = set(item) - {"label_selector"}
+        if unknown:
+            raise ValueError(f"{what}: fallback_strategy entry {item!r}: only 'label_selector' is supported "
+                             f"(as in Ray), not {sorted(unknown)}")
+        out.append(labels.selector(item["label_selector"], f"{what}: fallback_strategy"))
+    return tuple(out)
+
+
 def num_returns_value(value: Any, what: str, is_generator: bool) -> int:
     if value is None:
         return -1 if is_generator else 1
@@ -183,6 +205,7 @@ class TaskOptions:
     capture_children: bool | None = None  # in a group: what it submits joins it too (None: as its parent)
     labels: tuple = ()  # the node labels it must run on (labels.py)
     soft_labels: tuple = ()  # ... and would rather run on
+    fallback_labels: tuple = ()  # selectors tried in turn where no node matches ``labels``
 
     @classmethod
     def build(cls, options: dict, default_name: str, is_generator: bool) -> TaskOptions:
@@ -202,6 +225,7 @@ class TaskOptions:
             spread=options.get("scheduling_strategy") == "SPREAD",
             runtime_env=runtime_env_option(options.get("runtime_env"), what),
             capturable=capturable, capture_children=captures, labels=hard, soft_labels=soft,
+            fallback_labels=fallback_labels(options, what),
         )
 
 
@@ -230,6 +254,7 @@ class ActorOptions:
     python: str = ""  # the interpreter its process runs ('': the driver's; mesh/python_executable.py)
     labels: tuple = ()  # as TaskOptions's
     soft_labels: tuple = ()
+    fallback_labels: tuple = ()
 
     @classmethod
     def build(cls, options: dict, class_name: str, is_async: bool) -> ActorOptions:
@@ -269,4 +294,5 @@ class ActorOptions:
             spread=options.get("scheduling_strategy") == "SPREAD",
             runtime_env=runtime_env_option(options.get("runtime_env"), what),
             capturable=capturable, capture_children=captures, labels=hard, soft_labels=soft,
+            fallback_labels=fallback_labels(options, what),
         )

@@ -39,12 +39,14 @@ def head_labels(core) -> dict:
     return labels.of_node(config.get("labels", {}), config.get("node_id"), config.get("resources", {}))  # (local)
 
 
-def check_labels(core, hard: tuple, what: str, unschedulable) -> None:
-    """A label selector no node can meet fails at the call, on a cluster of one host
-    (with more, the controller judges: host_choice.py)."""
-    if hard and not several_hosts(core) and core.host_id == 0 and not labels.matches(head_labels(core), hard):
+def check_labels(core, hard: tuple, what: str, unschedulable, fallbacks: tuple = ()) -> None:
+    """A label selector no node can meet (nor any of its fallbacks) fails at the call, on
+    a cluster of one host (with more, the controller judges: host_choice.py)."""
+    if (hard and not several_hosts(core) and core.host_id == 0
+            and labels.first_met(hard, fallbacks, [head_labels(core)]) is None):
         seen = labels.given(head_labels(core))
-        raise unschedulable.because(what, f"its label selector {labels.describe(hard)} does not match the only "
+        nor = "".join(f" (nor its fallback {labels.describe(f)})" for f in fallbacks)
+        raise unschedulable.because(what, f"its label selector {labels.describe(hard)}{nor} does not match the only "
                                           f"node's labels {seen}; give the node labels (init(labels=...)), or "
                                           f"start a host that has them (meshrt agent --labels)")
 
@@ -117,9 +119,10 @@ def actor_options(core, opts, what: str):
         host = core.request_sync("host_of_node", node_id, soft, opts.resources, what)
     elif opts.labels or opts.soft_labels:
         if core.host_id == 0 and not several_hosts(core):
-            check_labels(core, opts.labels, what, exc.ActorUnschedulableError)
+            check_labels(core, opts.labels, what, exc.ActorUnschedulableError, opts.fallback_labels)
             return opts  # (the head, the only host)
-        core.request_sync("host_for", opts.resources, what, opts.spread, opts.labels, opts.soft_labels)  # (or fails)
+        core.request_sync("host_for", opts.resources, what, opts.spread, opts.labels, opts.soft_labels,
+                          opts.fallback_labels)  # (or fails)
         return dataclasses.replace(opts, host_policy="spread" if opts.spread else "default")
     elif _head_lacks(core, opts.resources):
         host = core.request_sync("host_for", opts.resources, what, opts.spread)

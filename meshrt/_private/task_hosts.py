@@ -177,7 +177,7 @@ class TaskHosts:
         """A task may spill to a host its hard label selector matches, and not from a
         host its soft one matches to one it does not."""
         there = self.labels_of_host(dst_id)
-        if not labels.matches(there, spec.labels):
+        if not labels.matches(there, self.effective_labels(spec)):
             return False
         return not spec.soft_labels or labels.matches(there, spec.soft_labels) or not labels.matches(
             self.labels_of_host(src_id), spec.soft_labels)

@@ -32,5 +32,9 @@ def test_work_runs_on_the_node_its_labels_select():
         assert ray.get(where.options(scheduling_strategy=strategy).remote()) == node
         actor = Where.options(label_selector={"zone": "us-east1"}).remote()
         assert ray.get(actor.node.remote()) == node
+        # no node in us-west1: the fallback's selector is used
+        fallback = [{"label_selector": {"zone": "us-east1"}}]
+        assert ray.get(where.options(label_selector={"zone": "us-west1"}, fallback_strategy=fallback).remote(),
+                       timeout=60) == node
     finally:
         ray.shutdown()
