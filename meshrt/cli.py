@@ -1,5 +1,7 @@
 """``meshrt`` on the command line (also ``python -m meshrt``).
 
+    meshrt start --head [--port N] [--host H] [--block]     a long-running head; drivers attach with init(address="auto")
+    meshrt stop                                              end this host's head
     meshrt agent --address HEAD:PORT [--token-file PATH]   join a cluster as a host
     meshrt status --address HEAD:PORT [--token-file PATH]  hosts, actors, object store
     meshrt list actors|workers|tasks|objects --address HEAD:PORT [--filter FIELD=VALUE] [--limit N]
@@ -37,6 +39,19 @@ def main(argv: list[str] | None = None) -> int:
                        "tasks and actors pick nodes by them with label_selector=")
     agent.add_argument("--connect-timeout", type=float, default=None,
                        help="seconds to keep trying to reach a head that is not listening yet (default: 300)")
+    start = sub.add_parser("start", help="start a long-running head on this host (as `ray start --head`): "
+                           "drivers attach to it with meshrt.init(address='auto'), hosts join with meshrt agent")
+    start.add_argument("--head", action="store_true", required=True, help="start the head (other hosts: meshrt agent)")
+    start.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"where agents join (default {DEFAULT_PORT})")
+    start.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1; "
+                       "0.0.0.0 for every interface, so that other hosts can join)")
+    start.add_argument("--num-cpus", type=float, help="CPUs to offer (default: all)")
+    start.add_argument("--num-gpus", type=int, help="GPUs to offer (default: all visible)")
+    start.add_argument("--object-store-memory", type=int, help="bytes for this host's object store")
+    start.add_argument("--resources", help="custom resources to offer, as JSON: '{\"trainer\": 2}'")
+    start.add_argument("--labels", help="this node's labels, as JSON: '{\"zone\": \"us-east1\"}'")
+    start.add_argument("--block", action="store_true", help="run the head in this process until Ctrl-C")
+    sub.add_parser("stop", help="stop this host's long-running head (and the cluster's processes with it)")
     status = sub.add_parser("status", help="print a running cluster's hosts, actors and object store")
     status.add_argument("--address", help="the driver's HOST:PORT (meshrt.init(address=...))")
     status.add_argument("--token-file", help="file holding the cluster token (as for agent)")
@@ -66,6 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "agent":
         return run_agent(args)
+    if args.command == "start":
+        return run_start(args)
+    if args.command == "stop":
+        from ._private import head
+
+        return head.stop()
     if args.command == "status":
         return run_status(args)
     if args.command == "list":
@@ -174,16 +195,18 @@ def run_logs(args) -> int:
 
 def _ask(args, command: str, method: str, *request):
     """The controller's answer to ``method``, or the exit code after saying what went wrong."""
+    from ._private import cluster_file, slurm, wire
     from ._private import messages as m
-    from ._private import slurm, wire
 
     address = args.address or slurm.head_address(DEFAULT_PORT)
+    head = cluster_file.read() if not address else None  # (this host's long-running head: meshrt start)
+    address = address or (head["address"] if head is not None else None)
     if not address:
         print(f"meshrt {command}: give --address HOST:PORT of a driver that called "
               "meshrt.init(address=...)", file=sys.stderr)
         return 2
     try:
-        token = _token(args)
+        token = _token(args) or (cluster_file.token(head) if head is not None else None)
     except ValueError as err:
         print(f"meshrt {command}: {err}", file=sys.stderr)
         return 2
@@ -250,6 +273,21 @@ def _node_labels(text: str | None) -> dict:
         raise ValueError(f"--labels {text!r} is not JSON ({err}); e.g. --labels '{{\"zone\": \"us-east1\"}}'") \
             from None
     return labels.node_labels(table, "--labels")
+
+
+def run_start(args) -> int:
+    from ._private import head
+
+    try:
+        resources = _custom_resources(args.resources)
+        node_labels = _node_labels(args.labels)
+    except (TypeError, ValueError) as err:
+        print(f"meshrt start: {err}", file=sys.stderr)
+        return 2
+    options = {"address": f"{args.host}:{args.port}", "num_cpus": args.num_cpus, "num_gpus": args.num_gpus,
+               "object_store_memory": args.object_store_memory, "resources": resources or None,
+               "labels": node_labels or None}
+    return head.start({k: v for k, v in options.items() if v is not None}, args.block)
 
 
 def run_agent(args) -> int:

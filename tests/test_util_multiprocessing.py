@@ -194,7 +194,7 @@ def test_bad_arguments_are_named(rt):
         Pool(16)  # (2 CPUs here)
     with pytest.raises(ValueError, match="processes"):
         Pool(0)
-    with pytest.raises(ValueError, match="meshrt.init"):
+    with pytest.raises(ValueError, match="meshrt start --head"):
         Pool(1, ray_address="10.0.0.1:6379")
     with Pool(4, ray_remote_args={"num_cpus": 0.5}) as pool:
         assert pool.map(square, [3]) == [9]

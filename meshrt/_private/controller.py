@@ -32,6 +32,7 @@ from .cluster_nodes import ClusterNodes
 from .control_requests import ControlRequests
 from .host_choice import HostChoice
 from .host_directory import HostDirectory, host_ip
+from .jobs import Jobs
 from .log_files import LogFiles
 from .log_options import LogOptions
 from .metrics_table import MetricsTable
@@ -85,7 +86,7 @@ class WorkerRecord:
 
 
 class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHosts, PlacementGroups, ControlRequests,
-                 LogOptions, LogFiles, PoolUpkeep, StateTables, MetricsTable, TimelineTable):
+                 LogOptions, LogFiles, PoolUpkeep, StateTables, MetricsTable, TimelineTable, Jobs):
     def __init__(self, core, io, config: dict) -> None:
         self.core = core
         self.io = io
@@ -261,7 +262,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
             self._maybe_finalize(w)
 
         w.pipes = attach_pipes(self.loop, out_fd, err_fd,
-                               worker_output(w, self.config["log_to_driver"], self.log_keeper(w)), eof)
+                               worker_output(w, self.config["log_to_driver"], self.log_keeper(w), self.job_output), eof)
         return w
 
     def spawn_background(self, coro) -> None:
@@ -305,6 +306,8 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
             log.warning("meshrt: dropped connection claiming to be unknown worker %s", msg.worker_id)
             conn.abort()
             return
+        if w.kind == "driver":  # (attached to a long-running head: jobs.py)
+            return self.driver_hello(w, conn, msg)
         conn.peer_id = w.id
         conn.peer_pid = msg.pid
         w.conn = conn
@@ -398,6 +401,8 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
             self.actor_worker_died(w, cause)
         elif failed_start and self.startup_failures.get(w.host, 0) >= MAX_STARTUP_FAILURES:
             self._fail_queued_startup(w, cause)
+        if w.kind == "driver":
+            self.driver_gone(w)
         self._owner_died(w.id)
         self.head_owner_gone(w.id)  # copies the head host keeps of what it owned
         self.store_service.run(functools.partial(self.store.worker_died, w.id))

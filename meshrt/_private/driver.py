@@ -336,6 +336,14 @@ def init(
                 "meshrt.init() was already called in this process; call meshrt.shutdown() "
                 "first, or pass ignore_reinit_error=True"
             )
+        head = None if local_mode else _running_head(address or os.environ.get("MESHRT_ADDRESS"))
+        if head is not None:  # (a long-running head: this process attaches to it as a job's driver)
+            from .client_driver import attach
+
+            core = attach(head, namespace, job_env, logs.to_plain() if logs is not None else None, log_to_driver)
+            logging_config.apply(logs.to_plain() if logs is not None else None)
+            _register_atexit()
+            return _info(core, head["address"])
         amounts = _node_resources(num_cpus, num_gpus, resources, object_store_memory)
         tcp = _tcp_address(address)
         token = _token(tcp, token_file)
@@ -405,12 +413,12 @@ def init(
         return _info(core)
 
 
-def _info(core) -> RuntimeInfo:
+def _info(core, head: str | None = None) -> RuntimeInfo:
     config = getattr(core, "config", {})
     controller = getattr(core, "controller", None)
-    tcp = controller.public_address if controller is not None else None
+    tcp = controller.public_address if controller is not None else head
     return RuntimeInfo(
-        address=controller.address if controller is not None else "local",
+        address=controller.address if controller is not None else head or "local",
         tcp_address=tcp.removeprefix("tcp:") if tcp else None,
         node_id=config.get("node_id"), namespace=config.get("namespace"),
         job_id=config.get("job_id"), session=config.get("session"),
@@ -477,6 +485,24 @@ def _token(tcp_address: str | None, token_file: str | None) -> bytes:
     return token
 
 
+def _running_head(address: str | None) -> dict | None:
+    """The long-running head (``meshrt start --head``) to attach to: for "auto", the
+    one this host runs; for HOST:PORT, that one if it is where this host's head listens
+    (else ``address`` is where this driver listens, as before)."""
+    if address in (None, "", "local") or address.startswith(("unix:", "ray://")):
+        return None
+    from . import cluster_file
+
+    head = cluster_file.read()
+    if address == "auto":
+        if head is None:
+            raise ConnectionError("meshrt.init(address='auto'): no meshrt head runs on this host; start one with "
+                                  "`meshrt start --head` (or call meshrt.init() to run one in this program)")
+        return head
+    wanted = address.removeprefix("tcp:")
+    return head if head is not None and wanted in (head["address"], head.get("bind")) else None
+
+
 def _tcp_address(address: str | None) -> str | None:
     if address in (None, "", "auto", "local") or address.startswith("unix:"):
         return None
@@ -522,6 +548,7 @@ def shutdown() -> None:
             return
         state.set_core(None)
         runtime_env.set_job(None)
+        runtime_env.set_current(None)  # (an attached driver's job: client_driver.py)
         metrics_local.local().reset()
         logging_config.remove()
         try:

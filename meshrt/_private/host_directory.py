@@ -306,7 +306,7 @@ class HostDirectory:
         if w is not None and w.host == getattr(conn, "agent_host", None):
             from .spawn import worker_output
 
-            worker_output(w, self.config["log_to_driver"], self.log_keeper(w))(msg.stream, list(msg.lines))
+            worker_output(w, self.config["log_to_driver"], self.log_keeper(w), self.job_output)(msg.stream, list(msg.lines))
 
     def _host_silent(self, conn, silent_s: float) -> None:
         host = self.hosts.get(conn.agent_host)

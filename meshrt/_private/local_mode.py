@@ -109,7 +109,7 @@ class LocalCore(Core):
         groups = self.__dict__.setdefault("_groups", {})
         namespaces = self.__dict__.setdefault("_group_namespaces", {})
         if method == "create_placement_group":
-            pg_id, bundles, strategy, name, namespace, selectors = args
+            pg_id, bundles, strategy, name, namespace, selectors, _detached = args
             mine = labels.of_node(self.config.get("labels", {}), self.config["node_id"], self.config["resources"])
             if any(not labels.matches(mine, wanted) for wanted in selectors):
                 raise ValueError(f"placement_group(bundle_label_selector=...) can never be placed: local mode's one "

@@ -173,15 +173,19 @@ def _is_hex(text) -> bool:
 
 
 def _prune(root: str) -> None:
-    """Keep the newest SESSIONS_KEPT sessions' logs; never one whose driver still runs."""
+    """Keep the newest SESSIONS_KEPT sessions' logs, and the newest one of each driver
+    that still runs (not the ones it shut down before)."""
     try:
         entries = [e for e in os.scandir(root) if e.is_dir() and e.name.startswith("session_")]
     except OSError:
         return
     entries.sort(key=lambda e: e.stat().st_mtime, reverse=True)
-    for entry in entries[SESSIONS_KEPT:]:
+    newest_of: set = set()  # pids whose newest session was seen (a driver may have had several)
+    for i, entry in enumerate(entries):
         pid = entry.name.rpartition("-")[2]
-        if pid.isdigit() and _alive(int(pid)):
+        current = pid not in newest_of
+        newest_of.add(pid)
+        if i < SESSIONS_KEPT or (current and pid.isdigit() and _alive(int(pid))):
             continue
         with contextlib.suppress(OSError):
             shutil.rmtree(entry.path)

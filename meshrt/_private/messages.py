@@ -439,6 +439,15 @@ class WorkerOutput(NamedTuple):
     lines: tuple
 
 
+class JobOutput(NamedTuple):
+    """Controller -> an attached driver: lines a worker wrote for that driver's job
+    (job_context.py), each to be printed after ``prefix``."""
+
+    stream: str
+    prefix: str
+    lines: tuple
+
+
 class KillWorker(NamedTuple):
     """Controller -> agent: SIGKILL this worker."""
 

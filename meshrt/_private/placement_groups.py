@@ -47,6 +47,8 @@ class GroupRecord:
     for_room: list = field(default_factory=list)  # the same, for any bundle (index -1) with room
     watchers: list = field(default_factory=list)  # futures of wait() calls, True once reserved
     selectors: list = field(default_factory=list)  # each bundle's node label selector (labels.py), or ()
+    creator: int = 0  # the process that made it (an attached driver's end removes it: jobs.py)
+    detached: bool = False  # lifetime="detached": it outlives that driver
 
     def __post_init__(self) -> None:
         self.hosts = [None] * len(self.bundles)
@@ -75,13 +77,13 @@ class PlacementGroups:
     # -- requests ----------------------------------------------------------------------------
 
     def rpc_create_placement_group(self, caller: int, pg_id: str, bundle_list: list, strategy: str,
-                                   name: str, namespace: str, selectors: tuple = ()) -> None:
+                                   name: str, namespace: str, selectors: tuple = (), detached: bool = False) -> None:
         if name and any(g.name == name and g.namespace == namespace and g.state != "REMOVED"
                         for g in self.groups.values()):
             raise ValueError(f"placement_group(name={name!r}): a placement group of that name already exists "
                              f"in namespace {namespace!r}; remove it first or pick another name")
         rec = GroupRecord(pg_id, [tuple(b) for b in bundle_list], strategy, name, namespace,
-                          selectors=list(selectors))
+                          selectors=list(selectors), creator=caller or 0, detached=detached)
         never = self._never_fits(rec)
         if never:
             raise ValueError(never)

@@ -29,7 +29,7 @@ from typing import Any
 import cloudpickle
 
 from ..exceptions import RuntimeEnvSetupError
-from . import env_packages
+from . import env_packages, job_context
 
 APPLIED = ("env_vars", "working_dir", "py_modules", "worker_process_setup_hook", "excludes", "config")
 NOT_APPLIED = ("pip", "uv", "conda", "container", "image_uri", "py_executable", "java_jars", "nsight",
@@ -258,6 +258,13 @@ def set_job(env: dict | None) -> None:
     _job = env or None
 
 
+def set_current(env: dict | None) -> None:
+    """An attached driver's: every task and actor it submits carries its job (and the
+    runtime_env it gave init), as a task's own submissions carry the task's."""
+    global _current
+    _current = env or None
+
+
 def start_worker(core, env: dict | None) -> None:
     """A worker starts in the job's environment (for good: it is every task's baseline),
     then runs the job's setup hook. Should that fail, every task and actor this worker
@@ -300,14 +307,17 @@ def around_task(core, env: dict):
     global _current
     saved_vars = {name: os.environ.get(name) for name in env.get("env_vars", ())}
     saved_current = _current
-    dirs = "working_dir" in env or "py_modules" in env  # (else sys.path and the directory stay as they are)
+    dirs = "working_dir" in env or "py_modules" in env or "_job" in env  # (else they stay as they are)
     saved_path, saved_cwd = (list(sys.path), os.getcwd()) if dirs else (None, None)
+    saved_job = job_context.saved()
     try:
         _enter(core, env)
         _current = env
         yield
     finally:
         _current = saved_current
+        if "_job" in env:
+            job_context.leave(saved_job)
         for name, value in saved_vars.items():
             if value is None:
                 os.environ.pop(name, None)
@@ -340,6 +350,8 @@ def _enter(core, env: dict) -> None:
     for path in reversed(modules):
         if path not in sys.path:
             sys.path.insert(0, path)
+    if "_job" in env:  # (an attached driver's task or actor: job_context.py; its working_dir wins)
+        job_context.enter(env["_job"])
     if working_dir is not None:
         os.chdir(working_dir)
         if working_dir in sys.path:

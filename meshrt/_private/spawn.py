@@ -19,7 +19,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-from . import progress_bars
+from . import job_context, progress_bars
 from .log_options import write
 
 log = logging.getLogger("meshrt")
@@ -455,19 +455,29 @@ class OutputPipe:
         self.on_eof()
 
 
-def worker_output(record, forward: bool, keep=None) -> Callable[[str, list[str]], None]:
+def worker_output(record, forward: bool, keep=None, to_job=None) -> Callable[[str, list[str]], None]:
     """The controller's sink: keep the stderr tail, print with the worker's name, and
-    ``keep(stream, lines)`` in the worker's log files (log_files.py)."""
+    ``keep(stream, lines)`` in the worker's log files (log_files.py). Lines a worker
+    wrote for an attached driver's job go to that driver instead of being printed here:
+    ``to_job(job id, stream, prefix, lines)`` says whether it took them (jobs.py)."""
 
     def sink(stream_name: str, text: list[str]) -> None:
         prefix = f"({record.label} pid={record.pid}) "
+        shown = forward and record.log_stream  # (a mesh's logging_option may say otherwise)
+        here: list[str] = []
+        for job, lines in job_context.split(record, stream_name, text):
+            if stream_name == "stderr":
+                record.stderr_tail.extend(lines)
+            if keep is not None:
+                keep(stream_name, lines)
+            if job is None or to_job is None or not (shown and to_job(job, stream_name, prefix, lines)):
+                here.extend(lines)
+        if not here:
+            return
+        text = here
         if stream_name == "stdout":  # (progress bars' states: drawn by the driver, not printed)
-            text = progress_bars.take(prefix if forward and record.log_stream else None, text)
-        if stream_name == "stderr":
-            record.stderr_tail.extend(text)
-        if keep is not None:
-            keep(stream_name, text)
-        if forward and record.log_stream:  # (a mesh's logging_option may say otherwise)
+            text = progress_bars.take(prefix if shown else None, text)
+        if shown:
             if record.log_aggregator is not None:
                 record.log_aggregator.add(stream_name, prefix, text)
             else:

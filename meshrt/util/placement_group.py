@@ -120,7 +120,8 @@ def placement_group(bundles: list[dict], strategy: str = "PACK", name: str = "",
     selectors = _bundle_selectors(bundle_label_selector, len(bundles), what)
     core = state.core()
     pg = PlacementGroup(PlacementGroupID(os.urandom(14).hex()), units)
-    core.request_sync("create_placement_group", pg.id.hex(), units, strategy, name, _namespace(), selectors)
+    core.request_sync("create_placement_group", pg.id.hex(), units, strategy, name, _namespace(), selectors,
+                      lifetime == "detached")
     return pg
 
 

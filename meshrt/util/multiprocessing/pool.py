@@ -81,12 +81,12 @@ class Pool:
                                              or not isinstance(maxtasksperchild, int) or maxtasksperchild < 1):
             raise ValueError(f"Pool(maxtasksperchild=...): give a number >= 1, or None; got {maxtasksperchild!r}")
         if ray_address not in (None, "local", "auto"):
-            raise ValueError(f"Pool(ray_address={ray_address!r}): a meshrt program is its cluster's driver; start it "
-                             f"with meshrt.init(...) (other hosts join with `meshrt agent`) and create the Pool after")
+            raise ValueError(f"Pool(ray_address={ray_address!r}): give None (or 'local') to run a cluster in this "
+                             f"program, or 'auto' to attach to this host's long-running head (meshrt start --head)")
         if context is not None:
             log.warning("meshrt: Pool(context=...) is ignored: meshrt starts the pool's processes itself")
         options = {"num_cpus": 1, **(ray_remote_args or {})}
-        processes = _sized(processes, options)
+        processes = _sized(processes, options, ray_address)
         initargs = tuple(initargs or ())
         worker_class = api.ActorClass(_PoolWorker, options)
         self._processes = processes
@@ -212,13 +212,17 @@ class Pool:
             raise TypeError(f"Pool.{call}(func, ...): func must be callable, got {type(func).__name__}")
 
 
-def _sized(processes: int | None, options: dict) -> int:
+def _sized(processes: int | None, options: dict, address: str | None = None) -> int:
     """The pool's size; the runtime is started first if it is not running (with
-    ``processes`` CPUs when given, as Ray's Pool does)."""
+    ``processes`` CPUs when given, as Ray's Pool does; ``address="auto"``: attached to
+    this host's long-running head instead)."""
     from ..._private import driver
 
     if not driver.is_initialized():
-        driver.init(num_cpus=processes) if processes is not None else driver.init()
+        if address == "auto":
+            driver.init(address="auto")
+        else:
+            driver.init(num_cpus=processes) if processes is not None else driver.init()
     cpus = toplevel.cluster_resources().get("CPU", 0)
     per_process = options.get("num_cpus", 1) or 0
     if processes is None:

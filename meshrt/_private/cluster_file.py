@@ -1,0 +1,78 @@
+"""Where a long-running head (``meshrt start --head``) says how to reach it, as Ray's
+``/tmp/ray/ray_current_cluster`` does: ``<temp dir>/meshrt-sessions/cluster.json`` and
+the cluster token beside it (both readable by their owner only). Drivers started with
+``init(address="auto")`` and the command line read them; ``meshrt stop`` ends the head
+they name."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from .log_files import sessions_root
+
+
+def path() -> str:
+    return os.path.join(sessions_root(), "cluster.json")
+
+
+def token_path() -> str:
+    return os.path.join(sessions_root(), "cluster.token")
+
+
+def write(info: dict, token: bytes) -> None:
+    os.makedirs(sessions_root(), exist_ok=True)
+    _write_private(token_path(), token.hex())
+    _write_private(path(), json.dumps(dict(info, token_file=token_path()), indent=1))
+
+
+def _write_private(where: str, text: str) -> None:
+    tmp = f"{where}.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, where)  # (readers never see half a file)
+
+
+def read() -> dict | None:
+    """The running head's record; None when there is none (or its process is gone)."""
+    try:
+        with open(path()) as f:
+            info = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not _alive(int(info.get("pid", 0))):
+        return None
+    return info
+
+
+def remove(pid: int) -> None:
+    """The head ``pid`` is going: its record goes, unless another head wrote its own since."""
+    try:
+        with open(path()) as f:
+            if json.load(f).get("pid") != pid:
+                return
+    except (OSError, ValueError):
+        return
+    for where in (path(), token_path()):
+        try:
+            os.unlink(where)
+        except OSError:
+            pass
+
+
+def token(info: dict) -> bytes:
+    with open(info["token_file"]) as f:
+        return bytes.fromhex(f.read().strip())
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
