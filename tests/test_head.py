@@ -75,13 +75,13 @@ def test_drivers_come_and_go_and_detached_actors_stay(head):
         import meshrt
         import helpers
 
-        info = meshrt.init(address="auto", namespace="team")
+        info = meshrt.init(address="auto", namespace="team", runtime_env={"env_vars": {"JOB_SAYS": "hi"}})
         assert info["tcp_address"] == sys.argv[1]
         HERE = sys.argv[2]
 
         @meshrt.remote
         def hello(x):
-            print("hello from a task", x, os.getcwd() == HERE)
+            print("hello from a task", x, os.getcwd() == HERE, os.environ.get("JOB_SAYS"))
             return helpers.triple(x), meshrt.get_runtime_context().get_job_id()
 
         @meshrt.remote
@@ -106,7 +106,7 @@ def test_drivers_come_and_go_and_detached_actors_stay(head):
         print("job", job, "namespace", meshrt.get_runtime_context().namespace)
     """, info["address"], str(work))
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "hello from a task 2 True" in first.stdout and "(hello pid=" in first.stdout
+    assert "hello from a task 2 True hi" in first.stdout and "(hello pid=" in first.stdout
     first_job = first.stdout.split("job ")[1].split()[0]
     second = _driver(env, work, """
         import sys
