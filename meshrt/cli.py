@@ -195,8 +195,8 @@ def run_logs(args) -> int:
 
 def _ask(args, command: str, method: str, *request):
     """The controller's answer to ``method``, or the exit code after saying what went wrong."""
-    from ._private import cluster_file, slurm, wire
-    from ._private import messages as m
+    from ._private import cluster_file, slurm
+    from ._private.control_client import request_once
 
     address = args.address or slurm.head_address(DEFAULT_PORT)
     head = cluster_file.read() if not address else None  # (this host's long-running head: meshrt start)
@@ -215,20 +215,7 @@ def _ask(args, command: str, method: str, *request):
         return 2
 
     async def ask():
-        loop = asyncio.get_running_loop()
-        reply = loop.create_future()
-
-        def on_messages(conn, msgs):
-            for msg in msgs:
-                if type(msg) is m.Response and not reply.done():
-                    reply.set_result(msg)
-
-        conn = await wire.connect("tcp:" + address.removeprefix("tcp:"), token, on_messages=on_messages)
-        conn.send(m.Request(1, method, request))
-        try:
-            return await asyncio.wait_for(reply, 30)
-        finally:
-            conn.close()
+        return await asyncio.wait_for(request_once("tcp:" + address.removeprefix("tcp:"), token, method, request), 30)
 
     try:
         response = asyncio.run(ask())

@@ -13,13 +13,12 @@ submits (job_context.py). What the cluster prints for its job is printed here.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import sys
 import uuid
 
-from . import cluster_file, context, progress_bars, runtime_env, state, wire
+from . import cluster_file, context, progress_bars, runtime_env, state
 from . import messages as m
 from .log_options import write
 from .portal import LoopThread
@@ -177,20 +176,9 @@ def _open_store(info: dict) -> int:
 
 
 async def _ask(address: str, token: bytes, method: str, *args):
-    loop = asyncio.get_running_loop()
-    reply = loop.create_future()
+    from .control_client import request_once
 
-    def on_messages(conn, msgs):
-        for msg in msgs:
-            if type(msg) is m.Response and not reply.done():
-                reply.set_result(msg)
-
-    conn = await wire.connect(address, token, on_messages=on_messages)
-    try:
-        conn.send(m.Request(1, method, args))
-        response = await reply
-    finally:
-        conn.close()
+    response = await request_once(address, token, method, args)
     if not response.ok:
         raise response.value
     return response.value

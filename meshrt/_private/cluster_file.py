@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 
+from .log_files import alive as _alive
 from .log_files import sessions_root
 
 
@@ -41,7 +42,8 @@ def read() -> dict | None:
             info = json.load(f)
     except (OSError, ValueError):
         return None
-    if not _alive(int(info.get("pid", 0))):
+    pid = int(info.get("pid", 0))
+    if pid <= 0 or not _alive(pid):
         return None
     return info
 
@@ -64,15 +66,3 @@ def remove(pid: int) -> None:
 def token(info: dict) -> bytes:
     with open(info["token_file"]) as f:
         return bytes.fromhex(f.read().strip())
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

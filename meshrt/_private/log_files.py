@@ -185,13 +185,14 @@ def _prune(root: str) -> None:
         pid = entry.name.rpartition("-")[2]
         current = pid not in newest_of
         newest_of.add(pid)
-        if i < SESSIONS_KEPT or (current and pid.isdigit() and _alive(int(pid))):
+        if i < SESSIONS_KEPT or (current and pid.isdigit() and alive(int(pid))):
             continue
         with contextlib.suppress(OSError):
             shutil.rmtree(entry.path)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Is process ``pid`` still there (a zombie counts)?"""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
