@@ -27,10 +27,37 @@ def _meshrt(env: dict, *args: str, timeout: float = 90) -> subprocess.CompletedP
                           timeout=timeout)
 
 
+# Prepended to each driver program: its stdout, watched, so that it can wait for a line
+# the cluster prints for it (output travels apart from results) before it ends.
+WATCH = """
+import sys as _sys, threading as _threading
+
+class _Watched:
+    def __init__(self, stream):
+        self.stream, self.text, self.changed = stream, "", _threading.Condition()
+
+    def write(self, s):
+        self.stream.write(s)
+        with self.changed:
+            self.text += s
+            self.changed.notify_all()
+        return len(s)
+
+    def flush(self):
+        self.stream.flush()
+
+    def wait_for(self, needle, timeout=30):
+        with self.changed:
+            return self.changed.wait_for(lambda: needle in self.text, timeout)
+
+_sys.stdout = _Watched(_sys.stdout)
+"""
+
+
 def _driver(env: dict, cwd, code: str, *argv: str, timeout: float = 90) -> subprocess.CompletedProcess:
     """A driver program (``argv`` its arguments), run to its end."""
     script = cwd / "driver.py"
-    script.write_text(textwrap.dedent(code))
+    script.write_text(WATCH + textwrap.dedent(code))
     return subprocess.run([sys.executable, str(script), *argv], env=env, cwd=cwd, capture_output=True, text=True,
                           timeout=timeout)
 
@@ -95,6 +122,7 @@ def test_drivers_come_and_go_and_detached_actors_stay(head):
 
         job = meshrt.get_runtime_context().get_job_id()
         assert meshrt.get([hello.remote(i) for i in range(3)]) == [(0, job), (3, job), (6, job)]
+        assert sys.stdout.wait_for("hello from a task 2")
         kept = Counter.options(name="kept", namespace="shared", lifetime="detached").remote()
         assert meshrt.get(kept.inc.remote()) == 1
         scoped = Counter.options(name="scoped", namespace="shared").remote()
@@ -138,7 +166,7 @@ def test_drivers_come_and_go_and_detached_actors_stay(head):
         from meshrt.util.multiprocessing import Pool
 
         with Pool(2, ray_address="auto") as pool:  # (attaches to the head)
-            print("squares", pool.map(abs, [-1, -2, 3]), meshrt.get_runtime_context().get_job_id())
+            print("squares", pool.map(abs, [-1, -2, 3]))
     """)
     assert "squares [1, 2, 3]" in pooled.stdout, pooled.stdout + pooled.stderr
     status = _meshrt(env, "status")  # (no --address: this host's head)
@@ -206,3 +234,32 @@ def test_attaching_without_a_head_and_starting_two_say_what_to_do(head, tmp_path
             print("refused:", err)
     """)
     assert "refused:" in lonely.stdout and "meshrt start --head" in lonely.stdout, lonely.stdout + lonely.stderr
+
+
+def test_an_agent_joins_the_head_and_serves_its_drivers(head):
+    env, work, info = head
+    agent = subprocess.Popen([sys.executable, "-m", "meshrt", "agent", "--address", info["address"], "--token-file",
+                              info["token_file"], "--name", "other", "--num-cpus", "1", "--resources",
+                              '{"there": 1}', "--object-store-memory", str(64 << 20)],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        ran = _driver(env, work, """
+            import sys
+            import meshrt
+
+            meshrt.init(address="auto")
+            meshrt.hosts(min_hosts=1, timeout=60)
+
+            @meshrt.remote(resources={"there": 1})
+            def where():
+                print("printed on the other host")
+                return meshrt.get_runtime_context().get_job_id()
+
+            assert meshrt.get(where.remote(), timeout=60) == meshrt.get_runtime_context().get_job_id()
+            assert sys.stdout.wait_for("printed on the other host")
+        """)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert "(where pid=" in ran.stdout and "printed on the other host" in ran.stdout, ran.stdout
+    finally:
+        agent.terminate()
+        agent.wait(30)
