@@ -257,8 +257,12 @@ def test_an_agent_joins_the_head_and_serves_its_drivers(head):
 
             assert meshrt.get(where.remote(), timeout=60) == meshrt.get_runtime_context().get_job_id()
             assert sys.stdout.wait_for("printed on the other host")
+            from meshrt.experimental import tqdm_ray
+            for _ in tqdm_ray.tqdm(range(2), desc="here"):  # (drawn in this program, as a driver's are)
+                pass
         """)
         assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert "__meshrt_tqdm_state__" not in ran.stdout and "2/2" in ran.stderr, ran.stdout + ran.stderr
         assert "(where pid=" in ran.stdout and "printed on the other host" in ran.stdout, ran.stdout
     finally:
         agent.terminate()

@@ -21,6 +21,7 @@ import uuid
 from . import cluster_file, context, progress_bars, runtime_env, state
 from . import messages as m
 from .log_options import write
+from .pending import fail_everything
 from .portal import LoopThread
 from .worker_core import WorkerCore
 
@@ -56,12 +57,7 @@ class ClientCore(WorkerCore):
         from ..objstore.serialization import system_error_payload
 
         log.warning("meshrt: the cluster's head went away; this driver is detached from it")
-        error = system_error_payload(exc.RaySystemError("the cluster's head went away (meshrt stop?)"))
-        for pt in list(self.pending.values()):
-            self.fail_pending(pt, error)
-        for entry in list(self.table.entries.values()):
-            if entry.payload is None and entry.owner != self.worker_id:
-                self.table.resolve(entry, error, None)
+        fail_everything(self, system_error_payload(exc.RaySystemError("the cluster's head went away (meshrt stop?)")))
 
     def on_exit(self, conn, msg: m.Exit) -> None:
         self._controller_lost(conn, None)

@@ -273,14 +273,10 @@ class DriverCore(Lending, Core):
     def fail_everything_pending(self) -> None:
         from .. import exceptions as exc
         from ..objstore.serialization import system_error_payload
+        from .pending import fail_everything
 
-        error = system_error_payload(exc.RuntimeNotInitializedError(
-            "meshrt.shutdown() was called while this value was still being computed"))
-        for pt in list(self.pending.values()):
-            self.fail_pending(pt, error)
-        for entry in list(self.table.entries.values()):
-            if entry.payload is None:
-                self.table.resolve(entry, error)
+        fail_everything(self, system_error_payload(exc.RuntimeNotInitializedError(
+            "meshrt.shutdown() was called while this value was still being computed")))
 
 
 class RuntimeInfo(dict):

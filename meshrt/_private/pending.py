@@ -42,3 +42,13 @@ class PendingTask:
         self.actor_id = 0  # a call's actor
         self.retry = False  # an actor call's retry_exceptions: True or pickled classes
         self.group: str | None = None  # an actor call's concurrency group, chosen per call
+
+
+def fail_everything(core, error) -> None:
+    """Loop: every call still pending and every value still awaited resolves to ``error``
+    (a payload): the runtime is going away (shutdown), or the head is (an attached driver)."""
+    for pt in list(core.pending.values()):
+        core.fail_pending(pt, error)
+    for entry in list(core.table.entries.values()):
+        if entry.payload is None:
+            core.table.resolve(entry, error)

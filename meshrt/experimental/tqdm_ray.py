@@ -29,7 +29,7 @@ __all__ = ["tqdm", "safe_print", "instance"]
 
 def _in_driver() -> bool:
     core = state.core_or_none()
-    return core is None or core.is_driver
+    return core is None or core.is_driver or getattr(core, "is_client", False)  # (an attached driver's too)
 
 
 class tqdm:

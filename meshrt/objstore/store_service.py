@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -140,8 +141,6 @@ def _answer(work: _Work, ok: bool, value) -> None:
     if work.answer is not None:
         work.answer(ok, value)
     elif not ok:
-        import logging
-
         logging.getLogger("meshrt").warning("meshrt: object store bookkeeping failed: %r", value)
 
 
