@@ -230,15 +230,26 @@ class Wiring:
         """With the read lock: wait up to ``timeout`` for results (or for ``writable`` to
         take more), and keep each one that came, from any output. False: none came."""
         socks = list(self._out_socks.values())
-        ready, wr, _ = select.select(socks, [writable] if writable is not None else [], [], timeout)
+        try:
+            ready, wr, _ = select.select(socks, [writable] if writable is not None else [], [], timeout)
+        except (OSError, ValueError):  # (closed under us by teardown() in another thread: the caller says so)
+            if self._closed:
+                return True
+            raise
         for sock in ready:
             k = self._output_of[sock]
             try:
                 got = channel.recv(sock)
             except channel.ChannelClosed:
+                if self._closed:  # (our own end, closed by teardown() in another thread)
+                    return True
                 self._broken = ("an actor of this compiled graph died or was killed before its result came; "
                                 "compile the graph again with live actors")
                 continue
+            except OSError:
+                if self._closed:
+                    return True
+                raise
             self._buffered[(self._read[k], k)] = got
             self._read[k] += 1
         return bool(ready or wr)
