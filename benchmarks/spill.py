@@ -2,7 +2,8 @@
 
 Each round runs both backends once, each in a fresh subprocess with 2 CPUs and a 256 MiB
 object store (spilling to the default directory, on this machine's disk). The driver
-times round trips of a small task (``add_one.remote(i)``) on one CPU:
+times round trips of a small task (``add_one.remote(i)``) and of a task that reads a
+1 MiB array from the store (``first_of.remote(stored)``), in turn, on one CPU:
 
 - with nothing else running;
 - while, on the other CPU, tasks make 64 MiB arrays one after another (24 of them, 1.5 GiB,
@@ -28,15 +29,18 @@ import numpy as np
 BACKENDS = ("meshrt", "ray")
 ARRAYS = 24
 ARRAY_BYTES = 64 << 20
+STORED_BYTES = 1 << 20
 
 
-def _round_trips(ray, add_one, stop: threading.Event | None, least: int = 200) -> list[float]:
-    times = []
-    while (stop is not None and not stop.is_set()) or len(times) < least:
-        t0 = time.perf_counter()
-        ray.get(add_one.remote(len(times)))
-        times.append(time.perf_counter() - t0)
-        if stop is None and len(times) >= least:
+def _round_trips(ray, probes: list, stop: threading.Event | None, least: int = 200) -> list[list[float]]:
+    """Round trips of each probe (a function returning a ref) in turn, until ``stop``."""
+    times: list[list[float]] = [[] for _ in probes]
+    while (stop is not None and not stop.is_set()) or len(times[-1]) < least:
+        for probe, kept in zip(probes, times, strict=True):
+            t0 = time.perf_counter()
+            ray.get(probe(len(kept)))
+            kept.append(time.perf_counter() - t0)
+        if stop is None and len(times[-1]) >= least:
             break
     return times
 
@@ -56,14 +60,21 @@ def child(backend: str) -> dict:
         return x + 1
 
     @ray.remote(num_cpus=1)
+    def first_of(arr):
+        return float(arr[0])
+
+    @ray.remote(num_cpus=1)
     def make(seed):
         return np.full(ARRAY_BYTES // 8, float(seed))
 
     out = {}
     try:
-        ray.get([add_one.remote(i) for i in range(4)])
-        idle = _round_trips(ray, add_one, None)
+        stored = ray.put(np.ones(STORED_BYTES // 8))  # (in the store: read by reference)
+        probes = [add_one.remote, lambda _: first_of.remote(stored)]
+        ray.get([add_one.remote(i) for i in range(4)] + [first_of.remote(stored)])
+        idle, idle_read = _round_trips(ray, probes, None)
         out["idle_us"] = statistics.median(idle) * 1e6
+        out["idle_read_us"] = statistics.median(idle_read) * 1e6
         kept, stop = [], threading.Event()
 
         def produce():
@@ -78,12 +89,15 @@ def child(backend: str) -> dict:
         t0 = time.perf_counter()
         producer = threading.Thread(target=produce)
         producer.start()
-        busy = _round_trips(ray, add_one, stop, least=20)
+        busy, busy_read = _round_trips(ray, probes, stop, least=20)
         producer.join()
         out["spill_mb_s"] = ARRAYS * ARRAY_BYTES / (time.perf_counter() - t0) / 1e6
         out["spilling_median_us"] = statistics.median(busy) * 1e6
         out["spilling_p95_ms"] = statistics.quantiles(busy, n=20)[-1] * 1e3
         out["spilling_max_ms"] = max(busy) * 1e3
+        out["reading_median_us"] = statistics.median(busy_read) * 1e6
+        out["reading_p95_ms"] = statistics.quantiles(busy_read, n=20)[-1] * 1e3
+        out["reading_max_ms"] = max(busy_read) * 1e3
         last = ray.get(kept[0])  # (read back from where it was spilled)
         assert float(last[0]) == 0.0 and float(last[-1]) == 0.0
     finally:
@@ -96,6 +110,10 @@ ROWS = [  # key, label, higher is better, format
     ("spilling_median_us", "small task round trip while the store spills, median (µs)", False, "{:,.0f}"),
     ("spilling_p95_ms", "... 95th percentile (ms)", False, "{:.1f}"),
     ("spilling_max_ms", "... slowest (ms)", False, "{:.1f}"),
+    ("idle_read_us", "task reading a 1 MiB stored array, idle (µs)", False, "{:,.0f}"),
+    ("reading_median_us", "... while the store spills, median (µs)", False, "{:,.0f}"),
+    ("reading_p95_ms", "... 95th percentile (ms)", False, "{:.1f}"),
+    ("reading_max_ms", "... slowest (ms)", False, "{:.1f}"),
     ("spill_mb_s", "64 MiB arrays made while spilling (MB/s)", True, "{:,.0f}"),
 ]
 

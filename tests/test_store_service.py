@@ -78,7 +78,7 @@ def test_the_controller_answers_while_the_store_is_busy(small_store):
 
 @pytest.mark.timeout(60)
 def test_store_work_stays_in_order_when_one_piece_waits():
-    """Unit: once one piece of work waits for the store, later ones queue behind it."""
+    """Unit: while another thread holds the store, work waits and is then done in the order it came."""
     import asyncio
 
     from meshrt.objstore.store import SharedStore

@@ -269,7 +269,7 @@ class Agent:
         timer = self.exited.pop(worker_id, None)
         if timer is not None:
             timer.cancel()
-        self.store_service.run(functools.partial(self.store.worker_died, worker_id))
+        self.store_service.run(functools.partial(self.store.worker_died, worker_id), worker_id)
 
     def on_zygote_lost(self) -> None:
         if not self.done.is_set():
@@ -301,7 +301,7 @@ class Agent:
                 service.request(conn.peer_id, msg.method, msg.args,
                                 lambda ok, value, conn=conn, req_id=msg.req_id: conn.send(m.Response(req_id, ok, value)))
             elif kind is m.StoreUpdate:
-                service.run(functools.partial(store.apply, msg, conn.peer_id))
+                service.run(functools.partial(store.apply, msg, conn.peer_id), conn.peer_id)
             elif kind is m.DirectLaneOffer:
                 pid = self.pids.get(conn.peer_id)
                 if pid is not None:

@@ -85,7 +85,7 @@ class ControlRequests:
         return self.store_service.ask(caller, "store_summary", ())
 
     def on_store_update(self, conn, msg: m.StoreUpdate) -> None:
-        self.store_service.run(functools.partial(self.store.apply, msg, conn.peer_id))
+        self.store_service.run(functools.partial(self.store.apply, msg, conn.peer_id), conn.peer_id)
 
     async def rpc_cluster_status(self, caller) -> dict:
         from .status import collect

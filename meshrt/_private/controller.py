@@ -405,7 +405,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
             self.driver_gone(w)
         self._owner_died(w.id)
         self.head_owner_gone(w.id)  # copies the head host keeps of what it owned
-        self.store_service.run(functools.partial(self.store.worker_died, w.id))
+        self.store_service.run(functools.partial(self.store.worker_died, w.id), w.id)
         gone = m.PeerGone(w.id)
         self.core.local.send(gone)
         for other in self.workers.values():

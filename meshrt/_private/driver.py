@@ -195,7 +195,7 @@ class DriverCore(Lending, Core):
         # sealed now. Sealing a sealed block again changes nothing.
         shm = payload.shm
         if shm is not None and shm[0] is not None and self.controller.store is not None:
-            self.controller.store_service.run(functools.partial(self.controller.store.seal, shm[0]))
+            self.controller.store_service.run(functools.partial(self.controller.store.seal, shm[0]), 0)
         return super().adopt(payload, count)
 
     def pin_for(self, peer: int, payload) -> tuple:
@@ -213,7 +213,7 @@ class DriverCore(Lending, Core):
 
     def unpin_for(self, peer: int, pins: tuple) -> None:
         for key, _offset, _size in pins:
-            self.controller.store_service.run(functools.partial(self.controller.store.unpin, key, peer))
+            self.controller.store_service.run(functools.partial(self.controller.store.unpin, key, peer), peer)
 
     def note_address(self, peer: int, address) -> None:
         pass

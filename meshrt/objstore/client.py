@@ -169,7 +169,7 @@ class LocalBackend:
 
     def _bookkeep(self, method, key: int) -> None:
         if self.service is not None:
-            self.service.run(functools.partial(method, key))
+            self.service.run(functools.partial(method, key), self.worker_id)
         else:
             method(key)
 

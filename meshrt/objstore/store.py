@@ -15,6 +15,11 @@ fill the arena (or a value is larger than it), the value is written to a file th
 instead, and readers that find no room to bring a spilled value back map its file:
 as Ray's fallback allocation, slower but never an error while the disk has room.
 Where a block is: an int (its offset in the arena) or a str (the path of its file).
+
+The disk is never written or read under the lock: a spill marks its object, copies it
+out with the lock released (others allocate, pin and free meanwhile) and gives its
+block back only if nobody pinned or freed it in the meantime; a restore reads into a
+block nobody else can see yet, and readers of that object wait for it.
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ class StoredObject:
     freed: bool = False
     last_access: float = 0.0
     writer: int | None = None  # the process writing it (its leftovers go if it dies)
+    spilling: bool = False  # being copied to its file (still readable where it is)
+    restoring: bool = False  # being read back from its file (readers wait for it)
 
 
 class SharedStore:
@@ -63,6 +70,7 @@ class SharedStore:
         self.blocks = Allocator(capacity)
         self.objects: dict[int, StoredObject] = {}
         self.lock = threading.RLock()
+        self._moved = threading.Condition(self.lock)  # a restore ended (its readers wait for it)
         self._spill_root = spill_dir or os.environ.get("MESHRT_SPILL_DIR")
         self._spill_dir: str | None = None
         self.spilled_bytes = 0
@@ -71,30 +79,40 @@ class SharedStore:
         self.fallback_count = 0  # objects written to a file for want of room (see _on_disk)
         self._unpins: collections.deque = collections.deque()  # (key, worker) from finalizers
         self._why_not = ""  # why the last allocation found no room in the arena
+        self._spill_may_help = False  # ... and whether spilling others would make it
 
     # -- producers ---------------------------------------------------------------------------
 
     def allocate(self, key: int, size: int, owner: int, writer: int | None = None) -> int | str:
-        """Where to write a new object: an offset in the arena, or a file's path when
-        the arena has no room for it (see the module docstring)."""
+        """Where to write a new object: an offset in the arena (spilling others for it,
+        without holding the lock while the disk writes), or a file's path when the arena
+        has no room for it (see the module docstring)."""
         self.drain_unpins()  # (views dropped just now may be what makes room)
-        with self.lock:
-            offset = self._allocate(key, size, owner, writer, self._find_room)
-            return offset if offset is not None else self._on_disk(key, owner, size, writer, self._why_not)
+        while True:
+            with self.lock:
+                offset = self._allocate(key, size, owner, writer)
+                if offset is not None:
+                    return offset
+                victim = self._choose_victim() if self._spill_may_help else None
+                if victim is None:
+                    return self._on_disk(key, owner, size, writer, self._why_not)
+            self._spill(*victim)  # (then again: another process may have taken the room meanwhile)
 
     def allocate_at_once(self, key: int, size: int, owner: int, writer: int | None = None) -> int | None:
         """allocate() where it needs no disk: an offset in the arena, or None where the
         object would have to go to disk or others be spilled for it (then allocate())."""
         with self.lock:
-            return self._allocate(key, size, owner, writer, self.blocks.alloc)
+            return self._allocate(key, size, owner, writer)
 
-    def _allocate(self, key: int, size: int, owner: int, writer: int | None, find) -> int | None:
+    def _allocate(self, key: int, size: int, owner: int, writer: int | None) -> int | None:
         need = round_up(max(size, 1))
         if key in self.objects:  # (its block would be lost to the allocator for good)
             raise AlreadyStored(f"object {key:x} is already in the store")
-        offset = find(need) if need <= self.capacity else None
+        self._spill_may_help = False
+        offset = self.blocks.alloc(need) if need <= self.capacity else None
         if offset is None:
             self._why_not = "it does not fit in shared memory"
+            self._spill_may_help = need <= self.capacity
             return None
         try:
             self.arena.reserve(offset, need)
@@ -151,11 +169,24 @@ class SharedStore:
     def pin(self, key: int, worker: int) -> tuple[int | str, int]:
         """Keep an object in place while ``worker`` maps it; restores it if spilled (or,
         with no room to, has it mapped from its file)."""
-        with self.lock:
-            obj = self._live(key)
-            if obj.offset is None and not obj.pins:  # (pinned: readers map its file, which must stay)
-                self._restore(obj)
-            return self._pin(obj, worker)
+        while True:
+            with self.lock:
+                obj = self._live(key)
+                while obj.restoring:  # (another thread is reading it back)
+                    self._moved.wait()
+                    obj = self._live(key)
+                if obj.offset is not None or obj.pins:  # (pinned: readers map its file, which must stay)
+                    return self._pin(obj, worker)
+                offset, victim = self._restore_target(obj)
+                if offset is None and victim is None:  # no room to be had: its readers map its file
+                    return self._pin(obj, worker)
+                path = obj.spill_path
+            if victim is not None:
+                self._spill(*victim)
+                continue
+            self._read_back(obj, offset, path)
+            with self.lock:
+                return self._pin(self._live(key), worker)
 
     def pin_at_once(self, key: int, worker: int) -> tuple[int | str, int] | None:
         """pin() where it needs no disk; None where the object must be read back first."""
@@ -244,73 +275,92 @@ class SharedStore:
 
     # -- pressure ----------------------------------------------------------------------------------
 
-    def _find_room(self, need: int) -> int | None:
-        """A free block of ``need`` bytes in the arena, spilling for it if need be; None
-        if there is none to be had."""
-        if need > self.capacity:
+    def _choose_victim(self) -> tuple[StoredObject, int] | None:
+        """The least recently used object that may be spilled (sealed, in the arena, not
+        mapped, not being spilled already), marked as being spilled; None if none may."""
+        best = None
+        for obj in self.objects.values():
+            if (obj.offset is not None and obj.sealed and not obj.pins and not obj.spilling
+                    and (best is None or obj.last_access < best.last_access)):
+                best = obj
+        if best is None:
             return None
-        offset = self.blocks.alloc(need)
-        return offset if offset is not None else self._make_room(need)
+        best.spilling = True
+        return best, best.offset
 
-    def _make_room(self, need: int) -> int | None:
-        """Spill unpinned objects, least recently used first, until ``need`` bytes fit;
-        None if pinned objects leave no room."""
-        candidates = sorted(
-            (o for o in self.objects.values() if o.offset is not None and o.sealed and not o.pins),
-            key=lambda o: o.last_access,
-        )
-        for obj in candidates:
-            if obj.offset is None or obj.pins or self.objects.get(obj.key) is not obj:
-                continue
-            self._spill(obj)
-            offset = self.blocks.alloc(need)
-            if offset is not None:
-                return offset
-        return None
-
-    def _spill(self, obj: StoredObject) -> None:
+    def _spill(self, obj: StoredObject, offset: int) -> None:
+        """Copy ``obj`` (at ``offset``) to its file with the lock released, then give its
+        block back; unless a reader pinned it meanwhile (it stays, the file goes) or its
+        owner freed it (its block is back already)."""
         path = os.path.join(self.spill_dir(), f"{obj.key:x}")
-        shared, _ = self.arena._mapping()
-        with open(path, "wb") as f:
-            f.write(memoryview(shared)[obj.offset : obj.offset + obj.size])
-        self.blocks.free(obj.offset, round_up(max(obj.size, 1)))
-        obj.offset = None
-        obj.spill_path = path
-        self.spilled_bytes += obj.size
-        self.spill_count += 1
+        try:
+            shared, _ = self.arena._mapping()
+            with open(path, "wb") as f:
+                f.write(memoryview(shared)[offset : offset + obj.size])
+        except BaseException:
+            with self.lock:
+                obj.spilling = False
+            _remove(path)
+            raise
+        with self.lock:
+            obj.spilling = False
+            if self.objects.get(obj.key) is not obj or obj.pins or obj.offset != offset:
+                _remove(path)
+                return
+            self.blocks.free(offset, round_up(max(obj.size, 1)))
+            obj.offset = None
+            obj.spill_path = path
+            self.spilled_bytes += obj.size
+            self.spill_count += 1
 
-    def _restore(self, obj: StoredObject) -> None:
-        """Back into the arena; left in its file (which readers then map) when there is
-        no room. Lost only when the file cannot be read."""
+    def _restore_target(self, obj: StoredObject) -> tuple[int | None, tuple | None]:
+        """(Under the lock.) A block reserved to read spilled ``obj`` back into, with
+        ``obj`` marked as being restored; else (None, a victim to spill first), or
+        (None, None) where no room can be made. Lost only when its file is gone."""
         if not os.path.exists(obj.spill_path):
             path = obj.spill_path
             self._reclaim(obj)
             raise ObjectLostError(f"{obj.key:x}", f"its spilled copy at {path} is gone")
         need = round_up(max(obj.size, 1))
-        offset = self._find_room(need)
+        offset = self.blocks.alloc(need) if need <= self.capacity else None
         if offset is None:
-            return
+            return None, (self._choose_victim() if need <= self.capacity else None)
         try:
             self.arena.reserve(offset, need)
         except ArenaFullError:
             self.blocks.free(offset, need)
-            return
+            return None, None
+        obj.restoring = True
+        return offset, None
+
+    def _read_back(self, obj: StoredObject, offset: int, path: str) -> None:
+        """Read ``obj``'s file into the block at ``offset`` with the lock released (nobody
+        else knows the block yet), then put it there."""
+        need = round_up(max(obj.size, 1))
+        error = None
         try:
             shared, _ = self.arena._mapping()
-            with open(obj.spill_path, "rb") as f:
+            with open(path, "rb") as f:
                 got = f.readinto(memoryview(shared)[offset : offset + obj.size])
             if got != obj.size:
-                raise OSError(f"short read: {got} of {obj.size} bytes")
-        except OSError as err:
-            self.blocks.free(offset, need)
-            path = obj.spill_path
-            self._reclaim(obj)
-            raise ObjectLostError(f"{obj.key:x}", f"its spilled copy at {path} could not be read back ({err})") from None
-        _remove(obj.spill_path)
-        self.spilled_bytes -= obj.size
-        obj.spill_path = None
-        obj.offset = offset
-        self.restore_count += 1
+                error = f"short read: {got} of {obj.size} bytes"
+        except BaseException as err:  # (its readers must not wait for it for ever)
+            error = str(err) or type(err).__name__
+        with self.lock:
+            obj.restoring = False
+            self._moved.notify_all()
+            if self.objects.get(obj.key) is not obj:  # (freed meanwhile: _reclaim took its file)
+                self.blocks.free(offset, need)
+                return
+            if error is not None:
+                self.blocks.free(offset, need)
+                self._reclaim(obj)
+                raise ObjectLostError(f"{obj.key:x}", f"its spilled copy at {path} could not be read back ({error})")
+            _remove(path)
+            self.spilled_bytes -= obj.size
+            obj.spill_path = None
+            obj.offset = offset
+            self.restore_count += 1
 
     def spill_dir(self) -> str:
         if self._spill_dir is None:
