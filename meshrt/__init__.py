@@ -13,9 +13,22 @@ from __future__ import annotations
 from . import exceptions
 from ._private.api import ActorClass, ActorHandle, ActorMethod, RemoteFunction, method, remote
 from ._private.driver import init, is_initialized, shutdown
+from ._private.id_types import (
+    ActorClassID,
+    ActorID,
+    ClusterID,
+    FunctionID,
+    JobID,
+    NodeID,
+    PlacementGroupID,
+    TaskID,
+    UniqueID,
+    WorkerID,
+)
 from ._private.logging_config import LoggingConfig
 from ._private.memory import memory_summary
 from ._private.refs import ObjectRef, ObjectRefGenerator
+from ._private.refs import ObjectRef as ObjectID  # (Ray's old name, the same class)
 from ._private.timeline import timeline
 from ._private.toplevel import (
     RuntimeContext,
@@ -92,6 +105,18 @@ __all__ = [
     "memory_summary",
     "ObjectRef",
     "ObjectRefGenerator",
+    "ObjectID",
+    "ActorClassID",
+    "ActorID",
+    "ClusterID",
+    "FunctionID",
+    "JobID",
+    "NodeID",
+    "ObjectID",
+    "PlacementGroupID",
+    "TaskID",
+    "UniqueID",
+    "WorkerID",
     "ActorHandle",
     "ActorClass",
     "ActorMethod",

@@ -150,8 +150,9 @@ def _describe(exc: BaseException | None) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-class ActorDiedError(MeshrtError):
-    """The actor behind a handle is gone: raised by calls pending on it or made after.
+class RayActorError(MeshrtError):
+    """A call could not be served by its actor (Ray's base of ActorDiedError and
+    ActorUnavailableError, under Ray's name).
 
     ``cause`` says how it died (exit code, signal, ``kill()``, constructor error),
     ``stderr_tail`` holds the last lines it wrote to stderr.
@@ -182,11 +183,31 @@ class ActorDiedError(MeshrtError):
         super().__init__(message)
         self.error_msg = message
 
+    @property
+    def actor_init_failed(self) -> bool:
+        """Ray's flag: the actor's constructor raised (``creation_error``)."""
+        return self.creation_error is not None
+
+    @property
+    def preempted(self) -> bool:
+        """Ray's flag for a node taken back by its cloud; meshrt has no such nodes."""
+        return False
+
     def __reduce__(self):
         return (
             type(self),
             (self.actor_id, self.class_name, self.cause, self.stderr_tail, self.creation_error),
         )
+
+
+class ActorDiedError(RayActorError):
+    """The actor behind a handle is gone for good: raised by calls pending on it or made after."""
+
+
+class ActorUnavailableError(RayActorError):
+    """The actor's process died while it has restarts left (as Ray): the calls it had
+    were lost with it; the next calls go to the restarted actor (``max_task_retries``
+    re-sends them instead)."""
 
 
 class ActorNameTakenError(MeshrtError, ValueError):
@@ -363,8 +384,6 @@ def describe_exit(returncode: int | None) -> str:
 # Ray's names, so ``except ray.exceptions.X`` keeps working after the import swap.
 RayError = MeshrtError
 RayTaskError = TaskError
-RayActorError = ActorDiedError
-ActorUnavailableError = ActorDiedError
 ActorAlreadyExistsError = ActorNameTakenError
 ActorHandleNotFoundError = ActorNotFoundError
 
@@ -411,6 +430,40 @@ class RuntimeEnvSetupError(MeshrtError):
     """Ray: a runtime_env could not be set up; meshrt does not build runtime envs."""
 
 
+class TaskPlacementGroupRemoved(TaskUnschedulableError):
+    """A task's placement group was removed before the task ran (Ray's name); a
+    TaskUnschedulableError too, as meshrt raised before."""
+
+
+class ActorPlacementGroupRemoved(ActorDiedError):
+    """An actor's placement group was removed (Ray's name): the actor is gone."""
+
+
+class AsyncioActorExit(MeshrtError):
+    """Ray's internal signal that an async actor exits; ``exit_actor()`` is how to end one."""
+
+
+class CrossLanguageError(MeshrtError):
+    """Ray: a call to or from another language failed; meshrt is Python only."""
+
+
+class ReferenceCountingAssertionError(ObjectLostError):
+    """Ray: an object was freed while still referenced (a bug); meshrt says ObjectLostError."""
+
+
+class UnserializableException(MeshrtError):
+    """An exception a remote call raised that could not be pickled to its caller (Ray's
+    name); meshrt sends its type name and text in a TaskError instead."""
+
+
+class RayDirectTransportError(RaySystemError):
+    """Ray: a tensor sent over its GPU transport failed; meshrt.tensor raises its own errors."""
+
+
+class PlasmaObjectNotAvailable(MeshrtError):
+    """Ray's internal 'not in the object store yet'; meshrt's get waits instead."""
+
+
 class RayChannelError(RaySystemError):
     """A compiled graph's channel failed (meshrt.dag)."""
 
@@ -429,4 +482,6 @@ class RayCgraphCapacityExceeded(RaySystemError):
 __all__ += ["RaySystemError", "NodeDiedError", "LocalRayletDiedError", "ObjectFetchTimedOutError",
             "ObjectReconstructionFailedError", "OutOfMemoryError", "OutOfDiskError",
             "PendingCallsLimitExceeded", "RuntimeEnvSetupError", "RayCgraphCapacityExceeded",
-            "RayChannelError", "RayChannelTimeoutError"]
+            "RayChannelError", "RayChannelTimeoutError", "TaskPlacementGroupRemoved", "ActorPlacementGroupRemoved",
+            "AsyncioActorExit", "CrossLanguageError", "ReferenceCountingAssertionError", "UnserializableException",
+            "RayDirectTransportError", "PlasmaObjectNotAvailable"]

@@ -220,7 +220,7 @@ def test_kill_fails_later_calls(rt):
 def test_max_restarts_runs_constructor_again(rt):
     c = Counter.options(max_restarts=2).remote(7)
     first = meshrt.get(c.pid.remote())
-    with pytest.raises(ActorDiedError):
+    with pytest.raises(meshrt.exceptions.ActorUnavailableError, match="being restarted"):  # (as Ray's)
         meshrt.get(c.die.remote(), timeout=30)
     # Calls made after the death go to the new incarnation, built by __init__ again.
     assert meshrt.get(c.incr.remote(), timeout=30) == 8

@@ -12,6 +12,9 @@ EXPECTED = {
     "cancel", "get_actor", "get_runtime_context", "get_gpu_ids", "available_resources",
     "cluster_resources", "nodes", "timeline", "LoggingConfig", "memory_summary", "ObjectRef", "ObjectRefGenerator", "ActorHandle", "ActorClass",
     "ActorMethod", "RemoteFunction", "RuntimeContext", "exceptions", "actor", "runtime_env", "util", "dag",
+    # Ray's id classes (ObjectID is ObjectRef, as in Ray)
+    "ObjectID", "ActorClassID", "ActorID", "ClusterID", "FunctionID", "JobID", "NodeID", "PlacementGroupID",
+    "TaskID", "UniqueID", "WorkerID",
     # Monarch-style meshes
     "Accumulator", "Actor", "ActorError", "ActorMesh", "Channel", "Context", "Endpoint", "Extent", "Future", "HostMesh",
     "MeshFailure", "Point", "Port", "PortReceiver", "ProcMesh", "SupervisionError", "ValueMesh", "Workspace", "as_endpoint",

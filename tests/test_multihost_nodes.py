@@ -76,6 +76,27 @@ def test_nodes_and_resources_span_every_host(two_nodes):
     assert meshrt.available_resources()["trainer"] == 1.0
 
 
+@meshrt.remote
+def ip_and_node():
+    return meshrt.util.get_node_ip_address(), meshrt.get_runtime_context().get_node_id()
+
+
+@pytest.mark.timeout(120)
+def test_each_node_offers_its_ip_as_a_resource_as_ray_s_nodes_do(two_nodes):
+    head, other, *_ = two_nodes
+    nodes = {n["NodeID"]: n for n in meshrt.nodes()}
+    ip = nodes[head]["NodeManagerAddress"]
+    assert ip == "127.0.0.1" == other["NodeManagerAddress"] == meshrt.util.get_node_ip_address()  # (all on loopback)
+    assert nodes[head]["Resources"][f"node:{ip}"] == 1.0 and nodes[head]["Resources"]["node:__internal_head__"] == 1.0
+    assert other["Resources"][f"node:{ip}"] == 1.0 and "node:__internal_head__" not in other["Resources"]
+    assert meshrt.cluster_resources()[f"node:{ip}"] == 2.0
+    # Ray's idioms: to the head, and to the node a task found itself on
+    assert meshrt.get(node_of_task.options(resources={"node:__internal_head__": 0.01}).remote(), timeout=60) == head
+    there_ip, there = meshrt.get(ip_and_node.options(**on(other["NodeID"])).remote(), timeout=60)
+    assert there == other["NodeID"] and there_ip == ip
+    assert meshrt.get(node_of_task.options(resources={f"node:{there_ip}": 0.01}).remote(), timeout=60) in nodes
+
+
 @pytest.mark.timeout(120)
 def test_an_actor_with_node_affinity_runs_on_that_host_and_is_called_from_anywhere(two_nodes):
     head, other, remember, _ = two_nodes
@@ -124,7 +145,7 @@ def test_an_affinity_restarts_on_its_host(two_nodes):
 def _answers_from_another_process(actor, pid: int) -> bool:
     try:
         return meshrt.get(actor.where.remote(), timeout=30)[2] != pid
-    except meshrt.exceptions.ActorDiedError:  # (calls made while it restarts may fail)
+    except meshrt.exceptions.RayActorError:  # (calls made while it restarts may fail)
         return False
 
 

@@ -82,8 +82,12 @@ def test_a_group_reserves_its_bundles_and_what_runs_in_it_takes_from_them(rt4):
     assert wait_until(lambda: meshrt.available_resources().get("CPU") == 4.0)
     assert not [name for name in meshrt.available_resources() if group in name]
     assert placement_group_table(pg)["state"] == "REMOVED"
-    with pytest.raises(meshrt.exceptions.TaskUnschedulableError, match="was removed"):
+    with pytest.raises(meshrt.exceptions.TaskPlacementGroupRemoved, match="was removed"):  # (Ray's name)
         meshrt.get(what_it_got.options(**inside(pg, 0)).remote(), timeout=30)
+    late = Holder.options(**inside(pg, 0)).remote()
+    with pytest.raises(meshrt.exceptions.ActorPlacementGroupRemoved, match="was removed"):
+        meshrt.get(late.ping.remote(), timeout=30)
+    assert issubclass(meshrt.exceptions.TaskPlacementGroupRemoved, meshrt.exceptions.TaskUnschedulableError)
     placement_group([{"CPU": 1}], name="pair")  # (the name is free again)
 
 

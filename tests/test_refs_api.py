@@ -284,7 +284,7 @@ def test_runtime_context(rt):
 def _restarted(handle) -> bool:
     try:
         return meshrt.get(handle.seen_in_init.remote(), timeout=30)[2]
-    except meshrt.exceptions.ActorDiedError:
+    except meshrt.exceptions.RayActorError:
         return False
 
 

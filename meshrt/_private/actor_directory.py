@@ -315,7 +315,7 @@ class ActorDirectory:
             rec.restarts_left -= 1
         rec.incarnation += 1
         rec.state = "restarting"
-        rec.death = system_error_payload(exc.ActorDiedError(
+        rec.death = system_error_payload(exc.ActorUnavailableError(
             ids.to_hex(rec.spec.actor_id), rec.spec.class_name, f"{reason}; it is being restarted", tail))
         self._publish(rec)
         if bundles.bundle_of(rec.spec.resources) is not None:
@@ -327,9 +327,9 @@ class ActorDirectory:
         else:
             self.scheduler.submit_actor(rec.spec.actor_id, rec.spec.resources)
 
-    def _actor_dead(self, rec: ActorRecord, reason: str, tail=(), creation_error=None) -> None:
+    def _actor_dead(self, rec: ActorRecord, reason: str, tail=(), creation_error=None, error=None) -> None:
         rec.state = "dead"
-        rec.death = system_error_payload(exc.ActorDiedError(
+        rec.death = system_error_payload((error or exc.ActorDiedError)(
             ids.to_hex(rec.spec.actor_id), rec.spec.class_name, reason, tail, creation_error))
         self._publish(rec)
         self._release_name(rec)

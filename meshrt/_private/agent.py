@@ -25,6 +25,7 @@ from . import addresses, env_packages, heartbeat, procutil, ucx_routes, wire
 from . import messages as m
 from .direct_lanes import DirectLanes
 from .host_cache import HostCache
+from .host_directory import node_ip, node_ip_resources
 from .inline_reads import AgentInlineReads
 from .portal import in_background
 from .spawn import Zygote
@@ -88,6 +89,7 @@ class Agent:
         try:
             self.head = await self._dial_head()
             listen_host = self.head.transport.get_extra_info("sockname")[0]
+            self.resources.update(node_ip_resources(node_ip(listen_host), head=False))
             self.head.send(m.AgentHello(self.name, os.getpid(), self.resources, listen_host, procutil.machine_id(),
                                         self.labels))
             self.host_id, timeout = await welcome

@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import exceptions as exc
 from ..objstore.serialization import dumps_code
-from . import concurrency_groups, ids, placement, state
+from . import concurrency_groups, id_types, ids, placement, state
 from .args import CallChecker
 from .options import ActorOptions, TaskOptions, retry_exceptions_value
 from .refs import ObjectRef
@@ -236,7 +236,7 @@ class ActorHandle:
     """A reference to a live actor; picklable, so tasks and other actors can call it too."""
 
     def __init__(self, actor_id: int, meta: ActorMeta, handle_ref: ObjectRef | None, meta_blob: bytes | None = None):
-        self._actor_id = ids.ActorID(actor_id)
+        self._actor_id = id_types.ActorID(actor_id)
         self._meta = meta
         self._meta_blob = meta_blob
         self._handle_ref = handle_ref

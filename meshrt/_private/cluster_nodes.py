@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .. import exceptions as exc
 from ..scheduler.resources import from_units
-from .host_directory import host_ip
+from .host_directory import node_ip
 
 
 class ClusterNodes:
@@ -24,17 +24,18 @@ class ClusterNodes:
 
     def rpc_nodes(self, caller: int) -> list:
         c = self.config
-        listening = self.tcp_address.removeprefix("tcp:").rsplit(":", 1)[0] if self.tcp_address else "127.0.0.1"
-        listening = listening.strip("[]")
-        address = host_ip() if listening in ("", "0.0.0.0", "::") else listening
-        nodes = [_node(c["node_id"], True, address, c["hostname"], self.node.as_floats("total"), self.address,
-                       self.labels)]
+        nodes = [_node(c["node_id"], True, self.node_ip(), c["hostname"], self.node.as_floats("total"),
+                       self.address, self.labels)]
         for host in self.hosts.values():
             if host.checking:
                 continue  # (not in the cluster until its UCX check is done: meshrt.hosts() agrees)
             nodes.append(_node(host.node_id, host.alive, host.listen_host, host.name, host.node.as_floats("total"),
                                f"host {host.id}", host.labels))
         return nodes
+
+    def node_ip(self) -> str:
+        """The head node's IP, as its processes' get_node_ip_address() says it."""
+        return node_ip(self.tcp_address.removeprefix("tcp:").rsplit(":", 1)[0] if self.tcp_address else None)
 
     def labels_of_host(self, host_id: int) -> dict:
         """A host's node labels (0: the head's); read them, do not change them."""

@@ -22,6 +22,7 @@ import warnings
 from typing import Any
 
 from . import (
+    addresses,
     call_record,
     context,
     gpus,
@@ -37,6 +38,7 @@ from .controller import Controller
 from .core import Core
 from .direct_lanes import DirectLanes
 from .driver_actors import DriverActors
+from .host_directory import node_ip, node_ip_resources
 from .lending import Lending
 from .options import ACCELERATOR_PREFIX
 from .portal import LoopThread
@@ -342,6 +344,7 @@ def init(
             return _info(core, head["address"])
         amounts = _node_resources(num_cpus, num_gpus, resources, object_store_memory)
         tcp = _tcp_address(address)
+        amounts.update(node_ip_resources(node_ip(addresses.parse_tcp(tcp)[0] if tcp else None), head=True))
         token = _token(tcp, token_file)
         spin.limit_ns()  # (a bad MESHRT_SPIN_US is named here, not by each lane's thread)
         call_record.clear()  # (meshrt.timeline() covers this session: not the calls of an earlier one)

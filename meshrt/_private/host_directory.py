@@ -344,3 +344,19 @@ class HostDirectory:
 def host_ip() -> str:
     """This host's address as other hosts see it (the interface of the default route)."""
     return local_ip_towards("10.255.255.255") or "127.0.0.1"
+
+
+def node_ip(bind: str | None) -> str:
+    """A node's IP as Ray names it (``nodes()``'s NodeManagerAddress, its ``node:<ip>``
+    resource, ``get_node_ip_address()`` in its processes): the address it listens on,
+    or this host's where it listens on every interface or not at all."""
+    bind = (bind or "").strip("[]")
+    return bind if bind not in ("", "0.0.0.0", "::") else host_ip()
+
+
+NODE_RESOURCE = "node:"  # node:<ip>, 1 on each node: Ray's way to send a task to a given node
+HEAD_RESOURCE = "node:__internal_head__"  # 1 on the head node only (Ray's name)
+
+
+def node_ip_resources(ip: str, head: bool) -> dict:
+    return {NODE_RESOURCE + ip: 1.0, **({HEAD_RESOURCE: 1.0} if head else {})}

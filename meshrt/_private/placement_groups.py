@@ -104,7 +104,7 @@ class PlacementGroups:
         waiting, rec.waiting, rec.for_room = rec.waiting + rec.for_room, [], []
         self.groups_for_room.pop(pg_id, None)
         for kind, item in waiting:
-            self._group_refuses(kind, item, reason)
+            self._group_refuses(kind, item, reason, removed=True)
         _tell(rec.watchers, False)
         self._end_group_work(pg_id, reason)
         for index in range(len(rec.bundles)):
@@ -169,7 +169,7 @@ class PlacementGroups:
         rec = self.groups.get(pg_id)
         if rec is None or rec.state == "REMOVED":
             gone = "was removed" if rec is not None else "is not one of this cluster's"
-            self._group_refuses(*waiter, f"its placement group {pg_id} {gone}")
+            self._group_refuses(*waiter, f"its placement group {pg_id} {gone}", removed=rec is not None)
             return None
         if index >= len(rec.bundles):
             self._group_refuses(*waiter, f"placement_group_bundle_index={index}: its placement group has "
@@ -243,14 +243,15 @@ class PlacementGroups:
             rec.waiting = [e for e in rec.waiting if e[0] != "task" or e[1].owner != owner]
             rec.for_room = [e for e in rec.for_room if e[0] != "task" or e[1].owner != owner]
 
-    def _group_refuses(self, kind: str, item, reason: str) -> None:
+    def _group_refuses(self, kind: str, item, reason: str, removed: bool = False) -> None:
+        """A task or actor cannot have its bundle; ``removed``: because the group was removed."""
         if kind == "task":
-            self._fail_task(item, system_error_payload(exc.TaskUnschedulableError.because(
-                f"task {item.name}", reason)))
+            error = exc.TaskPlacementGroupRemoved if removed else exc.TaskUnschedulableError
+            self._fail_task(item, system_error_payload(error.because(f"task {item.name}", reason)))
         else:
             rec = self.actors.get(item)
             if rec is not None and rec.state != "dead":
-                self._actor_dead(rec, reason)
+                self._actor_dead(rec, reason, error=exc.ActorPlacementGroupRemoved if removed else None)
 
     def _end_group_work(self, pg_id: str, reason: str) -> None:
         """The group is removed: its queued tasks fail, its running ones and its actors are killed."""
@@ -264,7 +265,7 @@ class PlacementGroups:
             if trec.worker is None:
                 if self.scheduler_of(trec.host).remove_task(task_id):
                     del self.tasks[task_id]
-                    self._group_refuses("task", trec.spec, reason)
+                    self._group_refuses("task", trec.spec, reason, removed=True)
                 continue
             trec.cancelled = trec.force_killed = True
             trec.kill_reason = reason

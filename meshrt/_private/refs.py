@@ -11,7 +11,7 @@ import asyncio
 from typing import Any
 
 from ..objstore.serialization import ref_sink
-from . import ids, state
+from . import id_types, ids, state
 
 
 class ObjectRef:
@@ -44,17 +44,27 @@ class ObjectRef:
         return self._id.to_bytes(ids.OBJECT_BYTES, "big")
 
     def is_nil(self) -> bool:
-        """Ray's check for a nil id; a meshrt ref always names an object."""
-        return False
+        """Whether this is ``ObjectRef.nil()``, which names no object."""
+        return self._id == _NIL_ID
+
+    @classmethod
+    def nil(cls) -> ObjectRef:
+        """A ref that names no object (Ray's placeholder); getting it fails."""
+        return cls(_NIL_ID, 0, _deltas=_NO_COUNT)
+
+    @classmethod
+    def size(cls) -> int:
+        """An object id's length in bytes (``binary()``)."""
+        return ids.OBJECT_BYTES
 
     def job_id(self) -> str | None:
         from . import context
 
         job = context.process.get("job_id")
-        return ids.HexId(job) if job is not None else None
+        return id_types.JobID(job) if job is not None else None
 
     def task_id(self) -> str:
-        return ids.HexId(ids.to_hex(ids.task_of(self._id)))
+        return id_types.TaskID(ids.to_hex(ids.task_of(self._id)))
 
     def owner_id(self) -> int:
         return self._owner
@@ -102,6 +112,9 @@ def _rebuild_ref(oid: int, owner: int) -> ObjectRef:
         return ObjectRef(oid, owner, _deltas=_NO_COUNT)
     core.table.borrowed(oid, owner) if owner != core.worker_id else None
     return ObjectRef(oid, owner, core.table.deltas)
+
+
+_NIL_ID = (1 << (8 * ids.OBJECT_BYTES)) - 1
 
 
 class _NoCount:

@@ -81,7 +81,7 @@ class StoreSide:
             if payload.is_error:
                 # (a user's error comes from a live writer, which kept no block: not unpickled here)
                 if pickle.loads(payload.data)[0] != "sys" or not isinstance(
-                        error_from_payload(payload), (exc.WorkerCrashedError, exc.ActorDiedError)):
+                        error_from_payload(payload), (exc.WorkerCrashedError, exc.RayActorError)):
                     return
             elif type(payload) is not Payload or payload.shm is None or payload.shm[0] == oid:
                 return

@@ -8,7 +8,7 @@ import warnings
 from typing import Any
 
 from ..scheduler import bundles
-from . import context, runtime_env, state
+from . import context, id_types, runtime_env, state
 from .api import ActorHandle
 from .refs import ObjectRef, ObjectRefGenerator
 
@@ -298,19 +298,20 @@ class RuntimeContext:
 
     @property
     def job_id(self):
-        return self.get_job_id()
+        """Ray's JobID (get_job_id() is its hex)."""
+        return _id_or_none(id_types.JobID, self.get_job_id())
 
     @property
     def node_id(self):
-        return self.get_node_id()
+        return _id_or_none(id_types.NodeID, self.get_node_id())
 
     @property
     def task_id(self):
-        return self.get_task_id()
+        return _id_or_none(id_types.TaskID, self.get_task_id())
 
     @property
     def actor_id(self):
-        return self.get_actor_id()
+        return _id_or_none(id_types.ActorID.from_hex, self.get_actor_id())
 
     def get(self) -> dict:
         return {"job_id": self.get_job_id(), "node_id": self.get_node_id(),
@@ -321,3 +322,7 @@ class RuntimeContext:
 def get_runtime_context() -> RuntimeContext:
     state.core()  # starts the runtime if needed, as Ray does
     return RuntimeContext()
+
+
+def _id_or_none(make, hex_text: str | None):
+    return None if hex_text is None else make(hex_text)

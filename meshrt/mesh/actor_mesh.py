@@ -366,13 +366,13 @@ def _one(mesh: ActorMesh, ref, point: Point, endpoint: str | None) -> Future:
     async def aget():
         try:
             return await ref
-        except exc.ActorDiedError as err:
+        except exc.RayActorError as err:
             raise _relabel(mesh, point, endpoint)(err) from None
 
     def get(timeout):
         try:
             return state.core().get([ref], timeout)[0]
-        except exc.ActorDiedError as err:
+        except exc.RayActorError as err:
             raise _relabel(mesh, point, endpoint)(err) from None
         except exc.GetTimeoutError:
             raise _timed_out(mesh, endpoint, f"the reply from {point}", timeout) from None
@@ -392,7 +392,7 @@ def _gather(mesh: ActorMesh, refs: list, points: list, endpoint: str | None, bui
             if entry is not None and failed(entry):
                 try:
                     core.get([ref], 0)
-                except exc.ActorDiedError as err:
+                except exc.RayActorError as err:
                     raise _relabel(mesh, point, endpoint)(err) from None
 
     def values_in_order(core) -> list:
@@ -404,7 +404,7 @@ def _gather(mesh: ActorMesh, refs: list, points: list, endpoint: str | None, bui
         for ref, point in zip(refs, points, strict=True):
             try:
                 values.append(core.get([ref], 0)[0])
-            except exc.ActorDiedError as err:
+            except exc.RayActorError as err:
                 raise _relabel(mesh, point, endpoint)(err) from None
         return values
 
@@ -438,12 +438,12 @@ def _relabel(mesh: ActorMesh, point: Point, endpoint: str | None):
     """ActorDiedError from a mesh process, reworded to name the mesh and the point."""
 
     def convert(err: BaseException) -> BaseException:
-        if isinstance(err, exc.TaskError) or not isinstance(err, exc.ActorDiedError):
+        if isinstance(err, exc.TaskError) or not isinstance(err, exc.RayActorError):
             return err  # an endpoint raised: already named by the process that ran it
         what = f"{mesh._class_name} of actor mesh {mesh._name!r} at {point}"
         if endpoint:
             what += f" (calling {endpoint})"
-        return exc.ActorDiedError(err.actor_id, what, err.cause, err.stderr_tail, err.creation_error)
+        return type(err)(err.actor_id, what, err.cause, err.stderr_tail, err.creation_error)
 
     return convert
 
@@ -488,7 +488,7 @@ def _unanswered_done(mesh: ActorMesh, point: Point, owner, port, endpoint: str, 
     err = done.exception()
     if err is None:
         return
-    if isinstance(err, (exc.ActorDiedError, exc.RuntimeNotInitializedError)) and not isinstance(err, exc.TaskError):
+    if isinstance(err, (exc.RayActorError, exc.RuntimeNotInitializedError)) and not isinstance(err, exc.TaskError):
         if mesh._state is not None and mesh._state.stopping:
             return
         if getattr(state.core_or_none(), "closing", True):

@@ -397,7 +397,7 @@ class ProcMesh(Shaped):
             for ref in refs:
                 try:
                     core.get([ref], 0)
-                except exc.ActorDiedError:
+                except exc.RayActorError:
                     pass
 
         async def aget():

@@ -163,7 +163,7 @@ class Trainer:
             for ref in ready:
                 try:
                     core.get([ref], 0)
-                except exc.ActorDiedError as err:
+                except exc.RayActorError as err:
                     if not isinstance(err, exc.TaskError):
                         raise self._died(rank_of[ref], err) from None
                     first, first_rank = first or err, first_rank if first else rank_of[ref]

@@ -20,9 +20,11 @@ def get_node_ip_address() -> str:
         host = os.environ.get(name)
         if host and host not in ("0.0.0.0", "::"):
             return host
+    from .._private import state
     from .._private.host_directory import host_ip
 
-    return host_ip()
+    controller = getattr(state.core_or_none(), "controller", None)
+    return controller.node_ip() if controller is not None else host_ip()  # (in the head's driver: as its workers)
 
 
 def list_named_actors(all_namespaces: bool = False) -> list:

@@ -10,9 +10,9 @@ their resources from it, not from the host. The controller does the reserving
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from .._private import state
+from .._private.id_types import PlacementGroupID
 from ..scheduler import bundles as bundle_names  # (``bundles`` is Ray's argument name here)
 from ..scheduler.resources import from_units, normalize, validate_request
 
@@ -20,16 +20,6 @@ __all__ = ["PlacementGroup", "get_current_placement_group", "get_placement_group
            "placement_group_table", "remove_placement_group"]
 
 _STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
-
-
-@dataclass(frozen=True)
-class PlacementGroupID:
-    """A placement group's id (``.hex()``, as Ray's)."""
-
-    hex_id: str
-
-    def hex(self) -> str:
-        return self.hex_id
 
 
 class PlacementGroup:

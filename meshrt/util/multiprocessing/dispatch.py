@@ -221,7 +221,7 @@ class Dispatcher:
             self._pace.observed(parts[0][0].func, worker.finished_one(sent_at, len(parts)))
         try:
             outcomes = future.result()
-        except exceptions.ActorDiedError as err:
+        except exceptions.RayActorError as err:
             for job, index in parts:
                 job.sink.chunk_failed(index, err)
             if worker.actor is actor:  # (its other calls fail too, and find it replaced)

@@ -98,7 +98,7 @@ class Pool:
             toplevel.get([w.actor.ready.remote() for w in self._dispatcher.workers])
         except BaseException as err:
             self.terminate()
-            if isinstance(err, exceptions.ActorDiedError) and err.creation_error is not None:
+            if isinstance(err, exceptions.RayActorError) and err.creation_error is not None:
                 raise err.creation_error from None  # (the initializer's own error, with its remote traceback)
             raise
 
