@@ -118,6 +118,16 @@ def test_wrong_arguments_fail_at_remote(rt):
     with pytest.raises(TypeError, match=r"A.m.remote\(\)"):
         a.m.remote()
 
+    @meshrt.remote
+    class NoConstructor:
+        def m(self):
+            return 1
+
+    with pytest.raises(TypeError, match=r"NoConstructor.__init__.remote\(\): too many positional arguments"):
+        NoConstructor.remote(1)  # (as Ray: at the call, not as a dead actor later)
+    handle = NoConstructor.remote()
+    assert meshrt.get(handle.m.remote(), timeout=30) == 1 and "m" in dir(handle)
+
 
 def test_missing_method_names_the_class_and_suggests(rt):
     @meshrt.remote

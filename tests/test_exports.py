@@ -52,3 +52,16 @@ def test_ray_style_submodules():
 def test_refs_have_no_public_constructor_needed():
     assert "ObjectRef" in meshrt.__all__
     assert meshrt.ObjectRef.__init__.__code__.co_argcount >= 3  # internal (id, owner)
+
+
+def test_log_once_says_true_once_per_key(monkeypatch):
+    from meshrt.util import debug, disable_log_once_globally, log_once
+
+    debug.reset_log_once("test-key")
+    assert log_once("test-key") and not log_once("test-key") and log_once("another-test-key")
+    monkeypatch.setattr(debug, "_periodic", True)
+    monkeypatch.setitem(debug._seen, "test-key", debug._seen["test-key"] - debug._PERIOD_S)
+    assert log_once("test-key") and not log_once("test-key")  # (again once a minute has passed)
+    monkeypatch.setattr(debug, "_disabled", False)
+    disable_log_once_globally()
+    assert not log_once("a-fresh-test-key")

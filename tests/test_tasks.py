@@ -124,10 +124,13 @@ def test_streaming_first_item_arrives_before_generator_ends(rt):
     gate = helpers.gate()
     stream = gated.remote(gate)
     assert meshrt.get(next(stream)) == "first"
+    assert not stream.next_ready()  # (Ray's: nothing to hand out at once, the generator waits)
+    assert stream._next_sync(timeout_s=0.05).is_nil()  # (Ray's: a nil ref when none came in time)
     meshrt.get(gate.open.remote())
-    assert meshrt.get(next(stream)) == "second"
+    assert meshrt.get(stream._next_sync(timeout_s=30)) == "second"
     with pytest.raises(StopIteration):
         next(stream)
+    assert not stream.next_ready() and stream.is_finished()
 
 
 def test_streaming_error_becomes_last_ref(rt):

@@ -165,10 +165,12 @@ class ActorClass:
                                self._opts.max_pending_calls, tuple(name for name, _ in self._opts.concurrency_groups))
         self._meta_blob = pickle.dumps(self._meta, protocol=5)
         init = cls.__dict__.get("__init__") or getattr(cls, "__init__", None)
-        self._init_checker = (
-            CallChecker.for_callable(init, f"{self._name}.__init__", drop_self=True)
-            if inspect.isfunction(init) else CallChecker(self._name, None)
-        )
+        if inspect.isfunction(init):
+            self._init_checker = CallChecker.for_callable(init, f"{self._name}.__init__", drop_self=True)
+        elif init is object.__init__ and cls.__new__ is object.__new__:  # (no constructor: takes nothing)
+            self._init_checker = CallChecker(f"{self._name}.__init__", inspect.Signature([]))
+        else:
+            self._init_checker = CallChecker(self._name, None)
         self.code_id = code_id if code_id is not None else _new_code_id()
         self._blob = blob
         self.__name__ = self._name
@@ -258,6 +260,10 @@ class ActorHandle:
         # Not cached on the handle: a method pointing back at its handle would make a
         # cycle, and the actor must end as soon as its last handle is dropped.
         return ActorMethod(self, name, meta.num_returns, meta.checker, meta.retry_exceptions)
+
+    def __dir__(self):
+        """The actor's methods too (tab completion finds them, as on Ray's handles)."""
+        return sorted(set(super().__dir__()) | {n for n in self._meta.methods if not n.startswith("_")})
 
     def __reduce__(self):
         blob = self._meta_blob or pickle.dumps(self._meta, protocol=5)

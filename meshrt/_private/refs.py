@@ -159,9 +159,20 @@ class ObjectRefGenerator:
             raise StopAsyncIteration
         return ref
 
-    def next_ready(self, timeout: float | None = None) -> ObjectRef:
-        """The next ref, waiting at most ``timeout`` s (GetTimeoutError after that)."""
-        ref = self._core.next_stream_ref(self._stream, timeout=timeout)
+    def next_ready(self) -> bool:
+        """Whether ``next(gen)`` would hand out a ref at once (Ray's meaning; refs are
+        ready when handed out); False once the stream has ended."""
+        return bool(self._stream.items)
+
+    def _next_sync(self, timeout_s: float | None = None) -> ObjectRef:
+        """The next ref, waiting at most ``timeout_s`` s (None or -1: for as long as it
+        takes); ``ObjectRef.nil()`` where none came in time (as Ray's)."""
+        from ..exceptions import GetTimeoutError
+
+        try:
+            ref = self._core.next_stream_ref(self._stream, None if timeout_s in (None, -1) else timeout_s)
+        except GetTimeoutError:
+            return ObjectRef.nil()
         if ref is None:
             raise StopIteration
         return ref

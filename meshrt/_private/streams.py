@@ -75,8 +75,7 @@ class Stream:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if not waker.wait(remaining) and not (self.items or self.finished):
                     raise exc.GetTimeoutError(
-                        f"no value from the streaming generator within {timeout} s; "
-                        "raise timeout= in next_ready()"
+                        f"no value from the streaming generator within {timeout} s"
                     )
         finally:
             if blocked:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from .actor_pool import ActorPool
 
-__all__ = ["ActorPool", "as_completed", "deregister_serializer", "get_current_placement_group", "get_node_ip_address",
+__all__ = ["ActorPool", "accelerators", "as_completed", "deregister_serializer", "disable_log_once_globally",
+           "enable_periodic_logging", "get_current_placement_group", "get_node_ip_address", "log_once",
            "get_placement_group", "inspect_serializability", "list_named_actors", "map_unordered", "placement_group",
            "placement_group_table", "queue", "register_serializer", "remove_placement_group", "scheduling_strategies"]
 
@@ -35,7 +36,8 @@ def list_named_actors(all_namespaces: bool = False) -> list:
     core = state.core()
     return core.request_sync("list_named_actors", None if all_namespaces else core.namespace())
 
-from . import queue, scheduling_strategies  # noqa: E402
+from . import accelerators, queue, scheduling_strategies  # noqa: E402
+from .debug import disable_log_once_globally, enable_periodic_logging, log_once  # noqa: E402
 from .check_serialize import inspect_serializability  # noqa: E402
 from .helpers import as_completed, map_unordered  # noqa: E402
 from .placement_group import (  # noqa: E402
