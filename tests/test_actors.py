@@ -495,3 +495,42 @@ def test_a_class_sent_by_value_that_starts_itself_keeps_its_methods(rt):
             return 1 + (meshrt.get(self.next.length.remote(), timeout=30) if self.next else 0)
 
     assert meshrt.get(Chain.remote(2).length.remote(), timeout=30) == 3
+
+
+@meshrt.remote
+class Mixed:
+    """An async actor: its plain methods run on a helper thread, which no cancel interrupts."""
+
+    async def swallows_cancel(self, started):
+        await started.open.remote()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            return "swallowed"
+
+    def blocks(self, started, gate):
+        meshrt.get(started.open.remote())
+        return meshrt.get(gate.wait.remote())
+
+    def ok(self):
+        return "ok"
+
+
+@pytest.mark.timeout(60)
+def test_a_cancelled_method_that_runs_on_is_reported_cancelled_as_in_ray(rt):
+    from meshrt.exceptions import TaskCancelledError
+
+    actor, started, opened = Mixed.remote(), gate(), gate()
+    ref = actor.blocks.remote(started, opened)
+    assert meshrt.get(started.wait.remote(), timeout=30)
+    meshrt.cancel(ref)
+    meshrt.get(opened.open.remote())  # (it returns normally; its caller still hears of the cancel)
+    with pytest.raises(TaskCancelledError):
+        meshrt.get(ref, timeout=30)
+    started = gate()
+    ref = actor.swallows_cancel.remote(started)
+    assert meshrt.get(started.wait.remote(), timeout=30)
+    meshrt.cancel(ref)
+    with pytest.raises(TaskCancelledError):
+        meshrt.get(ref, timeout=30)
+    assert meshrt.get(actor.ok.remote(), timeout=30) == "ok"

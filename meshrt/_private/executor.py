@@ -5,7 +5,8 @@ code runs:
 
 - pool tasks and plain actors: the main thread, one call at a time, in arrival
   order. Being the main thread, a running call can be interrupted by a signal,
-  which is how ``cancel()`` stops a task blocked in ``time.sleep`` or C code. A
+  which is how ``cancel()`` stops a task blocked in ``time.sleep`` or C code (a
+  method running on another thread runs on, but its caller hears it was cancelled). A
   plain actor's main thread also reads a direct lane of its own (direct_lanes.py),
   so a call from the driver on its host wakes it without a turn of the core loop;
 - actors with ``max_concurrency > 1``: a thread pool of that size;
@@ -32,12 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .. import exceptions as exc
-from ..objstore.serialization import (
-    deserialize,
-    error_payload,
-    loads_code,
-    system_error_payload,
-)
+from ..objstore.serialization import deserialize, error_payload, loads_code, system_error_payload
 from . import args as argpack
 from . import call_payloads, call_record, call_streams, context, ids, lanes, runtime_env
 from . import messages as m
@@ -434,6 +430,9 @@ class Executor:
 
     def _finish(self, call: Call, packed, error=None) -> None:
         call_record.note_call(call)  # (before the reply: a caller that asks for the timeline once answered finds it)
+        if not call.is_task and call.task_id in self.cancel_requested:  # (cancelled while it ran: see above)
+            self.cancel_requested.discard(call.task_id)
+            packed, error = self._cancelled(call), None
         results, held = packed
         if call.num_returns == 1:
             batch = self._replies

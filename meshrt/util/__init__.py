@@ -37,8 +37,8 @@ def list_named_actors(all_namespaces: bool = False) -> list:
     return core.request_sync("list_named_actors", None if all_namespaces else core.namespace())
 
 from . import accelerators, queue, scheduling_strategies  # noqa: E402
-from .debug import disable_log_once_globally, enable_periodic_logging, log_once  # noqa: E402
 from .check_serialize import inspect_serializability  # noqa: E402
+from .debug import disable_log_once_globally, enable_periodic_logging, log_once  # noqa: E402
 from .helpers import as_completed, map_unordered  # noqa: E402
 from .placement_group import (  # noqa: E402
     get_current_placement_group,
