@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from ..scheduler.bundles import bundle_of
-from . import ids
+from . import cpu_threads, ids
 
 _call: contextvars.ContextVar = contextvars.ContextVar("meshrt_call", default=None)
 process: dict[str, Any] = {
@@ -21,7 +21,9 @@ process: dict[str, Any] = {
 }
 
 
-def enter(call, core) -> contextvars.Token:
+def enter(call, core, task: bool = False) -> contextvars.Token:
+    if task:  # (a Ray-style task in a worker: its threads, as Ray sets them)
+        cpu_threads.for_call(call.spec.resources)
     return _call.set(call)
 
 
@@ -40,6 +42,7 @@ def set_actor(spec, core, incarnation: int = 0) -> None:
     process["incarnation"] = incarnation
     process["resources"] = resources_of(spec)
     process["units"] = spec.resources
+    cpu_threads.for_call(spec.resources)  # (before its class is loaded; a mesh process undoes it)
     process["capture_children"] = spec.capture_children
 
 

@@ -351,7 +351,7 @@ class Executor:
             return
         on_main = threading.get_ident() == self.main_ident
         call.started = time.time_ns()
-        ctx = context.enter(call, self.core)
+        ctx = context.enter(call, self.core, call.is_task)
         try:
             fn = self._resolve_target(call)
             args, kwargs = argpack.unpack(call_payloads.arguments(call), call.deps, deserialize)

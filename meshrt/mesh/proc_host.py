@@ -79,6 +79,9 @@ class ProcHost:
                  executor=None, bootstrap: bytes | None = None) -> None:
         """``executor``: given for the driver's own process (driver_actors.py), which is
         not a worker. ``bootstrap``: spawn_procs(bootstrap=fn), run first (``_bootstrap``)."""
+        from .._private import cpu_threads
+
+        cpu_threads.undo()  # (a mesh process keeps its threads, as Monarch's do)
         os.environ.update(env)
         if bootstrap is not None:
             _bootstrap(bootstrap)

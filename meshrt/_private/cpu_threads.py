@@ -1,0 +1,48 @@
+"""OMP_NUM_THREADS for Ray-style tasks and actors, as Ray sets it: the CPUs they asked
+for (at least 1), where nobody set it. Without it, each of a host's workers that
+imports numpy or torch starts a thread per core, and N such processes run N x cores
+threads on the host's cores (Ray's issue 6998: many times slower).
+
+Set in the worker's environment before the task or the actor's constructor runs, so a
+library imported there reads it. A value the user gave (in the driver's environment,
+or a task's ``runtime_env={"env_vars": ...}``) wins. Mesh processes keep the default,
+as Monarch's do (meshrt.parallel sizes its own: parallel/worker.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+
+from ..scheduler.bundles import base_request
+from ..scheduler.resources import from_units
+
+_VAR = "OMP_NUM_THREADS"
+_ours: str | None = None  # the value set here last (another value was set by someone else)
+
+
+def for_call(resources: tuple) -> None:
+    """Before a task runs (or an actor is built) with ``resources`` (units, as specs carry)."""
+    global _ours
+    current = os.environ.get(_VAR)
+    if current is not None and current != _ours:
+        return
+    wanted = _threads(resources)
+    if wanted != current:
+        os.environ[_VAR] = wanted
+    _ours = wanted
+
+
+@functools.lru_cache(maxsize=64)
+def _threads(resources: tuple) -> str:
+    cpus = next((from_units(amount) for name, amount in base_request(resources) if name == "CPU"), 0)
+    return str(max(1, math.floor(cpus)))
+
+
+def undo() -> None:
+    """A mesh process: keep the default thread count (unless the user set one)."""
+    global _ours
+    if _ours is not None and os.environ.get(_VAR) == _ours:
+        del os.environ[_VAR]
+    _ours = None
