@@ -230,7 +230,9 @@ def test_infeasible_request_from_a_worker_fails_the_ref(rt):
 
 
 def test_ray_exception_aliases():
-    assert exceptions.RayActorError is exceptions.ActorDiedError
+    assert issubclass(exceptions.ActorDiedError, exceptions.RayActorError)  # (as in Ray, with its sibling)
+    assert issubclass(exceptions.ActorUnavailableError, exceptions.RayActorError)
+    assert not issubclass(exceptions.ActorUnavailableError, exceptions.ActorDiedError)
     assert exceptions.RayError is exceptions.MeshrtError
     assert issubclass(exceptions.GetTimeoutError, TimeoutError)
     assert issubclass(exceptions.ObjectStoreFullError, exceptions.MeshrtError)
