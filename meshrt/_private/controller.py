@@ -566,7 +566,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
 
     def _task_worker_died(self, w: WorkerRecord, rec: TaskRecord, cause: str) -> None:
         self.tasks.pop(rec.spec.task_id, None)
-        self.note_task_end(rec, w, "FAILED")
+        self.note_task_end(rec, w, "FAILED", "TASK_CANCELLED" if rec.cancelled else "WORKER_DIED", cause)
         spec = rec.spec
         if rec.cancelled:
             self._fail_task(spec, system_error_payload(exc.TaskCancelledError(

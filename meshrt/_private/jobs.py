@@ -81,10 +81,10 @@ class Jobs:
         reason = f"the driver of job {job.job_id} (pid {w.pid}) went away"
         for rec in list(self.actors.values()):
             spec = rec.spec
-            if rec.state != "dead" and not spec.detached and (spec.owner == w.id or _job_of(spec) == job.job_id):
+            if rec.state != "dead" and not spec.detached and (spec.owner == w.id or job_of(spec) == job.job_id):
                 self.on_kill_actor(None, m.KillActor(spec.actor_id, False, reason))
         for task_id, rec in list(self.tasks.items()):
-            if _job_of(rec.spec) == job.job_id or rec.spec.owner == w.id:
+            if job_of(rec.spec) == job.job_id or rec.spec.owner == w.id:
                 self.on_cancel_task(None, m.CancelTask(task_id, False, True))
         for group in list(self.groups.values()):
             if group.creator == w.id and not group.detached and group.state != "REMOVED":
@@ -105,7 +105,7 @@ class Jobs:
         return rows
 
 
-def _job_of(spec) -> str | None:
+def job_of(spec) -> str | None:
     env = getattr(spec, "runtime_env", None)
     job = env.get("_job") if isinstance(env, dict) else None
     return job.get("job_id") if job else None

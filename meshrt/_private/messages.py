@@ -112,9 +112,10 @@ class TaskDone(NamedTuple):
 
     task_id: int
     retry: bool = False
-    error: Payload | None = None
     retiring: bool = False  # that was the worker's last task (max_calls): it exits now
     failed: bool = False  # it raised (its error went to the owner): for the state API's FAILED
+    error_type: str = ""  # ... Ray's name for what failed (exceptions.ray_error_type)
+    error_message: str = ""  # ... and the error's text
 
 
 class StreamItem(NamedTuple):

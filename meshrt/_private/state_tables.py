@@ -12,8 +12,10 @@ import collections
 import time
 
 from ..objstore.serialization import error_from_payload
+from ..scheduler import bundles
 from ..scheduler.resources import from_units
 from . import ids
+from .jobs import job_of
 
 _ACTOR_STATES = {"pending": "PENDING_CREATION", "alive": "ALIVE", "restarting": "RESTARTING", "dead": "DEAD"}
 
@@ -22,12 +24,15 @@ _ENDED_KEPT = 1000  # (the last tasks that ended, for list_tasks; Ray keeps a bo
 
 
 class StateTables:
-    def note_task_end(self, rec, w, how: str) -> None:
-        """A task ended (FINISHED or FAILED): kept, the last ``_ENDED_KEPT``, for list_tasks."""
+    def note_task_end(self, rec, w, how: str, error_type: str = "", error_message: str = "") -> None:
+        """A task ended (FINISHED or FAILED, and how it failed): kept, the last
+        ``_ENDED_KEPT``, for list_tasks."""
         ended = self.__dict__.get("ended_tasks")
         if ended is None:
             ended = self.__dict__["ended_tasks"] = collections.deque(maxlen=_ENDED_KEPT)
-        ended.append(self._task_row(rec.spec.task_id, rec, w, how) | {"end_time_ms": int(time.time() * 1000)})
+        ended.append(self._task_row(rec.spec.task_id, rec, w, how) | {
+            "end_time_ms": int(time.time() * 1000),
+            "error_type": error_type or None, "error_message": error_message or None})
 
     def rpc_state_actors(self, caller: int) -> list:
         rows = []
@@ -36,6 +41,8 @@ class StateTables:
             w = self.workers.get(rec.worker) if rec.worker is not None else None
             rows.append({
                 "actor_id": ids.to_hex(actor_id),
+                "job_id": job_of(spec) or self.config["job_id"],
+                "placement_group_id": _group_of(spec.resources),
                 "class_name": spec.class_name,
                 "state": _ACTOR_STATES.get(rec.state, rec.state.upper()),
                 "name": spec.name or "",
@@ -78,6 +85,9 @@ class StateTables:
     def _task_row(self, task_id: int, rec, w, status: str) -> dict:
         return {
             "task_id": ids.to_hex(task_id),
+            "job_id": job_of(rec.spec) or self.config["job_id"],
+            "placement_group_id": _group_of(rec.spec.resources),
+            "worker_id": ids.to_hex(w.id) if w is not None and w.id else None,
             "name": rec.spec.name,
             "func_or_class_name": rec.spec.name,
             "state": status,
@@ -124,3 +134,8 @@ def _death_cause(rec) -> str | None:
         except Exception:  # noqa: BLE001 - an error that cannot be read back: say so
             return "died (its error could not be read)"
     return rec.exit_reason or rec.kill_reason or "died"
+
+
+def _group_of(units: tuple) -> str | None:
+    found = bundles.bundle_of(units)
+    return found[0] if found is not None else None

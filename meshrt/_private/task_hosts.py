@@ -216,7 +216,8 @@ class TaskHosts:
         w = self.workers.get(conn.peer_id)
         rec = self.tasks.pop(msg.task_id, None)
         if rec is not None:
-            self.note_task_end(rec, w, "FAILED" if msg.retry or msg.failed else "FINISHED")
+            self.note_task_end(rec, w, "FAILED" if msg.retry or msg.failed else "FINISHED",
+                               msg.error_type, msg.error_message)
         if w is not None and w.state == "busy":
             if rec is not None and rec in w.tasks:
                 w.tasks.remove(rec)

@@ -9,6 +9,8 @@ import os
 import sys
 import threading
 
+from .. import exceptions as exc
+from ..objstore.serialization import error_from_payload
 from . import (
     addresses,
     call_record,
@@ -371,7 +373,9 @@ class WorkerCore(Core):
             results = tuple(lend_out(self, payload, dest) for payload in results)
         self.send_to(dest, m.TaskReturn(call.task_id, results, borrowed))
         if call.is_task:
-            self.send_controller(m.TaskDone(call.task_id, retiring=call.last, failed=failed))
+            kind, text = _described(next(p for p in results if p.is_error)) if failed else ("", "")
+            self.send_controller(m.TaskDone(call.task_id, retiring=call.last, failed=failed, error_type=kind,
+                                            error_message=text))
 
     def reply_now(self, call: Call, results: tuple, result_held) -> bool:
         """From the thread that ran an actor call: send a plain reply at once, without
@@ -564,3 +568,15 @@ def _call_name(pt) -> str:
                 "ProcHost.spawn": "a spawn into this same process"}.get(
                     pt.name, f"{pt.name[len('ProcHost.'):]}() of this same process")
     return f"{pt.name}() (this actor itself)"
+
+
+def _described(payload) -> tuple[str, str]:
+    """(Ray's error type, the error's text) of a failed task, for the state API."""
+    try:
+        err = error_from_payload(payload)
+    except Exception as failure:  # noqa: BLE001 - an error that cannot be read back here
+        return "TASK_EXECUTION_EXCEPTION", f"(its error could not be read: {failure!r})"
+    return exc.ray_error_type(err), str(err)[:_ERROR_TEXT_KEPT]
+
+
+_ERROR_TEXT_KEPT = 4000  # characters of an error's text the state API keeps (its traceback's end may go)

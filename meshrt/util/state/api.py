@@ -96,9 +96,11 @@ def get_job(id: str, address: str | None = None, timeout: int = 30) -> JobState 
 
 
 def get_task(id: str, address: str | None = None, timeout: int = 30,  # noqa: A002
-             _explain: bool = False) -> list[TaskState]:
-    """Ray gives every attempt of the task: the rows of this task id (waiting, running, ended)."""
-    return list_tasks(filters=[("task_id", "=", id)], limit=1_000_000, timeout=timeout)
+             _explain: bool = False) -> TaskState | list[TaskState] | None:
+    """As Ray's: the task's row, or a list of a row per attempt where it was retried
+    (waiting, running, ended), or None."""
+    rows = list_tasks(filters=[("task_id", "=", id)], limit=1_000_000, timeout=timeout)
+    return None if not rows else rows[0] if len(rows) == 1 else rows
 
 
 def get_worker(id: str, address: str | None = None, timeout: int = 30) -> WorkerState | None:  # noqa: A002

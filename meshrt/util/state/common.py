@@ -29,6 +29,8 @@ class ActorState(_Row):
     num_restarts: int = 0
     death_cause: str | None = None
     repr_name: str = ""
+    job_id: str | None = None
+    placement_group_id: str | None = None
 
 
 @dataclass
@@ -65,6 +67,12 @@ class TaskState(_Row):
     attempt_number: int = 0
     required_resources: dict = field(default_factory=dict)
     end_time_ms: int | None = None  # (an ended task's)
+    job_id: str | None = None
+    placement_group_id: str | None = None
+    worker_id: str | None = None
+    actor_id: str | None = None  # (Ray's field; the tasks listed are not actor calls)
+    error_type: str | None = None  # a failed task's: Ray's ErrorType name (TASK_EXECUTION_EXCEPTION...)
+    error_message: str | None = None  # ... and its error's text
 
 
 @dataclass
