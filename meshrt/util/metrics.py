@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import threading
+import warnings
 from typing import Any
 
 from .._private.metrics_local import local
@@ -27,9 +28,14 @@ class Metric:
     _kind = ""
 
     def __init__(self, name: str, description: str = "", tag_keys: tuple | None = None) -> None:
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise ValueError(f"metric name {name!r}: use letters, digits, _ and :, not starting with a digit "
-                             f"(Prometheus' rule)")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"metric name {name!r}: give a non-empty str")
+        if not _NAME.match(name):  # (Ray takes such names too: exported under Prometheus' rule, as Ray's are)
+            exported = re.sub(r"[^a-zA-Z0-9_:]", "_", name)
+            exported = "_" + exported if exported[0].isdigit() else exported
+            warnings.warn(f"metric name {name!r} is not a Prometheus name (letters, digits, _ and :, not starting "
+                          f"with a digit): exported as {exported!r}", stacklevel=3)
+            name = exported
         if tag_keys is None:
             tag_keys = ()
         if not isinstance(tag_keys, (tuple, list)) or not all(isinstance(k, str) for k in tag_keys):
@@ -64,11 +70,13 @@ class Metric:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"{self._name}: value must be int or float, got {type(value).__name__}")
         final = {**self._default_tags, **(tags or {})}
-        for key, val in final.items():
-            if key not in self._tag_keys:
-                raise ValueError(f"{self._name}: tag key {key!r} is not one of its tag_keys {self._tag_keys}")
+        for key, val in list(final.items()):
             if not isinstance(val, str):
                 raise TypeError(f"{self._name}: tag values are str; {key}={val!r}")
+            if key not in self._tag_keys:  # (Ray records it without; say so once)
+                del final[key]
+                _warn_once(f"{self._name}: tag key {key!r} is not one of its tag_keys {self._tag_keys}: recorded "
+                           f"without it (declare it in tag_keys= to keep it)")
         missing = [k for k in self._tag_keys if k not in final]
         if missing:
             raise ValueError(f"{self._name}: missing value for tag key(s) {missing}: pass tags= or "
@@ -79,6 +87,15 @@ class Metric:
     def __reduce__(self):
         return (_rebuilt, (type(self), self._name, self._description, self._tag_keys, self._boundaries(),
                            self._default_tags))
+
+
+_warned: set = set()
+
+
+def _warn_once(text: str) -> None:
+    if text not in _warned:
+        _warned.add(text)
+        warnings.warn(text, stacklevel=4)
 
 
 class Counter(Metric):
