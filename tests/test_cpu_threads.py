@@ -29,6 +29,13 @@ def threads():
 
 
 @meshrt.remote
+def torch_threads():
+    import torch
+
+    return torch.get_num_threads()
+
+
+@meshrt.remote
 class Threads:
     def get(self):
         return os.environ.get("OMP_NUM_THREADS")
@@ -49,6 +56,10 @@ def test_tasks_and_actors_get_the_cpus_they_asked_for_and_meshes_the_default(uns
     assert meshrt.get(Threads.remote().get.remote(), timeout=30) == "1"  # (Ray's default actor: 0 CPUs -> 1)
     assert meshrt.get(Threads.options(num_cpus=3).remote().get.remote(), timeout=30) == "3"
     assert os.environ.get("OMP_NUM_THREADS") is None  # (the driver's own is left alone)
+    # torch too, imported before or in the task (a worker forked after the driver imported it:
+    # its OpenMP read the environment then)
+    assert meshrt.get(torch_threads.remote(), timeout=60) == 1
+    assert meshrt.get(torch_threads.options(num_cpus=2).remote(), timeout=60) == 2
 
     async def on_a_mesh():
         procs = this_host().spawn_procs(per_host={"gpus": 1})
