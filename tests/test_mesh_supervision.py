@@ -147,12 +147,19 @@ def _run_driver(tmp_path, endpoint_body: str, then: str) -> subprocess.Completed
     return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90)
 
 
-def test_default_hook_ends_the_driver_loudly(tmp_path):
-    proc = _run_driver(tmp_path, 'raise ValueError("nobody handles me")',
-                       "threading.Event().wait(60)  # the hook ends the process long before this")
-    assert proc.returncode == 1
-    assert "unhandled" in proc.stderr and "nobody handles me" in proc.stderr
+def test_default_hook_ends_the_driver_loudly_and_its_finally_blocks_run(tmp_path):
+    proc = _run_driver(tmp_path, 'raise ValueError("nobody handles me")', """
+        import atexit
+        atexit.register(lambda: print("atexit ran", flush=True))
+        try:
+            threading.Event().wait(60)  # the hook ends the program long before this
+        finally:
+            print("finally ran", flush=True)  # (a checkpoint saved here is saved, as with Monarch)
+    """)
+    assert proc.returncode in (-2, 130), proc.stderr  # (a KeyboardInterrupt ended it, as Monarch's hook does)
+    assert "unhandled" in proc.stderr and "nobody handles me" in proc.stderr and "KeyboardInterrupt" in proc.stderr
     assert "mesh 'm' at Point(gpus=0)" in proc.stderr
+    assert "finally ran" in proc.stdout and "atexit ran" in proc.stdout
 
 
 def test_a_broadcast_still_running_at_shutdown_is_no_failure(tmp_path):

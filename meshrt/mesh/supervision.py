@@ -15,6 +15,7 @@ import asyncio
 import inspect
 import logging
 import os
+import signal
 import sys
 import threading
 from dataclasses import dataclass
@@ -93,10 +94,13 @@ _spawn_ports: dict = {}
 
 
 def unhandled_fault_hook(failure: MeshFailure) -> None:
-    """Default: a failure nobody handled ends this process with exit code 1.
+    """Default: a failure nobody handled ends the program.
 
     Replace it with ``meshrt.unhandled_fault_hook = my_hook``; a hook that returns
-    normally marks the failure handled, one that raises ends the process.
+    normally marks the failure handled, one that raises ends the program: as Monarch
+    does, the driver's main thread gets a KeyboardInterrupt (so ``finally`` blocks and
+    atexit handlers run: a checkpoint saved there is saved); a process that is not a
+    driver, or whose SIGINT Python does not handle, exits with code 1 at once.
     """
     raise failure.as_error()
 
@@ -146,9 +150,25 @@ def _unhandled(failure: MeshFailure) -> None:
         hook(failure)
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else 1
-        _die(f"meshrt: unhandled mesh failure ({failure.report()}); exiting with code {code}", code)
+        _end_program(f"meshrt: unhandled mesh failure ({failure.report()})", code)
     except BaseException as err:  # noqa: BLE001
-        _die(f"meshrt: unhandled mesh failure: {err}\nexiting with code 1", 1)
+        _end_program(f"meshrt: unhandled mesh failure: {err}\n", 1)
+
+
+def _end_program(message: str, code: int) -> None:
+    """In a driver whose main thread takes SIGINT as Python does: a KeyboardInterrupt
+    there, as Monarch delivers it (the interpreter runs ``finally`` blocks and atexit
+    handlers only as its main thread ends). Elsewhere: exit now."""
+    from .._private import state
+
+    core = state.core_or_none()
+    driver = core is None or core.is_driver or getattr(core, "is_client", False)
+    main = threading.main_thread()
+    if driver and main.is_alive() and callable(signal.getsignal(signal.SIGINT)):
+        _say(f"{message.rstrip()}; interrupting the main thread (KeyboardInterrupt)")
+        signal.pthread_kill(main.ident, signal.SIGINT)
+        return
+    _die(f"{message.rstrip()}; exiting with code {code}", code)
 
 
 def _escalate(failure: MeshFailure, why: str) -> None:
@@ -161,14 +181,18 @@ def _escalate(failure: MeshFailure, why: str) -> None:
     _die(f"meshrt: unhandled mesh failure ({why}): {failure.report()}; this actor exits", 1)
 
 
-def _die(message: str, code: int) -> None:
+def _say(message: str) -> None:
     if log.hasHandlers():  # (with none, logging would print it to stderr a second time)
         log.error(message)
     try:
         print(message, file=sys.stderr, flush=True)
         sys.stdout.flush()
-    except Exception:  # noqa: BLE001 - exiting anyway
+    except Exception:  # noqa: BLE001 - ending anyway
         pass
+
+
+def _die(message: str, code: int) -> None:
+    _say(message)
     from .._private import state
 
     core = state.core_or_none()

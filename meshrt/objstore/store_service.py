@@ -26,9 +26,8 @@ from collections.abc import Callable
 from typing import Any
 
 _NOT_YET = object()  # a quick attempt that found it needs the disk
-
-
 _RETRY_S = 0.001  # a piece of work that found the lock taken while the thread works: tried again
+
 
 class _Work:
     __slots__ = ("caller", "quick", "slow", "answer")
