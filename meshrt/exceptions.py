@@ -8,6 +8,7 @@ and names the thing to change. Ray's names are kept as aliases at the bottom so
 from __future__ import annotations
 
 import signal
+import traceback as _traceback
 from typing import Any
 
 __all__ = [
@@ -53,13 +54,18 @@ class TaskError(MeshrtError):
     def __init__(
         self,
         cause: BaseException | None,
-        traceback_str: str,
+        traceback_str: str | None = None,
         function_name: str = "<unknown>",
         pid: int | None = None,
         cause_repr: str | None = None,
+        message: str | None = None,
     ) -> None:
+        if traceback_str is None:  # (built by user code, as Monarch's ActorError(exception, message=...))
+            traceback_str = "".join(_traceback.format_exception(cause)) if cause is not None else ""
         self.cause = cause
         self.traceback_str = traceback_str
+        if message is not None:
+            self.__dict__["message"] = message
         self.function_name = function_name
         self.pid = pid
         self.cause_repr = cause_repr if cause_repr is not None else _describe(cause)
@@ -92,6 +98,21 @@ class TaskError(MeshrtError):
     def exception(self) -> BaseException | None:
         """Monarch's name (``ActorError.exception``) for the original exception: ``cause``."""
         return self.cause
+
+    @property
+    def exception_formatted(self) -> str:
+        """Monarch's name for the remote traceback's text: ``traceback_str``."""
+        return self.traceback_str
+
+    @property
+    def message(self) -> str:
+        """As Monarch's ``ActorError.message``: what failed (the cause's own ``message``
+        where it has one, as attributes of the cause read through)."""
+        given = self.__dict__.get("message")
+        if given is not None:
+            return given
+        own = getattr(self.__dict__.get("cause"), "message", None)
+        return own if isinstance(own, str) else f"A remote call to {self.function_name} failed."
 
     def as_instanceof_cause(self) -> TaskError:
         """Ray's spelling; ours already is an instance of the cause's class."""

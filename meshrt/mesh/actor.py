@@ -8,7 +8,9 @@ of different meshes in one process each see their own values.
 from __future__ import annotations
 
 import contextvars
+import functools
 import inspect
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +26,13 @@ class Actor:
     spawned (return True when handled); unhandled ones end this actor and travel up
     to whoever spawned it.
     """
+
+    @functools.cached_property
+    def logger(self) -> logging.Logger:
+        """As Monarch's ``self.logger``: a logger named after the actor's class, at DEBUG."""
+        named = logging.getLogger(type(self).__name__)
+        named.setLevel(logging.DEBUG)
+        return named
 
 
 ENDPOINT_OPTIONS = frozenset({"propagate", "explicit_response_port", "instrument"})

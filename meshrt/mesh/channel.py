@@ -29,18 +29,28 @@ _port_ids = itertools.count(1)
 class Port:
     """Where to send: ``port.send(value)`` or ``port.exception(err)``, from any process."""
 
-    __slots__ = ("_owner", "_port_id", "_host", "_life")
+    __slots__ = ("_owner", "_port_id", "_host", "_life", "_once", "_used")
 
-    def __init__(self, owner: int, port_id: int, host: int = 0, life=None) -> None:
+    def __init__(self, owner: int, port_id: int, host: int = 0, life=None, once: bool = False) -> None:
         self._owner = owner
         self._port_id = port_id
         self._host = host  # the receiver's host: a sender on another one cannot use its own store
         # (a response port handed on: a ref its receiver owns, counted in every process a
         # copy goes to; when the last copy is dropped, the receiver learns the reply never comes)
         self._life = life
+        self._once = once  # Channel.open(once=True): this port sends one value (Monarch's OncePort)
+        self._used = False
+
+    def _use(self, what: str) -> None:
+        if self._once:
+            if self._used:
+                raise RuntimeError(f"Port.{what}() again on a port of Channel.open(once=True): it takes one value "
+                                   "(Monarch's 'OncePortRef already used'); open a channel without once=True")
+            self._used = True
 
     def send(self, value: Any) -> None:
         """Send ``value`` to the receiver (tagged with this code's message rank)."""
+        self._use("send")
         core = state.core()
         core.note_peer_host(self._owner, self._host)
         try:
@@ -52,13 +62,14 @@ class Port:
 
     def exception(self, err: BaseException) -> None:
         """Make the receiver's next ``recv()`` raise ``err``."""
+        self._use("exception")
         core = state.core()
         where = getattr(err, "__meshrt_where__", None) or "Port.exception"  # (an endpoint's, by ProcHost)
         core.io.post(core.send_port, self._owner, self._port_id, error_payload(err, where, os.getpid()),
                      self._life, _sender_rank())
 
     def __reduce__(self):
-        return (Port, (self._owner, self._port_id, self._host, self._life))
+        return (Port, (self._owner, self._port_id, self._host, self._life, self._once))
 
     def __repr__(self) -> str:
         return f"<Port {self._port_id} of worker {self._owner}>"
@@ -178,7 +189,7 @@ class Channel:
 
         core.io.post(core.ports.__setitem__, port_id, on_value)
         weakref.finalize(receiver, _forget, core, port_id)
-        return Port(core.worker_id, port_id, core.host_id), receiver
+        return Port(core.worker_id, port_id, core.host_id, once=once), receiver
 
     @staticmethod
     def open_ranked(once: bool = False) -> tuple[Port, RankedPortReceiver]:

@@ -12,14 +12,16 @@ import contextvars
 import functools
 import inspect
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 
 class Future:
-    """A result on its way. ``await fut`` or ``fut.get(timeout=None)``."""
+    """A result on its way. ``await fut`` or ``fut.get(timeout=None)``; also a coroutine
+    to asyncio (``asyncio.run(fut)``, ``asyncio.create_task(fut)``), as the ``async
+    def`` methods of Monarch's meshes return (``logging_option``)."""
 
-    __slots__ = ("_aget", "_get", "_done", "_value", "_error")
+    __slots__ = ("_aget", "_get", "_done", "_value", "_error", "_steps")
 
     def __init__(self, aget: Callable[[], Awaitable[Any]], get: Callable[[float | None], Any]) -> None:
         self._aget = aget
@@ -27,6 +29,7 @@ class Future:
         self._done = False
         self._value = None
         self._error: BaseException | None = None
+        self._steps = None  # (as a coroutine: its __await__, being stepped by asyncio)
 
     def get(self, timeout: float | None = None) -> Any:
         """Block until the result is here (raises what the remote side raised)."""
@@ -79,6 +82,22 @@ class Future:
                 self._settle(None, err)
         return self._result()
 
+    # -- the coroutine protocol, for asyncio.run / create_task -----------------------------------
+
+    def send(self, value):
+        if self._steps is None:
+            self._steps = self.__await__()
+        return self._steps.send(value)
+
+    def throw(self, typ, val=None, tb=None):
+        if self._steps is None:
+            self._steps = self.__await__()
+        return self._steps.throw(typ, val, tb) if val is not None or tb is not None else self._steps.throw(typ)
+
+    def close(self) -> None:
+        if self._steps is not None:
+            self._steps.close()
+
     def _settle(self, value, error) -> None:
         self._done = True
         self._value = value
@@ -91,6 +110,9 @@ class Future:
 
     def __repr__(self) -> str:
         return f"<meshrt Future {'done' if self._done else 'pending'}>"
+
+
+Coroutine.register(Future)
 
 
 def from_concurrent(cf: concurrent.futures.Future) -> Future:

@@ -28,6 +28,7 @@ from . import python_executable, supervision, table
 from .actor import ENDPOINT_MARK, OwnerCell, current_owner, endpoint_names, plain_method_names
 from .actor_mesh import ActorMesh, MeshState, _gather
 from .future import Future, ready
+from .lifetime import StoppedOnExit
 from .proc_host import STOPPED, ProcHost
 from .shape import Point, Shape, Shaped, check_dims
 
@@ -38,7 +39,7 @@ _names = itertools.count()
 _host_classes: dict = {}
 
 
-class HostMesh(Shaped):
+class HostMesh(Shaped, StoppedOnExit):
     """Hosts, as a mesh: ``this_host()`` (no dims) or ``meshrt.hosts(...)`` {"hosts": N}."""
 
     def __init__(self, shape: Shape, host_ids: tuple, python: str | None = None) -> None:
@@ -205,7 +206,7 @@ def this_proc() -> ProcMesh:
     return ProcMesh(f"proc-{actor_id:x}", (handle,), Shape((), 0, (), ()), None, None, (core.host_id,))
 
 
-class ProcMesh(Shaped):
+class ProcMesh(Shaped, StoppedOnExit):
     """Processes with named dims. ``spawn`` starts actors in them; ``stop`` ends them."""
 
     def __init__(self, name: str, procs: tuple, shape: Shape, mesh_state: MeshState | None,

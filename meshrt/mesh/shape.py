@@ -303,10 +303,12 @@ class Shaped:
         """This mesh laid out on ``shape`` (the same ranks, in the same order)."""
         raise NotImplementedError
 
-    def size(self, dim: str | None = None) -> int:
-        """How many points in all, or along ``dim``."""
+    def size(self, dim: str | tuple | list | None = None) -> int:
+        """How many points in all, along ``dim``, or over several dims (their product)."""
         if dim is None:
             return len(self._shape)
+        if isinstance(dim, (tuple, list)):
+            return math.prod(self.size(d) for d in dim)
         extent = self._shape.extent
         if dim not in extent:
             raise ValueError(f"size({dim!r}): this mesh has no dimension {dim!r}; its dimensions are {dict(extent)}")
