@@ -91,7 +91,7 @@ class ProcHost:
         # mesh whose spawn failed (a name already taken here) must never reach the actor
         # that holds the name.
         self.actors: dict[str, _Hosted] = {}
-        self.names: dict[str, str] = {}  # mesh name -> key of the actor holding it here
+        self.constructing: set[str] = set()  # keys of actors whose constructor runs now
         self.classes: dict[bytes, type] = {}
         self._extents: dict[tuple, Extent] = {}
         self._loop = asyncio.get_running_loop()  # constructed on the process's loop
@@ -110,13 +110,7 @@ class ProcHost:
         point = Point(rank, Extent(labels, sizes))
         info = ActorInstance(name, point, self.point.rank, f"{name}[{rank}]", key=key)
         owner = OwnerCell()
-        if name in self.names:
-            err = ValueError(f"process {self.point} of mesh {self.mesh_name!r} already hosts an actor "
-                             f"mesh named {name!r}; stop() that one first or spawn under another name")
-            self.actors[key] = _Hosted(None, info, err, owner)
-            self._executor.lanes.retire(key)  # (no actor here: its calls fail at once, on no thread of its own)
-            raise err
-        self.names[name] = key
+        self.constructing.add(key)  # (several meshes may share a name here, as in Monarch: keys differ)
         cls = self.classes.get(class_blob)
         tokens = None
         try:
@@ -133,6 +127,7 @@ class ProcHost:
             _label(err, f"{getattr(cls, '__name__', 'the class')}.__init__ of actor mesh {name!r} at {point}")
             raise
         finally:
+            self.constructing.discard(key)
             if tokens is not None:
                 reset_context(tokens)
         self.actors[key] = _Hosted(instance, info, None, owner, failures=failures)
@@ -275,8 +270,6 @@ class ProcHost:
         self._executor.lanes.retire(key)  # (what was queued there before still runs)
         with self._end_lock:  # (against an actor that ended itself finishing at the same time)
             hosted = self.actors.pop(key, None)
-        if hosted is not None and self.names.get(hosted.info.name) == key:
-            del self.names[hosted.info.name]  # (the name may be spawned again)
         if hosted is not None:
             self._clean_up(hosted)
 
@@ -310,7 +303,7 @@ class ProcHost:
         queued behind too); it finishes (``_finish_end``) once its calls running now return."""
         hosted = self.actors.get(key)
         if hosted is None:
-            if key in self.names.values():  # (in its constructor: it ends once that returns)
+            if key in self.constructing:  # (in its constructor: it ends once that returns)
                 self._early_ends.setdefault(key, (how, reason))
             return
         if hosted.ending is not None:
@@ -334,8 +327,6 @@ class ProcHost:
             if self.actors.get(key) is not hosted:
                 return  # (finished already, or stopped from outside meanwhile)
             del self.actors[key]
-        if self.names.get(hosted.info.name) == key:
-            del self.names[hosted.info.name]
         lanes = self._executor.lanes
         lanes.route(key).helper.post(self._after_end, hosted)
         lanes.retire(key)  # (its thread ends after that)
@@ -439,7 +430,7 @@ def end_actor_here(instance: ActorInstance, how: str, reason: str | None) -> Non
     """``context().actor_instance.stop()`` and its kin: end that actor, which must run in
     this process."""
     for host in list(_hosts_here):
-        if instance.key in host.actors or instance.key in host.names.values():
+        if instance.key in host.actors or instance.key in host.constructing:
             host.end_actor(instance.key, how, reason)
             return
         if instance.key in host.ended:

@@ -87,3 +87,13 @@ def test_the_default_fault_hook_interrupts_the_driver_and_finally_runs(tmp_path)
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert done.returncode in (-2, 130, 1), done.stderr[-2000:]
     assert "finally ran" in done.stdout and "KeyboardInterrupt" in done.stderr
+
+
+def test_two_actor_meshes_of_one_name_on_the_same_processes():
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    try:
+        first, second = procs.spawn("twin", Logs), procs.spawn("twin", Logs)
+        assert first.pid.call().get(timeout=60) is not None
+        assert sorted(second.pid.call().get(timeout=60).values()) == sorted(first.pid.call().get().values())
+    finally:
+        procs.stop().get()
