@@ -127,9 +127,10 @@ async def test_unhandled_child_failure_travels_up_to_the_driver(rt, failures):
     await sup_procs.stop()
 
 
-def _run_driver(tmp_path, endpoint_body: str, then: str) -> subprocess.CompletedProcess:
+def _run_driver(tmp_path, endpoint_body: str, then: str, sigint=signal.SIG_DFL) -> subprocess.CompletedProcess:
     """A driver script with a one-process mesh 'm' of an actor whose endpoint ``go``
-    runs ``endpoint_body``; ``m.go.broadcast()``, then ``then``."""
+    runs ``endpoint_body``; ``m.go.broadcast()``, then ``then``. It starts with SIGINT
+    as ``sigint`` says (a shell's background job starts with it ignored)."""
     script = tmp_path / "driver.py"
     script.write_text(textwrap.dedent("""
         import threading, meshrt
@@ -144,7 +145,8 @@ def _run_driver(tmp_path, endpoint_body: str, then: str) -> subprocess.Completed
         m = this_host().spawn_procs(per_host={"gpus": 1}).spawn("m", A)
         m.go.broadcast()
     """) % endpoint_body + textwrap.dedent(then))
-    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90)
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
 
 
 def test_default_hook_ends_the_driver_loudly_and_its_finally_blocks_run(tmp_path):
@@ -160,6 +162,13 @@ def test_default_hook_ends_the_driver_loudly_and_its_finally_blocks_run(tmp_path
     assert "unhandled" in proc.stderr and "nobody handles me" in proc.stderr and "KeyboardInterrupt" in proc.stderr
     assert "mesh 'm' at Point(gpus=0)" in proc.stderr
     assert "finally ran" in proc.stdout and "atexit ran" in proc.stdout
+
+
+def test_a_driver_that_ignores_sigint_is_ended_at_once(tmp_path):
+    proc = _run_driver(tmp_path, 'raise ValueError("nobody handles me")',
+                       "threading.Event().wait(60)  # the hook ends the process long before this",
+                       sigint=signal.SIG_IGN)
+    assert proc.returncode == 1 and "exiting with code 1" in proc.stderr and "nobody handles me" in proc.stderr
 
 
 def test_a_broadcast_still_running_at_shutdown_is_no_failure(tmp_path):

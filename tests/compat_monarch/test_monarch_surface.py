@@ -7,6 +7,7 @@ the driver with a KeyboardInterrupt (so ``finally`` runs)."""
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -84,7 +85,8 @@ def test_the_default_fault_hook_interrupts_the_driver_and_finally_runs(tmp_path)
         finally:
             print("finally ran", flush=True)
     """))
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # (as from a terminal)
     assert done.returncode in (-2, 130, 1), done.stderr[-2000:]
     assert "finally ran" in done.stdout and "KeyboardInterrupt" in done.stderr
 
