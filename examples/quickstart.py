@@ -13,7 +13,7 @@ import numpy as np
 
 import meshrt
 from meshrt.dag import InputNode
-from meshrt.exceptions import ActorDiedError
+from meshrt.exceptions import ActorUnavailableError
 from meshrt.util import ActorPool
 from meshrt.util.multiprocessing import Pool
 from meshrt.util.state import list_actors
@@ -115,7 +115,7 @@ def main() -> None:
     before = meshrt.get(counter.pid.remote())
     try:
         meshrt.get(counter.crash.remote())
-    except ActorDiedError as err:
+    except ActorUnavailableError as err:  # (Ray's error for a call lost while its actor restarts)
         print("the call that crashed it:", str(err).splitlines()[0])
     print(f"restarted in a new process ({before} -> {meshrt.get(counter.pid.remote())}), "
           f"state rebuilt by __init__: n = {meshrt.get(counter.incr.remote(0))}")
