@@ -509,19 +509,19 @@ __all__ += ["RaySystemError", "NodeDiedError", "LocalRayletDiedError", "ObjectFe
 
 
 _RAY_ERROR_TYPES = (  # most specific first: Ray's ErrorType names, as its state API shows them
-    ("TaskPlacementGroupRemoved", "TASK_PLACEMENT_GROUP_REMOVED"),
-    ("ActorPlacementGroupRemoved", "ACTOR_PLACEMENT_GROUP_REMOVED"),
-    ("TaskCancelledError", "TASK_CANCELLED"),
-    ("ActorUnavailableError", "ACTOR_UNAVAILABLE"),
-    ("RayActorError", "ACTOR_DIED"),
-    ("WorkerCrashedError", "WORKER_DIED"),
-    ("OwnerDiedError", "OWNER_DIED"),
-    ("ObjectFreedError", "OBJECT_FREED"),
-    ("ObjectLostError", "OBJECT_LOST"),
-    ("ActorUnschedulableError", "ACTOR_UNSCHEDULABLE_ERROR"),
-    ("TaskUnschedulableError", "TASK_UNSCHEDULABLE_ERROR"),
-    ("RuntimeEnvSetupError", "RUNTIME_ENV_SETUP_FAILED"),
-    ("OutOfMemoryError", "OUT_OF_MEMORY"),
+    (TaskPlacementGroupRemoved, "TASK_PLACEMENT_GROUP_REMOVED"),
+    (ActorPlacementGroupRemoved, "ACTOR_PLACEMENT_GROUP_REMOVED"),
+    (TaskCancelledError, "TASK_CANCELLED"),
+    (ActorUnavailableError, "ACTOR_UNAVAILABLE"),
+    (RayActorError, "ACTOR_DIED"),
+    (WorkerCrashedError, "WORKER_DIED"),
+    (OwnerDiedError, "OWNER_DIED"),
+    (ObjectFreedError, "OBJECT_FREED"),
+    (ObjectLostError, "OBJECT_LOST"),
+    (ActorUnschedulableError, "ACTOR_UNSCHEDULABLE_ERROR"),
+    (TaskUnschedulableError, "TASK_UNSCHEDULABLE_ERROR"),
+    (RuntimeEnvSetupError, "RUNTIME_ENV_SETUP_FAILED"),
+    (OutOfMemoryError, "OUT_OF_MEMORY"),
 )
 
 
@@ -530,7 +530,7 @@ def ray_error_type(err: BaseException) -> str:
     where the user's own code raising is TASK_EXECUTION_EXCEPTION."""
     if isinstance(err, TaskError):  # (whatever it raised, a lost object's error too, as Ray says)
         return "TASK_EXECUTION_EXCEPTION"
-    for name, kind in _RAY_ERROR_TYPES:
-        if isinstance(err, globals()[name]):
+    for klass, kind in _RAY_ERROR_TYPES:
+        if isinstance(err, klass):
             return kind
     return "TASK_EXECUTION_EXCEPTION"

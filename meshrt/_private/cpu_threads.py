@@ -36,8 +36,9 @@ def for_call(resources: tuple) -> None:
     if current is not None and current != _ours:
         return
     wanted = _threads(resources)
-    if wanted != current:
-        os.environ[_VAR] = wanted
+    if wanted == current:  # (as for the last call here: torch follows already, or user code set its own)
+        return
+    os.environ[_VAR] = wanted
     _ours = wanted
     _torch_threads(int(wanted))
 

@@ -570,6 +570,9 @@ def _call_name(pt) -> str:
     return f"{pt.name}() (this actor itself)"
 
 
+_ERROR_TEXT_KEPT = 4000  # characters of an error's text the state API keeps (its traceback's end may go)
+
+
 def _described(payload) -> tuple[str, str]:
     """(Ray's error type, the error's text) of a failed task, for the state API."""
     try:
@@ -578,5 +581,3 @@ def _described(payload) -> tuple[str, str]:
         return "TASK_EXECUTION_EXCEPTION", f"(its error could not be read: {failure!r})"
     return exc.ray_error_type(err), str(err)[:_ERROR_TEXT_KEPT]
 
-
-_ERROR_TEXT_KEPT = 4000  # characters of an error's text the state API keeps (its traceback's end may go)

@@ -14,6 +14,7 @@ import warnings
 from typing import Any
 
 from .._private.metrics_local import local
+from .debug import log_once
 
 __all__ = ["Counter", "Gauge", "Histogram", "collect", "start_http_server"]
 
@@ -89,12 +90,8 @@ class Metric:
                            self._default_tags))
 
 
-_warned: set = set()
-
-
 def _warn_once(text: str) -> None:
-    if text not in _warned:
-        _warned.add(text)
+    if log_once(text):
         warnings.warn(text, stacklevel=4)
 
 
