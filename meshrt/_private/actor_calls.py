@@ -7,7 +7,7 @@ import pickle
 from typing import Any
 
 from ..scheduler import bundles
-from . import ids, lanes, runtime_env
+from . import fanout_calls, ids, lanes, runtime_env
 from . import messages as m
 from .pending import PendingTask
 from .refs import ObjectRef
@@ -22,34 +22,46 @@ class ActorCalls:
                    concurrency_group: str | None = None) -> Any:
         """``inline``: the actor is on another host, so large arguments are lent
         (lent_payloads.py) instead of placed in this host's store. ``direct``: the
-        call may leave from this thread (False for a call to many actors behind one
-        agent: one frame for all). ``packed``: ``args`` already serialized, with no refs
-        or store blocks (reused by every call)."""
+        call may leave from this thread. ``packed``: ``args`` already serialized, with
+        no refs or store blocks (reused by every call)."""
         if packed is not None:
             payload, deps, pins = packed, [], []
         else:
             payload, deps, pins = self.pack_args(args, kwargs, f"{handle._class_name}.{method}.remote()", inline,
                                                  lend=not inline)
+        pt, result = self.pending_call(handle, method, payload, deps, pins, num_returns, inline)
+        pt.retry = retry_exceptions
+        pt.group = concurrency_group
+        self.count_call(pt.actor_id, 1)
+        client = self.actor_clients.get(pt.actor_id)
+        if direct and client is not None and not deps and client.send_now(pt):
+            return result
+        self.count_unsubmitted(pt.actor_id, 1)
+        self.io.post(self._submit_actor_call, pt.actor_id, handle._class_name, pt)
+        return result
+
+    def pending_call(self, handle, method: str, payload, deps: list, pins: list, num_returns: int,
+                     inline: bool, name: str | None = None) -> tuple:
+        """A call's record, owned and awaited here from now on: (PendingTask, its result)."""
         task_id = ids.new_task_id()
         actor_id = int(handle._actor_id)  # (a plain int in messages, not the handle's ActorID)
-        pt = PendingTask(task_id, f"{handle._class_name}.{lanes.split(method)[0]}", payload, deps, pins, num_returns)
+        pt = PendingTask(task_id, name or f"{handle._class_name}.{lanes.split(method)[0]}", payload, deps, pins,
+                         num_returns)
         pt.method = method
         pt.kind = "call"
         pt.actor_id = actor_id
         pt.remote = inline
         pt.retries_left = handle._max_task_retries
-        pt.retry = retry_exceptions
-        pt.group = concurrency_group
         result = self._make_returns(pt, num_returns)
         self.pending[task_id] = pt
         self._note_child(task_id)
-        self.count_call(actor_id, 1)
-        client = self.actor_clients.get(actor_id)
-        if direct and client is not None and not deps and client.send_now(pt):
-            return result
-        self.count_unsubmitted(actor_id, 1)
-        self.io.post(self._submit_actor_call, actor_id, handle._class_name, pt)
-        return result
+        return pt, result
+
+    def call_actors(self, handles: list, method: str, calls: list) -> list:
+        """One call to each of many actors (a mesh call to processes on other hosts),
+        ``calls`` holding each one's (args, packed) as for call_actor: the calls to
+        each host leave as one frame, written from this thread (fanout_calls.py)."""
+        return fanout_calls.call_actors(self, handles, method, calls)
 
     def retry_call(self, pt: PendingTask, msg: m.TaskReturn, sender: int) -> bool:
         """Loop: an actor method called with ``retry_exceptions`` raised one of them: send

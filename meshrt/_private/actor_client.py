@@ -76,6 +76,32 @@ class ActorClient:
         if getattr(pt.args, "loans", None) is not None:
             pt.args = loans.unlent(pt.args)
 
+    def claim(self, pt):
+        """Any thread: take a call through this actor's host agent as sent, when the
+        actor is live and nothing of ours to it waits on the loop; the (connection,
+        message) the caller must write at once, or None (the loop's path takes it).
+        A mesh call writes many at once this way (fanout_calls.py)."""
+        with self.lock:
+            if (self.state != "alive" or self.queue or self.killed
+                    or self.core.unsubmitted_calls(self.actor_id) or not self.core.io.caught_up()):
+                return None
+            route = self.core.direct_conn(self.worker_id)
+            if route is None or not route[1]:
+                return None
+            self._unlend(pt)
+            pt.client = self
+            pt.ready = pt.sent = True
+            alone = not self.inflight  # (the agent may then hand it to the actor's lane)
+            self.inflight[pt.task_id] = pt  # before sending: the reply may come back at once
+            msg = m.ActorCall(pt.task_id, self.actor_id, pt.method, pt.args, (), pt.num_returns, (), pt.group)
+            return route[0], m.Relay(self.worker_id, self.core.worker_id, msg, alone)
+
+    def unclaim(self, pt) -> None:
+        """A claimed call that could not be written after all."""
+        with self.lock:
+            self.inflight.pop(pt.task_id, None)
+            pt.ready = pt.sent = False
+
     def submit(self, pt) -> None:
         if self.state == "dead":
             self.core.fail_pending(pt, self.death)

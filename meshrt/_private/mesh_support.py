@@ -45,6 +45,22 @@ class MeshSupport:
         """Any thread: a call was posted to the core loop (+1) or queued there (-1)."""
         self._count(self._unsubmitted, actor_id, delta)
 
+    def count_calls(self, actor_ids: list, delta: int) -> None:
+        """``count_call`` for each of many actors (a mesh call), under one lock."""
+        self._count_each(self.calls_out, actor_ids, delta)
+
+    def count_unsubmitted_calls(self, actor_ids: list, delta: int) -> None:
+        self._count_each(self._unsubmitted, actor_ids, delta)
+
+    def _count_each(self, counts: dict, actor_ids: list, delta: int) -> None:
+        with self._calls_lock:
+            for actor_id in actor_ids:
+                n = counts.get(actor_id, 0) + delta
+                if n > 0:
+                    counts[actor_id] = n
+                else:
+                    counts.pop(actor_id, None)
+
     def _count(self, counts: dict, actor_id: int, delta: int) -> None:
         with self._calls_lock:
             n = counts.get(actor_id, 0) + delta

@@ -238,12 +238,12 @@ class Endpoint:
         # depending on its result.
         spawned = mesh._spawned if mesh._state is None else None
         where = mesh._origin_index() if spawned else None
-        batch = len(ranks) > 1 and any(remote)  # one frame per agent, made by the core loop
+        batch = len(ranks) > 1 and any(remote)  # one frame per agent
         # A call without arguments sends the same bytes to a rank every time: pickled once.
         reuse = (mesh.__dict__.setdefault("_no_args", {})
                  if not args and not kwargs and not spawned and self._options is None and reply_to is None else None)
         extra = (self._options, reply_to) if self._options is not None or reply_to is not None else ()
-        refs = []
+        calls = []
         for i, rank in enumerate(ranks):
             message_rank = i if local is None else local.index(rank)
             ready = spawned[where[rank]] if spawned else None
@@ -257,13 +257,18 @@ class Endpoint:
                 pickled = reuse.get(key)
                 if pickled is None:
                     pickled = reuse[key] = core.pack_args(call_args, {}, self._name, remote[i])[0]
-            try:
-                refs.append(core.call_actor(procs[rank], self._target, call_args, {}, 1, inline=remote[i],
-                                            direct=not batch, packed=pickled))
-            except TypeError:
-                if not refs:  # (every rank packs the same arguments: the first fails, before any send)
-                    name_bad_argument(args, kwargs, f"{mesh._name}.{self._name}(...)", "the actor")
-                raise
+            calls.append((call_args, remote[i], pickled))
+        refs = []
+        try:
+            if batch:  # (one frame per agent, written from this thread: fanout_calls.py)
+                return core.call_actors([procs[rank] for rank in ranks], self._target, calls)
+            for rank, (call_args, inline, pickled) in zip(ranks, calls, strict=True):
+                refs.append(core.call_actor(procs[rank], self._target, call_args, {}, 1, inline=inline,
+                                            packed=pickled))
+        except TypeError:
+            if not refs:  # (every rank packs the same arguments: the first fails, before any send)
+                name_bad_argument(args, kwargs, f"{mesh._name}.{self._name}(...)", "the actor")
+            raise
         return refs
 
     def call(self, *args, **kwargs) -> Future:
