@@ -15,6 +15,7 @@ __all__ = [
     "MeshrtError",
     "TaskError",
     "ActorDiedError",
+    "MeshActorDiedError",
     "ActorNameTakenError",
     "ActorNotFoundError",
     "GetTimeoutError",
@@ -363,13 +364,20 @@ class AuthenticationError(MeshrtError, ConnectionError):
     """A peer failed the cluster-token handshake (wrong or missing ``MESHRT_TOKEN``)."""
 
 
-class SupervisionError(MeshrtError):
+class SupervisionError(MeshrtError, RuntimeError):
     """A failure in an actor mesh that nobody handled: an endpoint called with
     ``broadcast`` raised, or a mesh process died while no call waited on it.
 
     Raised by the default ``meshrt.unhandled_fault_hook`` (which ends the process
-    that owns the mesh) and carried by ``MeshFailure.as_error()``.
+    that owns the mesh) and carried by ``MeshFailure.as_error()``. A RuntimeError, as
+    Monarch's is; calls to a dead mesh actor raise one too (MeshActorDiedError).
     """
+
+
+class MeshActorDiedError(ActorDiedError, SupervisionError):
+    """An actor of a mesh is gone (its process died or was stopped, or the actor ended
+    itself): an ActorDiedError, as meshrt and Ray name it, and a SupervisionError, as
+    Monarch's callers catch it, so either's ``except`` clause works."""
 
 
 class RuntimeNotInitializedError(MeshrtError, RuntimeError):

@@ -4,6 +4,7 @@ Future.result/exception/as_asyncio, current_actor_name, Accumulator."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -25,6 +26,14 @@ class Where(Actor):
     @endpoint
     def where(self):
         return context().actor_instance.rank.rank, dict(context().message_rank), current_actor_name()
+
+    @endpoint
+    def in_thread(self):
+        seen = []
+        thread = threading.Thread(target=lambda: seen.append((current_actor_name(), current_rank().rank)))
+        thread.start()
+        thread.join()
+        return seen[0]
 
     @endpoint
     def dims(self):
@@ -137,9 +146,20 @@ async def test_future_result_exception_and_asyncio(rt):
     assert await mesh.initialized is None  # (as Monarch's)
 
 
-def test_current_actor_name_outside_an_actor_says_so():
-    with pytest.raises(RuntimeError, match="outside one"):
-        current_actor_name()
+def test_outside_an_actor_context_is_the_clients():
+    """As in Monarch: the driver, and a thread an endpoint starts, see the client's instance."""
+    assert current_actor_name() == "client"
+    instance = context().actor_instance
+    assert (instance.name, instance.rank.rank, dict(instance.rank.extent)) == ("client", 0, {})
+    with pytest.raises(RuntimeError, match="runs outside one"):
+        instance.stop("no")
+
+
+async def test_a_thread_an_endpoint_starts_sees_the_client(rt):
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    mesh = procs.spawn("threads", Where)
+    assert await mesh.slice(gpus=1).in_thread.call_one() == ("client", 0)
+    await procs.stop()
 
 
 class Shadowed(Actor):

@@ -55,6 +55,10 @@ async def test_a_crash_during_a_call_names_mesh_point_and_exit(rt, failures):
         await mesh.slice(gpus=1).crash.call_one()
     text = str(info.value)
     assert "mesh 'frag' at Point(gpus=1)" in text and "exited with code 3" in text
+    # (Monarch's callers catch a SupervisionError, a RuntimeError: it is one too)
+    assert isinstance(info.value, meshrt.SupervisionError) and isinstance(info.value, RuntimeError)
+    with pytest.raises(meshrt.SupervisionError, match="mesh 'frag'"):  # (and a later call's too)
+        await mesh.slice(gpus=1).ok.call_one()
     assert await mesh.slice(gpus=0).ok.call_one() == "ok"  # the rest keeps serving
     seen, _ = failures
     assert seen == []  # a caller saw it: not a supervision event
@@ -190,7 +194,7 @@ async def test_stop_ends_processes_and_hosts_can_spawn_again(rt, failures):
     await procs.stop()
     for pid in pids:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    with pytest.raises(meshrt.exceptions.ActorDiedError, match="stopped"):
+    with pytest.raises(meshrt.exceptions.MeshActorDiedError, match="stopped"):  # (Ray's and Monarch's classes)
         mesh.ok.call()
     again = this_host().spawn_procs(per_host={"gpus": 2}).spawn("frag", Fragile)
     assert list((await again.ok.call()).values()) == ["ok", "ok"]

@@ -142,6 +142,10 @@ class ActorInstance:
     def _end(self, how: str, reason: str | None) -> None:
         if reason is not None and not isinstance(reason, str):
             raise TypeError(f"actor_instance.{how}(reason=...): give the reason as a str, or None; got {reason!r}")
+        if self is _CLIENT:
+            raise RuntimeError(f"actor_instance.{how}() ends the mesh actor running this code; this code runs "
+                               f"outside one (the driver, or a thread of its own): stop a mesh with "
+                               f"mesh.stop(reason)")
         from .proc_host import end_actor_here
 
         end_actor_here(self, how, reason)
@@ -160,14 +164,17 @@ class Context:
     """What ``context()`` returns inside an endpoint: the actor and this message's rank
     within the (possibly sliced) mesh the caller addressed."""
 
-    actor_instance: ActorInstance | None
+    actor_instance: ActorInstance
     message_rank: Point
 
 
 _current: contextvars.ContextVar = contextvars.ContextVar("meshrt_mesh_context", default=None)
 _instance: contextvars.ContextVar = contextvars.ContextVar("meshrt_mesh_instance", default=None)
 _NO_EXTENT = Extent((), ())
-_OUTSIDE = Context(None, Point(0, _NO_EXTENT))
+# Outside every mesh actor (the driver, a thread the program started), context() still
+# has an actor instance, as in Monarch: the client's, rank 0 of an empty extent.
+_CLIENT = ActorInstance("client", Point(0, _NO_EXTENT), 0, "client", class_name="client")
+_OUTSIDE = Context(_CLIENT, Point(0, _NO_EXTENT))
 
 
 class OwnerCell:
@@ -193,7 +200,8 @@ def reset_context(tokens: tuple) -> None:
 
 
 def context() -> Context:
-    """The current actor and message; outside any mesh actor, rank 0 of an empty extent."""
+    """The current actor and message; outside any mesh actor, the client's instance (named
+    "client") and rank 0 of an empty extent."""
     return _current.get() or _OUTSIDE
 
 
@@ -211,12 +219,9 @@ def current_size() -> dict[str, int]:
 
 
 def current_actor_name() -> str:
-    """This actor's name in its mesh, with its rank: ``"trainers[3]"``."""
-    instance = context().actor_instance
-    if instance is None:
-        raise RuntimeError("current_actor_name() names the mesh actor running this code; it runs "
-                           "outside one (in the driver, a plain task or a Ray-style actor)")
-    return instance.actor_id
+    """This actor's name in its mesh, with its rank: ``"trainers[3]"``; outside any mesh
+    actor, ``"client"`` (as Monarch names the driver's)."""
+    return context().actor_instance.actor_id
 
 
 def current_owner() -> OwnerCell | None:

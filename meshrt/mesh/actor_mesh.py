@@ -196,10 +196,10 @@ class Endpoint:
         mesh = self._mesh
         if mesh._state is not None and mesh._state.stopping:
             reason = f" ({mesh._state.stop_reason})" if mesh._state.stop_reason else ""
-            raise exc.ActorDiedError(class_name=f"actor mesh {mesh._name!r}",
+            raise exc.MeshActorDiedError(class_name=f"actor mesh {mesh._name!r}",
                                      cause=f"its processes were stopped with stop(){reason}; spawn a new mesh")
         if mesh._key in _stopped_here:
-            raise exc.ActorDiedError(class_name=f"actor mesh {mesh._name!r}",
+            raise exc.MeshActorDiedError(class_name=f"actor mesh {mesh._name!r}",
                                      cause=f"it was stopped with stop() ({_stopped_here[mesh._key]}); spawn it "
                                            f"again to call it")
         self._checker.check(args, kwargs)
@@ -440,7 +440,8 @@ def _timed_out(mesh: ActorMesh, endpoint: str | None, what: str, timeout) -> exc
 
 
 def _relabel(mesh: ActorMesh, point: Point, endpoint: str | None):
-    """ActorDiedError from a mesh process, reworded to name the mesh and the point."""
+    """ActorDiedError from a mesh process, reworded to name the mesh and the point (a
+    MeshActorDiedError)."""
 
     def convert(err: BaseException) -> BaseException:
         if isinstance(err, exc.TaskError) or not isinstance(err, exc.RayActorError):
@@ -448,7 +449,9 @@ def _relabel(mesh: ActorMesh, point: Point, endpoint: str | None):
         what = f"{mesh._class_name} of actor mesh {mesh._name!r} at {point}"
         if endpoint:
             what += f" (calling {endpoint})"
-        return type(err)(err.actor_id, what, err.cause, err.stderr_tail, err.creation_error)
+        # (a dead one: also Monarch's SupervisionError)
+        cls = exc.MeshActorDiedError if type(err) is exc.ActorDiedError else type(err)
+        return cls(err.actor_id, what, err.cause, err.stderr_tail, err.creation_error)
 
     return convert
 

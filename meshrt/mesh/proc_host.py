@@ -253,13 +253,13 @@ class ProcHost:
         if hosted is None:
             name = key.partition("#")[0]
             if key in self.ended:
-                raise _plain(exc.ActorDiedError(class_name=f"mesh actor {name!r} on process {self.point}",
+                raise _plain(exc.MeshActorDiedError(class_name=f"mesh actor {name!r} on process {self.point}",
                                                 cause=self.ended[key]))
-            raise _plain(exc.ActorDiedError(class_name=f"mesh actor {name!r}",
+            raise _plain(exc.MeshActorDiedError(class_name=f"mesh actor {name!r}",
                                             cause=f"process {self.point} of mesh {self.mesh_name!r} hosts no "
                                                   f"actor by that name (it was stopped, or never spawned here)"))
         if hosted.error is not None:
-            raise _plain(exc.ActorDiedError(class_name=f"mesh actor {hosted.info.name!r} at {hosted.info.rank}",
+            raise _plain(exc.MeshActorDiedError(class_name=f"mesh actor {hosted.info.name!r} at {hosted.info.rank}",
                                             cause=f"its constructor raised {hosted.error!r}\n{hosted.error_tb}".rstrip(),
                                             creation_error=hosted.error))
         return hosted
@@ -344,7 +344,7 @@ class ProcHost:
         stop_owned_by(hosted.owner, f"the actor that spawned them ended: {hosted.ending}")
 
     def _ended_error(self, info: ActorInstance, how: str) -> exc.ActorDiedError:
-        return _plain(exc.ActorDiedError(class_name=f"mesh actor {info.name!r} at {info.rank}", cause=how))
+        return _plain(exc.MeshActorDiedError(class_name=f"mesh actor {info.name!r} at {info.rank}", cause=how))
 
     async def init_torch_distributed(self, env: dict, backend: str | None, labels: tuple,
                                      sizes: tuple) -> str:

@@ -59,12 +59,12 @@ def failure_port(owner):
     with a failure (``actor_instance.abort()``), handed to ``owner``'s supervision like a
     crash. One per process mesh this process spawned (kept on its MeshState), else one
     per actor mesh; the port stays open while ``keeper`` is held."""
-    from ..exceptions import ActorDiedError
+    from ..exceptions import MeshActorDiedError
     from .channel import open_handler
 
     def handle(note) -> None:
         name, point, cause = note
-        err = ActorDiedError(class_name=f"mesh actor {name!r} at {point}", cause=cause)
+        err = MeshActorDiedError(class_name=f"mesh actor {name!r} at {point}", cause=cause)
         report(MeshFailure(name, point, cause, None, err), owner)
 
     return open_handler(handle)

@@ -2,8 +2,9 @@
 against both: tests/compat_monarch/run_against_monarch.sh): ``async with`` a process
 mesh, ``asyncio.run`` of ``logging_option`` (as Monarch's getting_started does),
 ``self.logger`` in an actor, ``mesh.size`` over several dims, a once-port sent twice,
-ActorError's ``message``/``exception_formatted``, and the default fault hook ending
-the driver with a KeyboardInterrupt (so ``finally`` runs)."""
+ActorError's ``message``/``exception_formatted``, the default fault hook ending
+the driver with a KeyboardInterrupt (so ``finally`` runs), and the client's actor
+instance that context() gives outside actors (the driver, a thread of an endpoint's)."""
 
 import asyncio
 import os
@@ -11,10 +12,20 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
-from meshrt import Actor, ActorError, Channel, endpoint, this_host
+from meshrt import (
+    Actor,
+    ActorError,
+    Channel,
+    context,
+    current_actor_name,
+    current_rank,
+    endpoint,
+    this_host,
+)
 
 
 class Logs(Actor):
@@ -26,6 +37,14 @@ class Logs(Actor):
     @endpoint
     def pid(self):
         return os.getpid()
+
+    @endpoint
+    def rank_in_a_thread(self):
+        seen = []
+        thread = threading.Thread(target=lambda: seen.append(context().actor_instance.rank.rank))
+        thread.start()
+        thread.join()
+        return seen[0]
 
     @endpoint
     def boom(self):
@@ -99,3 +118,12 @@ def test_two_actor_meshes_of_one_name_on_the_same_processes():
         assert sorted(second.pid.call().get(timeout=60).values()) == sorted(first.pid.call().get().values())
     finally:
         procs.stop().get()
+
+
+def test_outside_actors_context_is_the_clients():
+    assert context().actor_instance.rank.rank == 0 and current_rank().rank == 0
+    assert current_actor_name().startswith("client")
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    logs = procs.spawn("threads", Logs)
+    assert logs.slice(gpus=1).rank_in_a_thread.call_one().get(timeout=60) == 0
+    procs.stop().get(timeout=60)
