@@ -213,3 +213,46 @@ def test_runtime_context_names_the_running_task(rt):
     assert ctx.get_node_labels() == {"ray.io/node-id": ctx.get_node_id()}
     with pytest.raises(RuntimeError, match="inside a task"):
         ctx.is_canceled()
+
+
+@meshrt.remote
+class Counter:
+    def __init__(self, start):
+        if start < 0:
+            raise ValueError("no negative start")
+        self.n = start
+
+    def add(self, k):
+        if k < 0:
+            raise ValueError("no negative steps")
+        self.n += k
+        return self.n
+
+    def pid(self):
+        return os.getpid()
+
+
+def test_actor_calls_and_constructors_are_listed_once_ended(rt):
+    counter = Counter.remote(1)
+    ok = counter.add.remote(2)
+    assert meshrt.get(ok) == 3
+    bad = counter.add.remote(-1)
+    with pytest.raises(ValueError):
+        meshrt.get(bad)
+    broken = Counter.remote(-1)
+    with pytest.raises(meshrt.exceptions.ActorDiedError):
+        meshrt.get(broken.add.remote(1))
+    actor_id = counter._actor_id.hex()
+    row = get_task(ok.task_id().hex())
+    assert (row.type, row.state, row.name, row.actor_id) == ("ACTOR_TASK", "FINISHED", "Counter.add", actor_id)
+    assert row.start_time_ms <= row.end_time_ms and row.worker_pid == meshrt.get(counter.pid.remote())
+    assert get_task(bad.task_id().hex()).state == "FAILED"
+    made = {(t.actor_id, t.state) for t in list_tasks(filters=[("type", "=", "ACTOR_CREATION_TASK")])}
+    assert (actor_id, "FINISHED") in made and (broken._actor_id.hex(), "FAILED") in made
+    counts = summarize_tasks()["cluster"]["summary"]["Counter.add"]["state_counts"]
+    assert counts == {"FINISHED": 1, "FAILED": 1}
+    # a task the controller scheduled has its start too
+    ref = quick.remote(5)
+    meshrt.get(ref)
+    task = get_task(ref.task_id().hex())
+    assert task.type == "NORMAL_TASK" and task.start_time_ms <= task.end_time_ms

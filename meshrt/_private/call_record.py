@@ -1,5 +1,6 @@
-"""What ran in this process, kept for ``meshrt.timeline()``: one span per task, actor
-call or actor constructor (start, end, name, thread), the last ``KEPT`` of them.
+"""What ran in this process, kept for ``meshrt.timeline()`` and ``list_tasks()``: one
+span per task, actor call or actor constructor (start, end, name, thread, whether it
+failed), the last ``KEPT`` of them.
 
 Always on, as cheap as two clock reads and a few stores, so a timeline covers what
 already ran (Ray records its events only with ``RAY_PROFILING=1``). The controller
@@ -40,6 +41,7 @@ class _Ring:
         self.task_lo = array("Q", bytes(8 * KEPT))
         self.thread = array("Q", bytes(8 * KEPT))
         self.kind = array("b", bytes(KEPT))
+        self.failed = array("b", bytes(KEPT))
         self.name: list = [None] * KEPT
         self.count = itertools.count()
         self.written = 0  # spans written so far (a reader's bound)
@@ -49,8 +51,9 @@ _ring: _Ring | None = None
 _alloc = threading.Lock()
 
 
-def note(name: str, task_id: int, kind: str, start_ns: int) -> None:
-    """A call that started at ``start_ns`` (``time.time_ns()``) ended now."""
+def note(name: str, task_id: int, kind: str, start_ns: int, failed: bool = False) -> None:
+    """A call that started at ``start_ns`` (``time.time_ns()``) ended now (``failed``:
+    with an error, its caller's to read)."""
     end_ns = time.time_ns()
     ring = _ring or _allocate()
     i = next(ring.count)
@@ -63,15 +66,18 @@ def note(name: str, task_id: int, kind: str, start_ns: int) -> None:
     ring.task_lo[slot] = task_id & 0xFFFF_FFFF_FFFF_FFFF
     ring.thread[slot] = threading.get_ident()
     ring.kind[slot] = _KIND_CODE[kind]
+    ring.failed[slot] = failed
     ring.name[slot] = sys.intern(name)
     if i >= ring.written:
         ring.written = i + 1
 
 
-def note_call(call) -> None:
-    """An executor's call (executor.Call) ended, or is about to answer: noted once."""
+def note_call(call, error=None, results: tuple = ()) -> None:
+    """An executor's call (executor.Call) ended, or is about to answer with ``results``
+    (or ``error``): noted once."""
     if call.started:
-        note(call.span or call.name, call.task_id, TASK if call.is_task else ACTOR_CALL, call.started)
+        failed = error is not None or bool(results) and getattr(results[0], "is_error", False)
+        note(call.span or call.name, call.task_id, TASK if call.is_task else ACTOR_CALL, call.started, failed)
         call.started = 0
 
 
@@ -85,7 +91,7 @@ def _allocate() -> _Ring:
 
 def taken() -> tuple[list, dict]:
     """The spans so far, oldest first, as (start_ns, end_ns, name, task_id, kind, thread
-    ident), and the names of the threads they ran on."""
+    ident, failed), and the names of the threads they ran on."""
     ring = _ring
     if ring is None:
         return [], {}
@@ -100,7 +106,8 @@ def taken() -> tuple[list, dict]:
         task_id = (ring.task_hi[slot] << 64) | ring.task_lo[slot]
         if task_id >> 127:
             task_id -= 1 << 128
-        rows.append((ring.start[slot], ring.end[slot], name, task_id, _KINDS[ring.kind[slot]], ring.thread[slot]))
+        rows.append((ring.start[slot], ring.end[slot], name, task_id, _KINDS[ring.kind[slot]], ring.thread[slot],
+                     bool(ring.failed[slot])))
     names = {t.ident: t.name for t in threading.enumerate()}
     return rows, {ident: names.get(ident, f"thread {ident}") for ident in {row[5] for row in rows}}
 

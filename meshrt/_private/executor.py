@@ -429,11 +429,11 @@ class Executor:
             return call.name
 
     def _finish(self, call: Call, packed, error=None) -> None:
-        call_record.note_call(call)  # (before the reply: a caller that asks for the timeline once answered finds it)
         if not call.is_task and call.task_id in self.cancel_requested:  # (cancelled while it ran: see above)
             self.cancel_requested.discard(call.task_id)
             packed, error = self._cancelled(call), None
         results, held = packed
+        call_record.note_call(call, error, results)  # (before the reply: the timeline finds it once answered)
         if call.num_returns == 1:
             batch = self._replies
             if batch is not None and threading.get_ident() == self.loop_ident:
@@ -499,7 +499,8 @@ class Executor:
         except BaseException as err:  # noqa: BLE001
             error = error_payload(err, f"{spec.class_name}.__init__", os.getpid(), skip_frames=1)
             self.user_loop = None
-        call_record.note(f"{spec.class_name}.__init__", spec.actor_id, call_record.ACTOR_CREATION, started)
+        call_record.note(f"{spec.class_name}.__init__", spec.actor_id, call_record.ACTOR_CREATION, started,
+                         error is not None)
         self.core.io.post(self.core.send_controller, m.ActorStarted(spec.actor_id, incarnation, error))
 
     def _offer_main_lane(self) -> None:

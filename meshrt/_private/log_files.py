@@ -129,7 +129,7 @@ class LogFiles:
                     return key, w.id
             raise ValueError(f"get_log(filename={key!r}): no such log; list_logs(node_id=...) names them")
         if how == "task_id":
-            rows = [r for r in self.rpc_state_tasks(0) if r["task_id"] == key and r.get("worker_pid")]
+            rows = [r for r in self.task_rows() if r["task_id"] == key and r.get("worker_pid")]
             if not rows:
                 raise ValueError(f"get_log(task_id={key!r}): no task by that id has run in a worker; an actor "
                                  f"method's output is in its actor's log (get_log(actor_id=...))")

@@ -14,7 +14,7 @@ import time
 from ..objstore.serialization import error_from_payload
 from ..scheduler import bundles
 from ..scheduler.resources import from_units
-from . import ids
+from . import ids, task_spans
 from .jobs import job_of
 
 _ACTOR_STATES = {"pending": "PENDING_CREATION", "alive": "ALIVE", "restarting": "RESTARTING", "dead": "DEAD"}
@@ -69,7 +69,13 @@ class StateTables:
             "running": w.label,
         } for w in list(self.workers.values())]
 
-    def rpc_state_tasks(self, caller: int) -> list:
+    async def rpc_state_tasks(self, caller: int) -> list:
+        """The tasks below, and the actor calls and constructors that ran in each process
+        (with when each task started), from the calls every process keeps (task_spans.py)."""
+        return task_spans.with_calls(self.task_rows(), await self.calls_of_processes(caller), self.config["job_id"])
+
+    def task_rows(self) -> list:
+        """The tasks this controller scheduled: waiting, running, and the last that ended."""
         rows = list(self.__dict__.get("ended_tasks", ()))
         for task_id, rec in list(self.tasks.items()):
             w = self.workers.get(rec.worker) if rec.worker is not None else None

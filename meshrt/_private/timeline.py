@@ -44,7 +44,7 @@ def chrome_events(processes: list[dict]) -> list[dict]:
                        "args": {"name": f"{what} (pid {pid}, node {proc['node_id'][:8]}, {proc['host']})"}})
         for ident, name in proc["threads"].items():
             events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": ident, "args": {"name": name}})
-        for start_ns, end_ns, name, task_id, kind, ident in proc["rows"]:
+        for start_ns, end_ns, name, task_id, kind, ident, _failed in proc["rows"]:
             calls.append({
                 "cat": kind, "name": name, "ph": "X", "pid": pid, "tid": ident,
                 "ts": start_ns / 1000, "dur": (end_ns - start_ns) / 1000,

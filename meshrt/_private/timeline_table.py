@@ -32,6 +32,10 @@ class TimelineTable:
 
     async def rpc_timeline(self, caller: int) -> list:
         """One dict per process (its name, pid, node, and its calls' rows), the driver's too."""
+        return await self.calls_of_processes(caller)
+
+    async def calls_of_processes(self, caller: int) -> list:
+        """What rpc_timeline returns (also read by list_tasks: task_spans.py)."""
         req_id = next(self._timeline_ids)
         waiting, got, answered = set(), [], asyncio.Event()
         for w in list(self.workers.values()):
@@ -78,6 +82,7 @@ class TimelineTable:
             "node_id": self.node_id_of_host(w.host),
             "host": host.name if host is not None else "head",
             "actor": rec.spec.class_name if rec is not None else None,
+            "actor_id": ids.to_hex(w.actor_id) if rec is not None else None,
         }
 
 

@@ -60,17 +60,18 @@ class TaskState(_Row):
     task_id: str
     name: str
     state: str  # PENDING_NODE_ASSIGNMENT | SUBMITTED_TO_WORKER | RUNNING | FINISHED | FAILED
-    type: str = "NORMAL_TASK"
+    type: str = "NORMAL_TASK"  # | ACTOR_TASK | ACTOR_CREATION_TASK
     func_or_class_name: str = ""
     node_id: str | None = None
     worker_pid: int | None = None
     attempt_number: int = 0
     required_resources: dict = field(default_factory=dict)
+    start_time_ms: int | None = None  # (when it last started running)
     end_time_ms: int | None = None  # (an ended task's)
     job_id: str | None = None
     placement_group_id: str | None = None
     worker_id: str | None = None
-    actor_id: str | None = None  # (Ray's field; the tasks listed are not actor calls)
+    actor_id: str | None = None  # (an ACTOR_TASK's or ACTOR_CREATION_TASK's actor)
     error_type: str | None = None  # a failed task's: Ray's ErrorType name (TASK_EXECUTION_EXCEPTION...)
     error_message: str | None = None  # ... and its error's text
 

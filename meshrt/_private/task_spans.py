@@ -1,0 +1,51 @@
+"""``list_tasks()`` rows for the calls the controller never schedules: actor method
+calls go from caller to actor directly, and constructors run where the actor was
+placed. Every process keeps the calls that ran in it (call_record.py, what
+``meshrt.timeline()`` reads), so the controller asks for those and lists each actor
+call and constructor that ended, as Ray lists ACTOR_TASK and ACTOR_CREATION_TASK
+rows, and adds ``start_time_ms`` to the tasks it scheduled itself.
+
+A call is listed once it has ended (FINISHED, or FAILED where its caller gets an
+error); one still running is not (its process notes it at the end).
+"""
+
+from __future__ import annotations
+
+from . import call_record, ids
+
+_MS = 1_000_000  # (ns per ms)
+
+
+def with_calls(rows: list, processes: list, job_id: str) -> list:
+    """``rows`` (the scheduled tasks), each with its last start where a process ran it,
+    then a row per actor call and constructor that ran in ``processes``
+    (TimelineTable.calls_of_processes)."""
+    started: dict[str, int] = {}
+    calls = []
+    for proc in processes:
+        for start_ns, end_ns, name, task_id, kind, _thread, failed in proc["rows"]:
+            if task_id <= 0:  # (meshrt's own: an actor's release)
+                continue
+            if kind == call_record.TASK:
+                started[ids.to_hex(task_id)] = start_ns // _MS
+                continue
+            if name.startswith("ProcHost."):  # (a mesh process spawning or stopping actors: meshrt's own)
+                continue
+            creation = kind == call_record.ACTOR_CREATION
+            calls.append({
+                "task_id": ids.to_hex(task_id),
+                "job_id": job_id,
+                "name": name,
+                "func_or_class_name": name,
+                "state": "FAILED" if failed else "FINISHED",
+                "type": "ACTOR_CREATION_TASK" if creation else "ACTOR_TASK",
+                "actor_id": ids.to_hex(task_id) if creation else proc.get("actor_id"),
+                "node_id": proc["node_id"],
+                "worker_id": proc["worker_id"],
+                "worker_pid": proc["pid"],
+                "start_time_ms": start_ns // _MS,
+                "end_time_ms": end_ns // _MS,
+            })
+    scheduled = [dict(row, start_time_ms=started[row["task_id"]]) if row["task_id"] in started else row
+                 for row in rows]
+    return scheduled + calls
