@@ -1,0 +1,75 @@
+"""Ray's state API over a small program (this file runs against both:
+tests/compat/run_against_ray.sh): a task's and an actor call's rows from ``get_task``,
+the constructor's row, and ``summarize_tasks`` counting the calls. Ray records task
+events asynchronously, so each check waits until the row is there (and serves the
+state API from its dashboard: against Ray this needs ``pip install "ray[default]"``)."""
+import time
+
+import pytest
+
+import meshrt as ray
+from meshrt.util.state import get_task, list_tasks, summarize_tasks
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@ray.remote
+def square(x):
+    return x * x
+
+
+@ray.remote
+class Tally:
+    def __init__(self):
+        self.total = 0
+
+    def add(self, k):
+        if k < 0:
+            raise ValueError("no negative steps")
+        self.total += k
+        return self.total
+
+
+def _listed(probe, timeout=60.0):
+    """Poll the state API until ``probe()`` is truthy (Ray's task events arrive a
+    second or so after the task ends: there is no event to wait on)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = probe()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError("not listed in time")
+
+
+def _ended(ref):
+    row = get_task(ref.task_id().hex())
+    row = row[-1] if isinstance(row, list) else row
+    return row if row is not None and row.state in ("FINISHED", "FAILED") else None
+
+
+def test_tasks_and_actor_calls_in_the_state_api():
+    ray.init(num_cpus=2)
+    ref = square.remote(3)
+    assert ray.get(ref) == 9
+    task = _listed(lambda: _ended(ref))
+    assert (task.type, task.state, task.name) == ("NORMAL_TASK", "FINISHED", "square")
+    assert task.start_time_ms <= task.end_time_ms
+
+    tally = Tally.remote()
+    ok = tally.add.remote(2)
+    bad = tally.add.remote(-1)
+    assert ray.get(ok) == 2
+    with pytest.raises(ValueError):
+        ray.get(bad)
+    call = _listed(lambda: _ended(ok))
+    assert (call.type, call.state, call.name, call.func_or_class_name) == (
+        "ACTOR_TASK", "FINISHED", "Tally.add", "Tally.add")
+    assert call.actor_id == tally._actor_id.hex() and call.start_time_ms <= call.end_time_ms
+    assert _listed(lambda: _ended(bad)).state == "FAILED"
+    made = _listed(lambda: [t for t in list_tasks(filters=[("type", "=", "ACTOR_CREATION_TASK")])
+                            if t.actor_id == tally._actor_id.hex()])
+    assert made[0].name == "Tally.__init__"
+    summary = summarize_tasks()["cluster"]["summary"]
+    assert summary["Tally.add"]["state_counts"] == {"FINISHED": 1, "FAILED": 1}
+    assert summary["square"]["state_counts"] == {"FINISHED": 1}
