@@ -131,6 +131,8 @@ def test_objects_nodes_and_placement_groups(rt):
 def test_bad_filters_are_named(rt):
     with pytest.raises(ValueError, match="no field 'colour'"):
         list_actors(filters=[("colour", "=", "red")])
+    with pytest.raises(meshrt.util.state.exception.RayStateApiException):  # (Ray's class for it too)
+        list_tasks(filters=[("colour", "=", "red")])
     with pytest.raises(ValueError, match="'=' or '!='"):
         list_actors(filters=[("state", ">", "ALIVE")])
     with pytest.raises(ValueError, match="triple"):

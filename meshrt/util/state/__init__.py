@@ -1,5 +1,6 @@
 """Ray's state API (``ray.util.state``): what runs in the cluster now, as rows."""
 
+from . import exception
 from .api import (
     get_actor,
     get_job,
@@ -30,7 +31,7 @@ from .common import (
 )
 from .logs import get_log, list_logs
 
-__all__ = ["ActorState", "JobState", "NodeState", "ObjectState", "PlacementGroupState", "TaskState", "WorkerState",
+__all__ = ["exception", "ActorState", "JobState", "NodeState", "ObjectState", "PlacementGroupState", "TaskState", "WorkerState",
            "get_actor", "get_job", "get_log", "get_node", "get_objects", "get_placement_group", "get_task",
            "get_worker", "list_actors", "list_jobs", "list_logs", "list_nodes", "list_objects",
            "list_placement_groups", "list_tasks", "list_workers", "summarize_actors", "summarize_objects",

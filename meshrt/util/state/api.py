@@ -21,6 +21,7 @@ from .common import (
     TaskState,
     WorkerState,
 )
+from .exception import StateFilterError
 
 _DEFAULT_LIMIT = 100
 
@@ -182,12 +183,12 @@ def filtered(rows: list, row_class: type, filters: list | None, limit: Any) -> l
 def _filter(spec: Any, row_class: type):
     fields = list(row_class.__dataclass_fields__)
     if not isinstance(spec, (tuple, list)) or len(spec) != 3:
-        raise ValueError(f"filters: each filter is a (field, '=' or '!=', value) triple; got {spec!r}")
+        raise StateFilterError(f"filters: each filter is a (field, '=' or '!=', value) triple; got {spec!r}")
     key, op, value = spec
     if key not in fields:
-        raise ValueError(f"filters: {row_class.__name__} has no field {key!r}; filter on one of {fields}")
+        raise StateFilterError(f"filters: {row_class.__name__} has no field {key!r}; filter on one of {fields}")
     if op not in ("=", "!="):
-        raise ValueError(f"filters: predicate {op!r} is not supported; use '=' or '!='")
+        raise StateFilterError(f"filters: predicate {op!r} is not supported; use '=' or '!='")
     fold = key in ("state", "worker_type", "type")  # (state words in any case)
     want = str(value).upper() if fold else str(value)
 
