@@ -197,11 +197,11 @@ class Endpoint:
         if mesh._state is not None and mesh._state.stopping:
             reason = f" ({mesh._state.stop_reason})" if mesh._state.stop_reason else ""
             raise exc.MeshActorDiedError(class_name=f"actor mesh {mesh._name!r}",
-                                     cause=f"its processes were stopped with stop(){reason}; spawn a new mesh")
+                                         cause=f"its processes were stopped with stop(){reason}; spawn a new mesh")
         if mesh._key in _stopped_here:
             raise exc.MeshActorDiedError(class_name=f"actor mesh {mesh._name!r}",
-                                     cause=f"it was stopped with stop() ({_stopped_here[mesh._key]}); spawn it "
-                                           f"again to call it")
+                                         cause=f"it was stopped with stop() ({_stopped_here[mesh._key]}); spawn it "
+                                               f"again to call it")
         self._checker.check(args, kwargs)
 
     def _send(self, ranks: list[int], args: tuple, kwargs: dict, reply_to=None) -> list:

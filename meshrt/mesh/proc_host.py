@@ -254,14 +254,14 @@ class ProcHost:
             name = key.partition("#")[0]
             if key in self.ended:
                 raise _plain(exc.MeshActorDiedError(class_name=f"mesh actor {name!r} on process {self.point}",
-                                                cause=self.ended[key]))
+                                                    cause=self.ended[key]))
             raise _plain(exc.MeshActorDiedError(class_name=f"mesh actor {name!r}",
-                                            cause=f"process {self.point} of mesh {self.mesh_name!r} hosts no "
-                                                  f"actor by that name (it was stopped, or never spawned here)"))
+                                                cause=f"process {self.point} of mesh {self.mesh_name!r} hosts no "
+                                                      f"actor by that name (it was stopped, or never spawned here)"))
         if hosted.error is not None:
             raise _plain(exc.MeshActorDiedError(class_name=f"mesh actor {hosted.info.name!r} at {hosted.info.rank}",
-                                            cause=f"its constructor raised {hosted.error!r}\n{hosted.error_tb}".rstrip(),
-                                            creation_error=hosted.error))
+                                                cause=f"its constructor raised {hosted.error!r}\n{hosted.error_tb}".rstrip(),
+                                                creation_error=hosted.error))
         return hosted
 
     def stop_actor(self, key: str) -> None:
