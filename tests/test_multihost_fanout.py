@@ -62,3 +62,30 @@ def test_a_burst_of_calls_to_other_hosts_all_come_back_in_order(cluster):  # noq
     for i, future in enumerate(futures):
         assert list(future.get(timeout=60).values()) == [i] * 4
     assert meshrt._private.state.core().outstanding_calls(logs._procs[0]._actor_id) == 0
+
+
+def test_a_call_interrupted_while_it_is_sent_still_reaches_every_actor(cluster, monkeypatch):  # noqa: F811
+    """Ctrl-C in the middle of sending a mesh call: the calls made but not written yet
+    go through the core loop, once each and in order, and nothing stays counted."""
+    from meshrt._private import actor_client
+
+    hosts = cluster[0]
+    logs = hosts.spawn_procs(per_host={"gpus": 2}).spawn("cut", Log)
+    logs.note.call(-1).get(timeout=60)
+    real, claims = actor_client.ActorClient.claim, []
+
+    def claim(self, pt):
+        claims.append(pt)
+        if len(claims) == 3:  # (after two calls were claimed: one host's frame is not written yet)
+            raise KeyboardInterrupt
+        return real(self, pt)
+
+    monkeypatch.setattr(actor_client.ActorClient, "claim", claim)
+    with pytest.raises(KeyboardInterrupt):
+        logs.note.call(0)
+    monkeypatch.undo()
+    logs.note.call(1).get(timeout=60)
+    assert [list(v) for v in logs.seen_so_far.call().get(timeout=60).values()] == [[-1, 0, 1]] * 4
+    core = meshrt._private.state.core()
+    assert [core.outstanding_calls(proc._actor_id) for proc in logs._procs] == [0] * 4
+    assert not any(core.unsubmitted_calls(proc._actor_id) for proc in logs._procs)

@@ -96,11 +96,16 @@ class ActorClient:
             msg = m.ActorCall(pt.task_id, self.actor_id, pt.method, pt.args, (), pt.num_returns, (), pt.group)
             return route[0], m.Relay(self.worker_id, self.core.worker_id, msg, alone)
 
-    def unclaim(self, pt) -> None:
-        """A claimed call that could not be written after all."""
+    def unclaim(self, pt) -> bool:
+        """A claimed call that could not be written after all: True when it is still
+        ours to send (the loop's path then takes it), False when the loop has it already
+        (the actor restarted or died meanwhile: it was re-queued or failed)."""
         with self.lock:
-            self.inflight.pop(pt.task_id, None)
+            if self.inflight.get(pt.task_id) is not pt:
+                return False
+            del self.inflight[pt.task_id]
             pt.ready = pt.sent = False
+            return True
 
     def submit(self, pt) -> None:
         if self.state == "dead":

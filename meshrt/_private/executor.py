@@ -401,8 +401,8 @@ class Executor:
             err = TypeError(f"{name} returned a value that cannot be serialized: {err}")
             if name != call.name:
                 err.__meshrt_where__ = name
-        spec = call.spec
-        if spec is not None and spec.retry_exceptions and call_payloads.may_retry(spec, err):
+        call_record.note_call(call, err)  # (an attempt that failed, retried or not; a stream's too)
+        if call.spec is not None and call.spec.retry_exceptions and call_payloads.may_retry(call.spec, err):
             self.core.io.post(self.core.task_retry, call)
             return
         if getattr(err, "__meshrt_plain__", False):  # (meshrt's own error, not the user's code)

@@ -12,14 +12,17 @@ calls of ours to it still wait on the loop, an argument is a ref not ready yet, 
 actor is on this host) take the loop's path, in one turn for all of them.
 
 Order: a claimed call is written before this function returns, behind whatever the
-loop already queued on that connection, so calls this thread makes later still come
-after it; a call from another thread to the same actor meanwhile sees this one in
-flight and takes the loop's path, behind it.
+loop already queued on that connection, so the calls this thread makes later come after
+it (calls made meanwhile by other threads have no order with it, as anywhere).
 """
 
 from __future__ import annotations
 
+import logging
+
 from . import lanes
+
+log = logging.getLogger("meshrt")
 
 
 def call_actors(core, handles: list, method: str, calls: list) -> list:
@@ -50,46 +53,64 @@ def call_actors(core, handles: list, method: str, calls: list) -> list:
 
 def _dispatch(core, made: list) -> None:
     core.count_calls([pt.actor_id for pt, _ in made], 1)
-    later = _send_claimed(core, made)
-    if later:
-        core.count_unsubmitted_calls([pt.actor_id for pt, _ in later], 1)
-        core.io.post(_submit, core, later)
+    later: list = []
+    try:
+        _send_claimed(core, made, later)
+    finally:  # (even when interrupted: every call made is written, or the loop sends it)
+        if later:
+            core.count_unsubmitted_calls([pt.actor_id for pt, _ in later], 1)
+            core.io.post(_submit, core, later)
 
 
-def _send_claimed(core, made: list) -> list:
+def _send_claimed(core, made: list, later: list) -> None:
     """Write the calls that may leave now, one frame per host, each as soon as its
     calls are claimed (a mesh's ranks go host by host: the first host's agent starts
-    on its calls while this thread claims the next host's); the rest, in order."""
+    on its calls while this thread claims the next host's); the rest go to ``later``."""
     clients = core.actor_clients
-    later: list = []
+    written: set = set()  # (ids of the calls written)
     conn, batch = None, []
-    for pt, class_name in made:
-        client = clients.get(pt.actor_id)
-        claimed = client.claim(pt) if client is not None and not pt.deps else None
-        if claimed is None:
-            later.append((pt, class_name))
-            continue
-        if claimed[0] is not conn:
-            _write(conn, batch, later)
-            conn, batch = claimed[0], []
-        batch.append((claimed[1], pt, class_name, client))
-    _write(conn, batch, later)
-    return later
+    try:
+        for pt, class_name in made:
+            client = clients.get(pt.actor_id)
+            claimed = client.claim(pt) if client is not None and not pt.deps else None
+            if claimed is None:
+                later.append((pt, class_name))
+                continue
+            if claimed[0] is not conn:
+                _write(conn, batch, later, written)
+                conn, batch = claimed[0], []
+            batch.append((claimed[1], pt, class_name, client))
+        _write(conn, batch, later, written)
+    except BaseException:  # (a KeyboardInterrupt, say): the calls not written yet go to the loop
+        waiting = {id(pt) for pt, _ in later}
+        for pt, class_name in made:
+            if id(pt) in written or id(pt) in waiting:
+                continue
+            client = clients.get(pt.actor_id)
+            if client is None or client.unclaim(pt) or pt.client is None:
+                later.append((pt, class_name))
+        raise
 
 
-def _write(conn, batch: list, later: list) -> None:
-    """One frame of claimed calls; if it cannot be written, they go to ``later``."""
+def _write(conn, batch: list, later: list, written: set) -> None:
+    """One frame of claimed calls; those that cannot be written go to ``later``."""
     if not batch:
         return
     try:  # (raises only before anything was written)
         conn.send_from_thread(*[msg for msg, _, _, _ in batch])
     except Exception:  # noqa: BLE001 - the loop's path takes them, and says what is wrong
         for _, pt, class_name, client in batch:
-            client.unclaim(pt)
-            later.append((pt, class_name))
+            if client.unclaim(pt):  # (else the loop has it already: the actor restarted or died)
+                later.append((pt, class_name))
+        return
+    written.update(id(pt) for _, pt, _, _ in batch)
 
 
 def _submit(core, later: list) -> None:
-    """Loop: the calls that could not leave from the caller's thread."""
+    """Loop: the calls that could not leave from the caller's thread, each on its own
+    (one that fails to queue is logged, as a posted call's would be, and the rest go on)."""
     for pt, class_name in later:
-        core._submit_actor_call(pt.actor_id, class_name, pt)
+        try:
+            core._submit_actor_call(pt.actor_id, class_name, pt)
+        except Exception:
+            log.exception("meshrt: error queueing a call to %s", class_name)

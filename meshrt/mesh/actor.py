@@ -142,7 +142,7 @@ class ActorInstance:
     def _end(self, how: str, reason: str | None) -> None:
         if reason is not None and not isinstance(reason, str):
             raise TypeError(f"actor_instance.{how}(reason=...): give the reason as a str, or None; got {reason!r}")
-        if self is _CLIENT:
+        if self == _CLIENT:  # (a copy of it too: pickled to another process, say)
             raise RuntimeError(f"actor_instance.{how}() ends the mesh actor running this code; this code runs "
                                f"outside one (the driver, or a thread of its own): stop a mesh with "
                                f"mesh.stop(reason)")
