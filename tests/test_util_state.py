@@ -258,3 +258,32 @@ def test_actor_calls_and_constructors_are_listed_once_ended(rt):
     meshrt.get(ref)
     task = get_task(ref.task_id().hex())
     assert task.type == "NORMAL_TASK" and task.start_time_ms <= task.end_time_ms
+
+
+@meshrt.remote
+class Waiter:
+    def wait_for(self, port):
+        import socket
+
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            return sock.recv(16).decode()
+
+
+def test_an_actor_call_running_now_is_listed_running(rt):
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.settimeout(60)
+        waiter = Waiter.remote()
+        ref = waiter.wait_for.remote(server.getsockname()[1])
+        conn, _ = server.accept()  # (the call runs now: it connected)
+        with conn:
+            row = get_task(ref.task_id().hex())
+            assert (row.state, row.type, row.name, row.end_time_ms) == ("RUNNING", "ACTOR_TASK", "Waiter.wait_for",
+                                                                         None)
+            assert row.start_time_ms > 0 and row.actor_id == waiter._actor_id.hex()
+            conn.sendall(b"go")
+        assert meshrt.get(ref) == "go"
+    assert get_task(ref.task_id().hex()).state == "FINISHED"

@@ -49,6 +49,13 @@ class _Ring:
 
 _ring: _Ring | None = None
 _alloc = threading.Lock()
+_running: dict = {}  # id(call) -> (call, thread ident): the executor's calls running now
+
+
+def begin(call) -> None:
+    """An executor's call (executor.Call) starts running on this thread now."""
+    call.started = time.time_ns()
+    _running[id(call)] = (call, threading.get_ident())
 
 
 def note(name: str, task_id: int, kind: str, start_ns: int, failed: bool = False) -> None:
@@ -79,6 +86,7 @@ def note_call(call, error=None, results: tuple = ()) -> None:
         failed = error is not None or bool(results) and getattr(results[0], "is_error", False)
         note(call.span or call.name, call.task_id, TASK if call.is_task else ACTOR_CALL, call.started, failed)
         call.started = 0
+    _running.pop(id(call), None)
 
 
 def _allocate() -> _Ring:
@@ -91,13 +99,12 @@ def _allocate() -> _Ring:
 
 def taken() -> tuple[list, dict]:
     """The spans so far, oldest first, as (start_ns, end_ns, name, task_id, kind, thread
-    ident, failed), and the names of the threads they ran on."""
+    ident, failed), then the calls running now (``end_ns`` 0), and the names of the
+    threads they ran on."""
     ring = _ring
-    if ring is None:
-        return [], {}
-    written = ring.written
-    first = max(0, written - KEPT)
     rows = []
+    written = ring.written if ring is not None else 0
+    first = max(0, written - KEPT)
     for i in range(first, written):
         slot = i % KEPT
         name = ring.name[slot]
@@ -108,6 +115,13 @@ def taken() -> tuple[list, dict]:
             task_id -= 1 << 128
         rows.append((ring.start[slot], ring.end[slot], name, task_id, _KINDS[ring.kind[slot]], ring.thread[slot],
                      bool(ring.failed[slot])))
+    for call, ident in list(_running.values()):  # (list(): one step, other threads may add and remove)
+        started = call.started
+        if started:
+            rows.append((started, 0, call.span or call.name, call.task_id, TASK if call.is_task else ACTOR_CALL,
+                         ident, False))
+    if not rows:
+        return [], {}
     names = {t.ident: t.name for t in threading.enumerate()}
     return rows, {ident: names.get(ident, f"thread {ident}") for ident in {row[5] for row in rows}}
 
@@ -116,6 +130,7 @@ def clear() -> None:
     """Forget what ran (a new session starts in this process, or a forked one)."""
     global _ring
     _ring = None
+    _running.clear()
 
 
 # A process forked from this one (a zygote, a worker) has run none of these calls.

@@ -350,7 +350,7 @@ class Executor:
             self._finish(call, self._cancelled(call))
             return
         on_main = threading.get_ident() == self.main_ident
-        call.started = time.time_ns()
+        call_record.begin(call)
         ctx = context.enter(call, self.core, call.is_task)
         try:
             fn = self._resolve_target(call)
@@ -542,7 +542,7 @@ class Executor:
             self.async_tasks.pop(call.task_id, None)
 
     async def _run_coroutine(self, call: Call, fn) -> None:
-        call.started = time.time_ns()
+        call_record.begin(call)
         ctx = context.enter(call, self.core)
         try:
             args, kwargs = argpack.unpack(call_payloads.arguments(call), call.deps, deserialize, fetch=False)

@@ -5,8 +5,8 @@ placed. Every process keeps the calls that ran in it (call_record.py, what
 call and constructor that ended, as Ray lists ACTOR_TASK and ACTOR_CREATION_TASK
 rows, and adds ``start_time_ms`` to the tasks it scheduled itself.
 
-A call is listed once it has ended (FINISHED, or FAILED where its caller gets an
-error); one still running is not (its process notes it at the end).
+A call is RUNNING from its start, then FINISHED, or FAILED where its caller gets an
+error.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ _MS = 1_000_000  # (ns per ms)
 
 def with_calls(rows: list, processes: list, job_id: str) -> list:
     """``rows`` (the scheduled tasks), each with its last start where a process ran it,
-    then a row per actor call and constructor that ran in ``processes``
+    then a row per actor call and constructor that ran or runs in ``processes``
     (TimelineTable.calls_of_processes)."""
     started: dict[str, int] = {}
-    calls = []
+    calls: dict[tuple, dict] = {}  # (task id, kind) -> its row: an ended call's replaces its running one
     for proc in processes:
         for start_ns, end_ns, name, task_id, kind, _thread, failed in proc["rows"]:
             if task_id <= 0:  # (meshrt's own: an actor's release)
@@ -31,21 +31,23 @@ def with_calls(rows: list, processes: list, job_id: str) -> list:
                 continue
             if name.startswith("ProcHost."):  # (a mesh process spawning or stopping actors: meshrt's own)
                 continue
+            if not end_ns and (task_id, kind) in calls:
+                continue
             creation = kind == call_record.ACTOR_CREATION
-            calls.append({
+            calls[(task_id, kind)] = {
                 "task_id": ids.to_hex(task_id),
                 "job_id": job_id,
                 "name": name,
                 "func_or_class_name": name,
-                "state": "FAILED" if failed else "FINISHED",
+                "state": "RUNNING" if not end_ns else "FAILED" if failed else "FINISHED",
                 "type": "ACTOR_CREATION_TASK" if creation else "ACTOR_TASK",
                 "actor_id": ids.to_hex(task_id) if creation else proc.get("actor_id"),
                 "node_id": proc["node_id"],
                 "worker_id": proc["worker_id"],
                 "worker_pid": proc["pid"],
                 "start_time_ms": start_ns // _MS,
-                "end_time_ms": end_ns // _MS,
-            })
+                "end_time_ms": end_ns // _MS if end_ns else None,
+            }
     scheduled = [dict(row, start_time_ms=started[row["task_id"]]) if row["task_id"] in started else row
                  for row in rows]
-    return scheduled + calls
+    return scheduled + list(calls.values())

@@ -45,6 +45,8 @@ def chrome_events(processes: list[dict]) -> list[dict]:
         for ident, name in proc["threads"].items():
             events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": ident, "args": {"name": name}})
         for start_ns, end_ns, name, task_id, kind, ident, _failed in proc["rows"]:
+            if not end_ns:  # (running now: a span once it ends)
+                continue
             calls.append({
                 "cat": kind, "name": name, "ph": "X", "pid": pid, "tid": ident,
                 "ts": start_ns / 1000, "dur": (end_ns - start_ns) / 1000,

@@ -2,8 +2,8 @@
 
 Each asks the controller for a snapshot of what it knows now: every actor (dead ones
 too, with how they died), each worker process, each placement group, each host, the
-tasks waiting or running and the last 1,000 that ended, the actor calls that ended (as
-their processes keep them), and the objects in the head host's shared-memory store. ``filters`` are ``(field, "=" or "!=", value)`` triples,
+tasks waiting or running and the last 1,000 that ended, the actor calls running or
+ended (as their processes keep them), and the objects in the head host's shared-memory store. ``filters`` are ``(field, "=" or "!=", value)`` triples,
 compared as text (state words in any case).
 """
 
@@ -43,8 +43,8 @@ def list_tasks(address: str | None = None, filters: list | None = None, limit: i
                _explain: bool = False) -> list[TaskState]:
     """Tasks waiting for a worker or running now, and the last 1,000 that ended
     (FINISHED or FAILED, with ``start_time_ms`` and ``end_time_ms``); actor method calls
-    (``ACTOR_TASK``) and constructors (``ACTOR_CREATION_TASK``) once they have ended,
-    as each process keeps them (its last 10,000; task_spans.py)."""
+    (``ACTOR_TASK``) and constructors (``ACTOR_CREATION_TASK``) running now or ended, as
+    each process keeps them (its last 10,000; task_spans.py)."""
     return _listed("tasks", TaskState, filters, limit, timeout)
 
 
