@@ -248,9 +248,11 @@ def test_actor_calls_and_constructors_are_listed_once_ended(rt):
     row = get_task(ok.task_id().hex())
     assert (row.type, row.state, row.name, row.actor_id) == ("ACTOR_TASK", "FINISHED", "Counter.add", actor_id)
     assert row.start_time_ms <= row.end_time_ms and row.worker_pid == meshrt.get(counter.pid.remote())
-    assert get_task(bad.task_id().hex()).state == "FAILED"
-    made = {(t.actor_id, t.state) for t in list_tasks(filters=[("type", "=", "ACTOR_CREATION_TASK")])}
-    assert (actor_id, "FINISHED") in made and (broken._actor_id.hex(), "FAILED") in made
+    failed = get_task(bad.task_id().hex())
+    assert (failed.state, failed.error_type) == ("FAILED", "TASK_EXECUTION_EXCEPTION")
+    assert failed.error_message == "ValueError: no negative steps"
+    made = {(t.actor_id, t.state, t.error_type) for t in list_tasks(filters=[("type", "=", "ACTOR_CREATION_TASK")])}
+    assert (actor_id, "FINISHED", None) in made and (broken._actor_id.hex(), "FAILED", "ACTOR_CREATION_FAILED") in made
     counts = summarize_tasks()["cluster"]["summary"]["Counter.add"]["state_counts"]
     assert counts == {"FINISHED": 1, "FAILED": 1}
     # a task the controller scheduled has its start too

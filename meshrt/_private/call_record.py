@@ -1,6 +1,6 @@
 """What ran in this process, kept for ``meshrt.timeline()`` and ``list_tasks()``: one
-span per task, actor call or actor constructor (start, end, name, thread, whether it
-failed), the last ``KEPT`` of them.
+span per task, actor call or actor constructor (start, end, name, thread, how it
+failed, if it did), the last ``KEPT`` of them.
 
 Always on, as cheap as two clock reads and a few stores, so a timeline covers what
 already ran (Ray records its events only with ``RAY_PROFILING=1``). The controller
@@ -22,6 +22,7 @@ import time
 from array import array
 
 KEPT = 10_000
+_TEXT_KEPT = 1000  # characters of a failed call's error text kept
 
 TASK = "task"
 ACTOR_CALL = "actor_task"
@@ -41,7 +42,7 @@ class _Ring:
         self.task_lo = array("Q", bytes(8 * KEPT))
         self.thread = array("Q", bytes(8 * KEPT))
         self.kind = array("b", bytes(KEPT))
-        self.failed = array("b", bytes(KEPT))
+        self.error: list = [None] * KEPT  # (Ray's error type, text) of a call that failed
         self.name: list = [None] * KEPT
         self.count = itertools.count()
         self.written = 0  # spans written so far (a reader's bound)
@@ -58,9 +59,9 @@ def begin(call) -> None:
     _running[id(call)] = (call, threading.get_ident())
 
 
-def note(name: str, task_id: int, kind: str, start_ns: int, failed: bool = False) -> None:
-    """A call that started at ``start_ns`` (``time.time_ns()``) ended now (``failed``:
-    with an error, its caller's to read)."""
+def note(name: str, task_id: int, kind: str, start_ns: int, error: tuple | None = None) -> None:
+    """A call that started at ``start_ns`` (``time.time_ns()``) ended now; ``error``:
+    how it failed (Ray's error type, the error's text), if it did."""
     end_ns = time.time_ns()
     ring = _ring or _allocate()
     i = next(ring.count)
@@ -73,7 +74,7 @@ def note(name: str, task_id: int, kind: str, start_ns: int, failed: bool = False
     ring.task_lo[slot] = task_id & 0xFFFF_FFFF_FFFF_FFFF
     ring.thread[slot] = threading.get_ident()
     ring.kind[slot] = _KIND_CODE[kind]
-    ring.failed[slot] = failed
+    ring.error[slot] = error
     ring.name[slot] = sys.intern(name)
     if i >= ring.written:
         ring.written = i + 1
@@ -81,12 +82,37 @@ def note(name: str, task_id: int, kind: str, start_ns: int, failed: bool = False
 
 def note_call(call, error=None, results: tuple = ()) -> None:
     """An executor's call (executor.Call) ended, or is about to answer with ``results``
-    (or ``error``): noted once."""
+    (or ``error``, what it raised or its payload): noted once."""
     if call.started:
         failed = error is not None or bool(results) and getattr(results[0], "is_error", False)
-        note(call.span or call.name, call.task_id, TASK if call.is_task else ACTOR_CALL, call.started, failed)
+        failure = _failure(error, results) if failed else None
+        note(call.span or call.name, call.task_id, TASK if call.is_task else ACTOR_CALL, call.started, failure)
         call.started = 0
     _running.pop(id(call), None)
+
+
+def note_creation(name: str, actor_id: int, start_ns: int, error) -> None:
+    """An actor's constructor ran (``error``: its error payload, if it raised)."""
+    failure = None if error is None else ("ACTOR_CREATION_FAILED", _failure(error, ())[1])
+    note(name, actor_id, ACTOR_CREATION, start_ns, failure)
+
+
+def _failure(error, results: tuple) -> tuple:
+    """(Ray's error type, text) of a failed call: what the user's code raised is a
+    TASK_EXECUTION_EXCEPTION (as Ray wraps it), meshrt's own errors (a cancel, a dead
+    mesh actor) say what they are."""
+    from .. import exceptions as exc
+
+    own = error is None or not isinstance(error, BaseException) or getattr(error, "__meshrt_plain__", False)
+    if error is None or not isinstance(error, BaseException):  # (an error payload: read back)
+        from ..objstore.serialization import error_from_payload
+
+        try:
+            error = error_from_payload(error if error is not None else results[0])
+        except Exception as failure:  # noqa: BLE001 - (only describes it)
+            return "TASK_EXECUTION_EXCEPTION", f"(its error could not be read: {failure!r})"
+    kind = exc.ray_error_type(error) if own else "TASK_EXECUTION_EXCEPTION"
+    return kind, f"{type(error).__name__}: {error}"[:_TEXT_KEPT]
 
 
 def _allocate() -> _Ring:
@@ -99,8 +125,8 @@ def _allocate() -> _Ring:
 
 def taken() -> tuple[list, dict]:
     """The spans so far, oldest first, as (start_ns, end_ns, name, task_id, kind, thread
-    ident, failed), then the calls running now (``end_ns`` 0), and the names of the
-    threads they ran on."""
+    ident, error), then the calls running now (``end_ns`` 0), and the names of the
+    threads they ran on (``error``: None, or how the call failed: see ``note``)."""
     ring = _ring
     rows = []
     written = ring.written if ring is not None else 0
@@ -114,12 +140,12 @@ def taken() -> tuple[list, dict]:
         if task_id >> 127:
             task_id -= 1 << 128
         rows.append((ring.start[slot], ring.end[slot], name, task_id, _KINDS[ring.kind[slot]], ring.thread[slot],
-                     bool(ring.failed[slot])))
+                     ring.error[slot]))
     for call, ident in list(_running.values()):  # (list(): one step, other threads may add and remove)
         started = call.started
         if started:
             rows.append((started, 0, call.span or call.name, call.task_id, TASK if call.is_task else ACTOR_CALL,
-                         ident, False))
+                         ident, None))
     if not rows:
         return [], {}
     names = {t.ident: t.name for t in threading.enumerate()}

@@ -499,8 +499,7 @@ class Executor:
         except BaseException as err:  # noqa: BLE001
             error = error_payload(err, f"{spec.class_name}.__init__", os.getpid(), skip_frames=1)
             self.user_loop = None
-        call_record.note(f"{spec.class_name}.__init__", spec.actor_id, call_record.ACTOR_CREATION, started,
-                         error is not None)
+        call_record.note_creation(f"{spec.class_name}.__init__", spec.actor_id, started, error)
         self.core.io.post(self.core.send_controller, m.ActorStarted(spec.actor_id, incarnation, error))
 
     def _offer_main_lane(self) -> None:

@@ -23,7 +23,7 @@ def with_calls(rows: list, processes: list, job_id: str) -> list:
     started: dict[str, int] = {}
     calls: dict[tuple, dict] = {}  # (task id, kind) -> its row: an ended call's replaces its running one
     for proc in processes:
-        for start_ns, end_ns, name, task_id, kind, _thread, failed in proc["rows"]:
+        for start_ns, end_ns, name, task_id, kind, _thread, error in proc["rows"]:
             if task_id <= 0:  # (meshrt's own: an actor's release)
                 continue
             if kind == call_record.TASK:
@@ -39,7 +39,7 @@ def with_calls(rows: list, processes: list, job_id: str) -> list:
                 "job_id": job_id,
                 "name": name,
                 "func_or_class_name": name,
-                "state": "RUNNING" if not end_ns else "FAILED" if failed else "FINISHED",
+                "state": "RUNNING" if not end_ns else "FAILED" if error else "FINISHED",
                 "type": "ACTOR_CREATION_TASK" if creation else "ACTOR_TASK",
                 "actor_id": ids.to_hex(task_id) if creation else proc.get("actor_id"),
                 "node_id": proc["node_id"],
@@ -47,6 +47,8 @@ def with_calls(rows: list, processes: list, job_id: str) -> list:
                 "worker_pid": proc["pid"],
                 "start_time_ms": start_ns // _MS,
                 "end_time_ms": end_ns // _MS if end_ns else None,
+                "error_type": error[0] if error else None,
+                "error_message": error[1] if error else None,
             }
     scheduled = [dict(row, start_time_ms=started[row["task_id"]]) if row["task_id"] in started else row
                  for row in rows]

@@ -66,7 +66,9 @@ def test_tasks_and_actor_calls_in_the_state_api():
     assert (call.type, call.state, call.name, call.func_or_class_name) == (
         "ACTOR_TASK", "FINISHED", "Tally.add", "Tally.add")
     assert call.actor_id == tally._actor_id.hex() and call.start_time_ms <= call.end_time_ms
-    assert _listed(lambda: _ended(bad)).state == "FAILED"
+    failed = _listed(lambda: _ended(bad))
+    assert (failed.state, failed.error_type) == ("FAILED", "TASK_EXECUTION_EXCEPTION")
+    assert "no negative steps" in failed.error_message
     made = _listed(lambda: [t for t in list_tasks(filters=[("type", "=", "ACTOR_CREATION_TASK")])
                             if t.actor_id == tally._actor_id.hex()])
     assert made[0].name == "Tally.__init__"
