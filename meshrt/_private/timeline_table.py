@@ -103,6 +103,6 @@ def _merged(processes: list[dict]) -> list[dict]:
         if seen is None:
             by_worker[proc["worker_id"]] = dict(proc)  # (not the kept one: it is merged into)
         else:
-            seen["rows"] = sorted(set(seen["rows"]) | set(proc["rows"]))
+            seen["rows"] = sorted(set(seen["rows"]) | set(proc["rows"]), key=lambda row: row[:6])
             seen["threads"] = {**seen["threads"], **proc["threads"]}
     return list(by_worker.values())
