@@ -12,11 +12,13 @@ Needs root, iproute2's ``ip`` and ``unshare``; skipped where namespaces cannot b
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 
 import numpy as np
+import psutil
 import pytest
 
 import meshrt
@@ -48,6 +50,22 @@ def _undo(made: list) -> None:
         subprocess.run(["ip", kind, "del", name], capture_output=True, timeout=30)
 
 
+def _remove_stale() -> None:
+    """Namespaces and links a killed test run left behind (its process is gone): they
+    hold this file's addresses, and a new run's hosts could not reach the driver."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30).stdout
+    stale = {m.group(1) for m in re.finditer(r"^meshrt-(\d+)-", listed, re.M) if not psutil.pid_exists(int(m.group(1)))}
+    if not stale:
+        return
+    for name in re.findall(r"^(meshrt-\d+-\S+)", listed, re.M):
+        if name.split("-")[1] in stale:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, timeout=30).stdout
+    for link in re.findall(r"^\d+: (mr[a-z](\d+)[a-z0-9]*)[@:]", links, re.M):
+        if link[1] in stale or link[1][:-1] in stale:  # (mrb<tag>, mru<tag>h; mrh<tag><i>)
+            subprocess.run(["ip", "link", "del", link[0]], capture_output=True, timeout=30)
+
+
 @pytest.fixture(scope="module")
 def namespaces():
     """Two host namespaces and this one on a switch: a bridge inside a namespace of its
@@ -55,6 +73,7 @@ def namespaces():
     devices, as it should: docker0 has the same address on every machine)."""
     if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("unshare") is None:
         pytest.skip("hosts in namespaces need root, iproute2's `ip` and util-linux's `unshare`")
+    _remove_stale()
     tag = str(os.getpid() % 100000)
     switch = f"meshrt-{tag}-switch"
     names = [f"meshrt-{tag}-{i}" for i in (2, 3)]
