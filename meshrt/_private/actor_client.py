@@ -44,8 +44,7 @@ class ActorClient:
         without a turn of the core loop, when nothing of ours is ahead of it."""
         with self.lock:
             # (calls in flight: a burst, which the loop batches into fewer frames)
-            if (self.state != "alive" or self.queue or self.inflight or self.killed
-                    or self.core.unsubmitted_calls(self.actor_id) or not self.core.io.caught_up()):
+            if self.inflight or not self._nothing_ahead():
                 return False
             route = self.core.direct_conn(self.worker_id)
             if route is None:
@@ -70,6 +69,13 @@ class ActorClient:
                 return False
             return True
 
+    def _nothing_ahead(self) -> bool:
+        """With the lock held: the actor is live and no call of ours to it waits on the
+        loop (queued here, posted and not yet queued, or behind a kill), so one sent now
+        from this thread cannot overtake any."""
+        return (self.state == "alive" and not self.queue and not self.killed
+                and not self.core.unsubmitted_calls(self.actor_id) and self.core.io.caught_up())
+
     def _unlend(self, pt) -> None:
         """Large bytes lent for an actor of this host (loans.py) travel inside the call
         to an actor that is on another host (created there, or restarted there)."""
@@ -82,8 +88,7 @@ class ActorClient:
         message) the caller must write at once, or None (the loop's path takes it).
         A mesh call writes many at once this way (fanout_calls.py)."""
         with self.lock:
-            if (self.state != "alive" or self.queue or self.killed
-                    or self.core.unsubmitted_calls(self.actor_id) or not self.core.io.caught_up()):
+            if not self._nothing_ahead():
                 return None
             route = self.core.direct_conn(self.worker_id)
             if route is None or not route[1]:

@@ -103,14 +103,15 @@ def _failure(error, results: tuple) -> tuple:
     mesh actor) say what they are."""
     from .. import exceptions as exc
 
-    own = error is None or not isinstance(error, BaseException) or getattr(error, "__meshrt_plain__", False)
-    if error is None or not isinstance(error, BaseException):  # (an error payload: read back)
+    from_payload = not isinstance(error, BaseException)  # (or None: the results' first)
+    if from_payload:
         from ..objstore.serialization import error_from_payload
 
         try:
             error = error_from_payload(error if error is not None else results[0])
         except Exception as failure:  # noqa: BLE001 - (only describes it)
             return "TASK_EXECUTION_EXCEPTION", f"(its error could not be read: {failure!r})"
+    own = from_payload or getattr(error, "__meshrt_plain__", False)
     kind = exc.ray_error_type(error) if own else "TASK_EXECUTION_EXCEPTION"
     return kind, f"{type(error).__name__}: {error}"[:_TEXT_KEPT]
 

@@ -39,20 +39,20 @@ class MeshSupport:
 
     def count_call(self, actor_id: int, delta: int) -> None:
         """Any thread: a call to ``actor_id`` was made (+1) or answered (-1)."""
-        self._count(self.calls_out, actor_id, delta)
+        self._count(self.calls_out, (actor_id,), delta)
 
     def count_unsubmitted(self, actor_id: int, delta: int) -> None:
         """Any thread: a call was posted to the core loop (+1) or queued there (-1)."""
-        self._count(self._unsubmitted, actor_id, delta)
+        self._count(self._unsubmitted, (actor_id,), delta)
 
     def count_calls(self, actor_ids: list, delta: int) -> None:
         """``count_call`` for each of many actors (a mesh call), under one lock."""
-        self._count_each(self.calls_out, actor_ids, delta)
+        self._count(self.calls_out, actor_ids, delta)
 
     def count_unsubmitted_calls(self, actor_ids: list, delta: int) -> None:
-        self._count_each(self._unsubmitted, actor_ids, delta)
+        self._count(self._unsubmitted, actor_ids, delta)
 
-    def _count_each(self, counts: dict, actor_ids: list, delta: int) -> None:
+    def _count(self, counts: dict, actor_ids, delta: int) -> None:
         with self._calls_lock:
             for actor_id in actor_ids:
                 n = counts.get(actor_id, 0) + delta
@@ -60,14 +60,6 @@ class MeshSupport:
                     counts[actor_id] = n
                 else:
                     counts.pop(actor_id, None)
-
-    def _count(self, counts: dict, actor_id: int, delta: int) -> None:
-        with self._calls_lock:
-            n = counts.get(actor_id, 0) + delta
-            if n > 0:
-                counts[actor_id] = n
-            else:
-                counts.pop(actor_id, None)
 
     def _unresolved(self, refs: list, fail_fast: bool) -> list:
         """The entries of ``refs`` still to wait for: none once one failed (``fail_fast``)."""
