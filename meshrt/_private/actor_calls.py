@@ -18,12 +18,12 @@ class ActorCalls:
     request_sync, send_controller, namespace, _make_returns, _note_child, _start_pending."""
 
     def call_actor(self, handle, method: str, args: tuple, kwargs: dict, num_returns: int,
-                   inline: bool = False, direct: bool = True, packed=None, retry_exceptions: Any = False,
+                   inline: bool = False, packed=None, retry_exceptions: Any = False,
                    concurrency_group: str | None = None) -> Any:
         """``inline``: the actor is on another host, so large arguments are lent
-        (lent_payloads.py) instead of placed in this host's store. ``direct``: the
-        call may leave from this thread. ``packed``: ``args`` already serialized, with
-        no refs or store blocks (reused by every call)."""
+        (lent_payloads.py) instead of placed in this host's store. ``packed``: ``args``
+        already serialized, with no refs or store blocks (reused by every call). The call
+        leaves from this thread where nothing of ours to the actor is ahead of it."""
         if packed is not None:
             payload, deps, pins = packed, [], []
         else:
@@ -34,7 +34,7 @@ class ActorCalls:
         pt.group = concurrency_group
         self.count_call(pt.actor_id, 1)
         client = self.actor_clients.get(pt.actor_id)
-        if direct and client is not None and not deps and client.send_now(pt):
+        if client is not None and not deps and client.send_now(pt):
             return result
         self.count_unsubmitted(pt.actor_id, 1)
         self.io.post(self._submit_actor_call, pt.actor_id, handle._class_name, pt)
