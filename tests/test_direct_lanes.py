@@ -176,7 +176,7 @@ async def test_a_call_racing_with_stop_is_answered_or_failed_never_lost(rt):
 
 
 @needs_lanes
-async def test_a_killed_process_fails_its_calls_and_its_lane_is_closed(rt):
+async def test_a_killed_process_fails_its_calls_and_its_lane_is_closed(rt, failures):
     procs = this_host().spawn_procs(per_host={"gpus": 2})
     log = procs.spawn("log", Log)
     pids = list((await log.pid.call()).values())
@@ -187,6 +187,8 @@ async def test_a_killed_process_fails_its_calls_and_its_lane_is_closed(rt):
             await log.slice(gpus=0).add.call_one(1).as_asyncio()
     assert not state.core().direct_lanes.has(worker, log._key)
     assert await log.slice(gpus=1).add.call_one(3) == 1  # the other process still serves
+    seen, event = failures
+    assert await asyncio.to_thread(event.wait, 30) and [f.rank for f in seen] == [0]  # (and its owner heard)
     await procs.stop()
 
 

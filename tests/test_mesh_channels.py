@@ -138,7 +138,7 @@ async def test_an_endpoint_with_an_explicit_response_port_answers_through_it(rt)
     await procs.stop()
 
 
-async def test_a_response_port_handed_on_and_dropped_everywhere_fails_its_call(rt):
+async def test_a_response_port_handed_on_and_dropped_everywhere_fails_its_call(rt, failures):
     procs = this_host().spawn_procs(per_host={"gpus": 1})
     mesh = procs.spawn("a", Answerer)
     helpers = this_host().spawn_procs(per_host={"two": 2})
@@ -166,5 +166,8 @@ async def test_a_response_port_handed_on_and_dropped_everywhere_fails_its_call(r
         await asyncio.wait_for(helper.slice(two=1).crash.call_one(), 30)
     with pytest.raises(RuntimeError, match="or its process died"):
         await asyncio.wait_for(crashed, 30)  # (its holder died)
+    seen, event = failures
+    assert await asyncio.to_thread(event.wait, 30)  # (the crash is a supervision event too)
+    assert [(f.mesh_name, f.rank) for f in seen] == [(helpers._name, 1)]
     await helpers.stop()
     await procs.stop()

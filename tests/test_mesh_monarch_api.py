@@ -122,11 +122,13 @@ async def test_send_errors_reach_the_port(rt, failures):
     with pytest.raises(ValueError, match="no good") as info:
         await receiver.recv()
     assert "w.fail" in str(info.value)  # (named as the endpoint, as a call's error is)
+    assert await mesh.slice(gpus=1).rank.call_one() == 0  # (the port took it: the actor serves on)
     send(mesh.slice(gpus=0).crash, (), {}, port=port)
     with pytest.raises(ActorDiedError, match="'w'"):
         await receiver.recv()
-    seen, _ = failures
-    assert seen == []  # the port's receiver got them: nothing for the supervisor
+    seen, event = failures  # the port's receiver got the error; a process that died is reported all the same
+    assert await asyncio.to_thread(event.wait, 30)
+    assert [(f.rank, "its process died" in f.report()) for f in seen] == [(0, True)]
     await procs.stop()
 
 

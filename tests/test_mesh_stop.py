@@ -8,7 +8,7 @@ import threading
 import pytest
 
 import meshrt
-from meshrt import Actor, concurrent_endpoint, endpoint, this_host
+from meshrt import Actor, Channel, concurrent_endpoint, endpoint, this_host
 from meshrt.exceptions import ActorDiedError, TaskError
 
 
@@ -182,3 +182,59 @@ async def test_an_endpoint_stopping_its_own_processes_is_refused_not_hung(rt, cl
     with pytest.raises(RuntimeError, match=refusal):
         await stopper.stop_procs.call_one(procs)
     await procs.stop()
+
+
+def _until_stopping(started) -> bool:
+    """Say it started, then run until this process is told to stop (stop() lets a running
+    call finish): the calls queued behind it are then sure to start after the stop came."""
+    import time
+
+    from meshrt.mesh import proc_host
+
+    started.send("running")
+    deadline = time.monotonic() + 30
+    while not any(host.stopping for host in proc_host._hosts_here):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+class Lingerer(Actor):
+    @endpoint
+    def linger(self, started):
+        return _until_stopping(started)
+
+    @endpoint
+    def ping(self):
+        return "pong"
+
+
+class AsyncLingerer(Actor):
+    @endpoint
+    async def linger(self, started):
+        import asyncio
+
+        return await asyncio.to_thread(_until_stopping, started)
+
+    @endpoint
+    async def ping(self):
+        return "pong"
+
+
+@pytest.mark.parametrize("cls", [Lingerer, AsyncLingerer], ids=["plain", "async"])
+async def test_stop_fails_the_calls_queued_behind_a_running_one(rt, failures, cls):
+    # As in Monarch: the running call finishes, the ones not started yet fail, saying so.
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    actor = procs.spawn("l", cls)
+    port, started = Channel.open()
+    running = actor.linger.call_one(port)
+    queued = actor.ping.call_one()
+    assert await started.recv() == "running"
+    await procs.stop()
+    assert await running is True
+    with pytest.raises(ActorDiedError, match=r"stopped with stop\(\).*before this call started"):
+        await queued
+    _supervision_done()
+    seen, _ = failures
+    assert seen == []  # (stopped on purpose: no failure)

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 import meshrt
-from meshrt import Actor, Channel, endpoint, this_host
+from meshrt import Actor, Channel, Point, endpoint, this_host
 
 
 class Fragile(Actor):
@@ -29,6 +29,10 @@ class Fragile(Actor):
     @endpoint
     def fail(self):
         raise ValueError("broadcast went wrong")
+
+    @endpoint
+    async def fail_async(self):
+        raise KeyError("async broadcast went wrong")
 
     @endpoint
     def ok(self):
@@ -60,8 +64,9 @@ async def test_a_crash_during_a_call_names_mesh_point_and_exit(rt, failures):
     with pytest.raises(meshrt.SupervisionError, match="mesh 'frag'"):  # (and a later call's too)
         await mesh.slice(gpus=1).ok.call_one()
     assert await mesh.slice(gpus=0).ok.call_one() == "ok"  # the rest keeps serving
-    seen, _ = failures
-    assert seen == []  # a caller saw it: not a supervision event
+    seen, event = failures
+    assert event.wait(30)  # a caller saw it, and it is a supervision event all the same, as in Monarch
+    assert [(f.point, "exited with code 3" in f.report()) for f in seen] == [(Point(1, procs.extent), True)]
     await procs.stop()
 
 
@@ -74,6 +79,23 @@ async def test_broadcast_failure_reaches_the_hook(rt, failures):
     failure = seen[0]
     assert failure.mesh_name == "frag" and failure.rank == 1 and failure.endpoint == "frag.fail"
     assert "broadcast went wrong" in failure.report()
+    await procs.stop()
+
+
+@pytest.mark.parametrize("endpoint_name, error", [("fail", "ValueError"), ("fail_async", "KeyError")])
+async def test_an_endpoint_raising_under_broadcast_fails_its_actor(rt, failures, endpoint_name, error):
+    # As in Monarch: nobody could hear the error, so the actor fails (its later calls
+    # raise); its neighbours serve on, and the failure is reported once.
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    mesh = procs.spawn("frag", Fragile)
+    seen, event = failures
+    mesh.slice(gpus=1).endpoint(endpoint_name).broadcast()
+    assert await asyncio.to_thread(event.wait, 30)
+    with pytest.raises(meshrt.exceptions.MeshActorDiedError,
+                       match=rf"'frag' at Point\(gpus=1\).*it failed: frag.{endpoint_name} raised {error}"):
+        await mesh.slice(gpus=1).ok.call_one()
+    assert await mesh.slice(gpus=0).ok.call_one() == "ok"
+    assert [(f.rank, f.endpoint) for f in seen] == [(1, f"frag.{endpoint_name}")]
     await procs.stop()
 
 
@@ -98,6 +120,13 @@ class Supervisor(Actor):
     async def break_child(self):
         self.children.slice(gpus=0).fail.broadcast()
 
+    @endpoint
+    async def crash_child_awaited(self):
+        try:
+            await self.children.slice(gpus=1).crash.call_one()
+        except RuntimeError as err:  # (a MeshActorDiedError is a SupervisionError, as Monarch's is)
+            return type(err).__name__
+
     def __supervise__(self, failure):
         self.port.send(failure.report())
         return self.handle
@@ -112,6 +141,18 @@ async def test_owner_supervise_handles_child_failures(rt, failures):
     assert "mesh 'kids' at Point(gpus=0)" in report and "broadcast went wrong" in report
     assert await sup.break_child.call_one() is None  # handled: the owner lives on
     assert "broadcast went wrong" in await within(receiver.recv())
+    seen, _ = failures
+    assert seen == []
+    await sup_procs.stop()
+
+
+async def test_a_child_crashing_in_an_awaited_call_reaches_the_owners_supervise_too(rt, failures):
+    port, receiver = Channel.open()
+    sup_procs = this_host().spawn_procs()
+    sup = sup_procs.spawn("sup", Supervisor, port, True)
+    assert await sup.crash_child_awaited.call_one() == "MeshActorDiedError"  # (the caller hears)
+    report = await within(receiver.recv())  # (and so does the owner, as in Monarch)
+    assert "Point(gpus=1)" in report and "its process died" in report and "exited with code 3" in report
     seen, _ = failures
     assert seen == []
     await sup_procs.stop()

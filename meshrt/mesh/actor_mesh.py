@@ -21,6 +21,7 @@ from .._private.portal import failed
 from ..objstore.serialization import SHM_THRESHOLD, big_bytes_out_of_band
 from . import supervision
 from .future import Future
+from .proc_host import STOPPED, UNANSWERED
 from .shape import Point, Shape, Shaped
 from .values import ValueMesh
 
@@ -35,6 +36,9 @@ class MeshState:
         self.owner = owner
         self.stopping = False
         self.stop_reason = ""  # ProcMesh.stop(reason)
+        # A death that a waiting caller saw is that caller's to handle, not supervision's:
+        # set by meshrt.parallel's Trainer, which waits on every call and reports deaths itself.
+        self.callers_handle_deaths = False
         self.failures = None  # (Port, keeper) its actors report an abort() to (supervision.failure_port)
         self.whole = lambda: None  # the ProcMesh as spawned, weakly (meshes.py)
 
@@ -204,10 +208,12 @@ class Endpoint:
                                                f"again to call it")
         self._checker.check(args, kwargs)
 
-    def _send(self, ranks: list[int], args: tuple, kwargs: dict, reply_to=None) -> list:
+    def _send(self, ranks: list[int], args: tuple, kwargs: dict, reply_to=None, unanswered: bool = False) -> list:
         """One call per target process; arguments serialized once. ``reply_to``: a Port
-        each actor sends its result to (``send(..., port=)``); the calls resolve to None."""
+        each actor sends its result to (``send(..., port=)``); the calls resolve to None.
+        ``unanswered``: nobody awaits them (``broadcast``): an actor they raise in fails."""
         mesh = self._mesh
+        options = {**(self._options or {}), UNANSWERED: True} if unanswered else self._options
         core = state.core()
         extent = mesh._shape.extent
         labels, sizes = extent.labels, extent.sizes
@@ -241,8 +247,8 @@ class Endpoint:
         batch = len(ranks) > 1 and any(remote)  # one frame per agent
         # A call without arguments sends the same bytes to a rank every time: pickled once.
         reuse = (mesh.__dict__.setdefault("_no_args", {})
-                 if not args and not kwargs and not spawned and self._options is None and reply_to is None else None)
-        extra = (self._options, reply_to) if self._options is not None or reply_to is not None else ()
+                 if not args and not kwargs and not spawned and options is None and reply_to is None else None)
+        extra = (options, reply_to) if options is not None or reply_to is not None else ()
         calls = []
         for i, rank in enumerate(ranks):
             message_rank = i if local is None else local.index(rank)
@@ -329,12 +335,13 @@ class Endpoint:
         if selection != "all":
             rank = self._least_loaded()
             ranks, points = [rank], [points[ranks.index(rank)]]
-        refs = self._send(ranks, args, kwargs, port)
+        refs = self._send(ranks, args, kwargs, port, unanswered=port is None)
         core = state.core()
         owner = _owner(mesh) if port is None else None
-        for ref, point in zip(refs, points, strict=True):
+        for ref, point, rank in zip(refs, points, ranks, strict=True):
             core.concurrent_future(ref).add_done_callback(
-                lambda f, point=point: _unanswered_done(mesh, point, owner, port, self._name, f))
+                lambda f, point=point, proc=mesh._procs[rank]: _unanswered_done(mesh, point, proc, owner, port,
+                                                                                self._name, f))
 
     def stream(self, *args, **kwargs):
         """Every actor; yields one Future per reply, in the order replies arrive."""
@@ -490,17 +497,20 @@ def _owner(mesh: ActorMesh):
     return current_owner()
 
 
-def _unanswered_done(mesh: ActorMesh, point: Point, owner, port, endpoint: str, done) -> None:
+def _unanswered_done(mesh: ActorMesh, point: Point, proc, owner, port, endpoint: str, done) -> None:
     """A call nobody awaits has ended (``post``): its failure goes to the port, if
     any, or else to the mesh's supervisor."""
     err = done.exception()
     if err is None:
         return
     if isinstance(err, (exc.RayActorError, exc.RuntimeNotInitializedError)) and not isinstance(err, exc.TaskError):
-        if mesh._state is not None and mesh._state.stopping:
-            return
-        if getattr(state.core_or_none(), "closing", True):
+        if (mesh._state is not None and mesh._state.stopping) or STOPPED in str(err):
+            return  # (stopped on purpose, from here or by a process the mesh was passed to)
+        core = state.core_or_none()
+        if getattr(core, "closing", True):
             return  # (meshrt.shutdown() ended it: not a failure to report)
+        if port is None and mesh._state is not None and core.known_dead(proc._actor_id):
+            return  # (its process died: meshes.py reports that to the supervisor, once)
     err = _relabel(mesh, point, endpoint)(err)
     if port is not None:
         port.exception(err)

@@ -36,7 +36,7 @@ class ControllerRegistry:
             mesh = self.meshes.get(name)
             if mesh is None:
                 procs = this_host().spawn_procs(name=f"controller-{name}")
-                mesh = self.meshes[name] = procs.spawn(name, actor_class, *args, **kwargs).slice(procs=0)
+                mesh = self.meshes[name] = procs.spawn(name, actor_class, *args, **kwargs)
         return mesh
 
     async def names(self) -> list:

@@ -12,6 +12,7 @@ import asyncio
 import inspect
 import itertools
 import logging
+import math
 import os
 import warnings
 import weakref
@@ -121,15 +122,15 @@ class HostMesh(Shaped, StoppedOnExit):
                     name: str | None = None) -> ProcMesh:
         """Start processes: ``per_host={"gpus": 4}`` -> a ProcMesh {"gpus": 4} per host.
 
-        ``per_host`` may name several dims (``{"hosts": 2, "gpus": 2}`` on one machine).
-        ``bootstrap``: a function (``def`` or ``async def``, no arguments) each new process
+        ``per_host`` may name several dims (``{"hosts": 2, "gpus": 2}`` on one machine);
+        without any (None or ``{}``), one process per host, as in Monarch. ``bootstrap``: a function (``def`` or ``async def``, no arguments) each new process
         runs first, before any actor is spawned there, as in Monarch; if it raises, the
         calls to that process's actors fail with its error.
         """
         if bootstrap is not None and not callable(bootstrap):
             raise TypeError(f"spawn_procs(bootstrap=...): give a function each new process runs first, or None; "
                             f"got {type(bootstrap).__name__} (name the mesh with name=...)")
-        labels, sizes = check_dims(per_host if per_host is not None else {"procs": 1}, "spawn_procs(per_host=...)")
+        labels, sizes = check_dims(per_host if per_host is not None else {}, "spawn_procs(per_host=...)")
         clash = set(labels) & set(self._shape.labels)
         if clash:
             raise ValueError(f"spawn_procs(per_host=...): {sorted(clash)} already names a dimension of the "
@@ -424,9 +425,7 @@ class ProcMesh(Shaped, StoppedOnExit):
 def _spawn(name: str, labels: tuple, sizes: tuple, per_host_count: int, host_ids: list,
            bootstrap: bytes | None = None, python: str = "") -> ProcMesh:
     core = state.core()
-    total = 1
-    for s in sizes:
-        total *= s
+    total = math.prod(sizes)
     proc_hosts = tuple(host_ids[rank // per_host_count] for rank in range(total))
     gpus = {h: _gpus_per_proc(core, h, labels, per_host_count) for h in set(proc_hosts)}
     extent = Shape.dense(labels, sizes).extent
@@ -512,20 +511,22 @@ def _proc_label(mesh_name: str, point: Point) -> str:
 
 
 def _watch(core, procs: tuple, mesh_state: MeshState) -> None:
-    """Loop: route the death of a process nobody was calling to supervision."""
+    """Loop: route each death of a process to supervision (a caller waiting gets it too)."""
     for rank, handle in enumerate(procs):
         client = core.actor_client(handle._actor_id, "ProcHost")
         client.on_death = partial(_proc_died, core, mesh_state, rank)
 
 
 def _proc_died(core, mesh_state: MeshState, rank: int, death, observed: bool) -> None:
-    if observed or mesh_state.stopping or core.closing or core.closed:
+    if mesh_state.stopping or core.closing or core.closed:
         return
     from ..objstore.serialization import error_from_payload
 
     err = error_from_payload(death)
     if STOPPED in str(getattr(err, "cause", "")):
         return  # stopped on purpose, by a process other than this one (a mesh passed to an actor)
+    if observed and (mesh_state.callers_handle_deaths or getattr(err, "creation_error", None) is not None):
+        return  # (it never started, its bootstrap raised: its callers hear it, as in Monarch)
     cause = str(err)  # how it died, with the last lines of its stderr
     point = Point(rank, mesh_state.extent)
     supervision.report(supervision.MeshFailure(mesh_state.name, point, f"its process died: {cause}",
@@ -563,10 +564,7 @@ def _first(values: list):
 
 
 def _count(per_host: Mapping | None) -> int:
-    n = 1
-    for size in (per_host or {}).values():
-        n *= size
-    return n
+    return math.prod((per_host or {}).values())
 
 
 _blobs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -44,11 +44,14 @@ from .shape import Extent, Point
 # How a process ended by stop() says it ended (its death is no failure to supervise,
 # whoever called stop()).
 STOPPED = "its processes were stopped with stop()"
+# The option a call nobody awaits carries (broadcast, send without a port): an endpoint
+# that raises in it fails its actor, as in Monarch (its caller reports the failure).
+UNANSWERED = "unanswered"
 
 
 class _Hosted:
     __slots__ = ("instance", "info", "error", "owner", "error_tb", "turn", "holder", "failures", "ending",
-                 "failed", "running_sync", "running_async", "span_names")
+                 "failed", "reported", "running_sync", "running_async", "span_names")
 
     def __init__(self, instance, info: ActorInstance, error: BaseException | None, owner: OwnerCell,
                  error_tb: str = "", failures: Port | None = None) -> None:
@@ -63,7 +66,8 @@ class _Hosted:
         self.holder: int | None = None  # the call whose turn it is
         self.failures = failures  # the spawner's port for this actor's abort() (supervision.failure_port)
         self.ending: str | None = None  # how it ended itself (actor_instance.stop/abort/kill): later calls fail
-        self.failed = False  # ended by abort()/kill(), not stop()
+        self.failed = False  # ended by abort()/kill() or an unanswered call that raised, not stop()
+        self.reported = False  # its failure is reported by the caller (an unanswered call raised)
         # Its calls running now, on its lane's thread and on the loop (each written by that thread
         # only): an actor that ended itself finishes once both are 0 (_finish_end).
         self.running_sync = 0
@@ -101,6 +105,7 @@ class ProcHost:
         self._executor = executor or state.core().executor
         self.ended: dict[str, str] = {}  # key -> how an actor that ended itself ended (for later calls' errors)
         self._early_ends: dict[str, tuple] = {}  # key -> (how, reason): ended in its constructor
+        self.stopping: str | None = None  # how stop() ends this process: calls not started by then fail
         self._end_lock = threading.Lock()
         _hosts_here.add(self)
 
@@ -156,6 +161,8 @@ class ProcHost:
         try:
             if hosted.ending is not None:  # (it waited for its turn behind the call that ended the actor)
                 raise self._ended_error(hosted.info, hosted.ending)
+            if self.stopping is not None:  # (or behind a call that was running when stop() came)
+                raise self._stopped_error(hosted, key)
             args, kwargs = (await packed[0]) if type(packed) is list else packed
             tokens = set_context(Context(hosted.info, Point(message_rank, self._extent(labels, sizes))), hosted.owner)
             port = self._response_port(fn, hosted, method, options, reply_to)
@@ -167,6 +174,7 @@ class ProcHost:
             except BaseException as err:
                 if _ends_without(err, port, reply_to, f"{hosted.info.name}.{method} at {hosted.info.rank}"):
                     return port if reply_to is None else None
+                self._fail_if_unanswered(key, hosted, method, options, err)
                 raise
             finally:
                 reset_context(tokens)
@@ -213,6 +221,7 @@ class ProcHost:
         except BaseException as err:
             if _ends_without(err, port, reply_to, f"{hosted.info.name}.{method} at {hosted.info.rank}"):
                 return port if reply_to is None else None
+            self._fail_if_unanswered(key, hosted, method, options, err)
             raise
         finally:
             reset_context(tokens)
@@ -248,6 +257,8 @@ class ProcHost:
 
     def _hosted(self, key: str) -> _Hosted:
         hosted = self.actors.get(key)
+        if self.stopping is not None:
+            raise self._stopped_error(hosted, key)
         if hosted is not None and hosted.ending is not None:
             raise self._ended_error(hosted.info, hosted.ending)
         if hosted is None:
@@ -296,6 +307,16 @@ class ProcHost:
 
             asyncio.run_coroutine_threadsafe(finish(), self._loop).result()
 
+    def _fail_if_unanswered(self, key: str, hosted: _Hosted, method: str, options: dict | None,
+                            err: BaseException) -> None:
+        """An endpoint raised in a call nobody awaits: its actor fails (later calls to it
+        raise), as in Monarch; the caller reports the failure to the mesh's supervisor."""
+        if options is None or not options.get(UNANSWERED) or not isinstance(err, Exception) or hosted.ending:
+            return  # (an actor that ended itself already: that end stands)
+        hosted.reported = True
+        self.end_actor(key, "fail", f"{hosted.info.name}.{method} raised {err!r} in a call nobody awaited "
+                                    f"(broadcast, or send without a port)")
+
     # -- an actor ending itself: context().actor_instance.stop() / abort() / kill() -------------
 
     def end_actor(self, key: str, how: str, reason: str | None) -> None:
@@ -314,6 +335,7 @@ class ProcHost:
             "stop": f"it stopped itself (actor_instance.stop()): {said}",
             "abort": f"it aborted (actor_instance.abort()): {said}",
             "kill": f"it was killed (actor_instance.kill()): {said}",
+            "fail": f"it failed: {said}",
         }[how]
         self._finish_end(key, hosted)
 
@@ -337,7 +359,7 @@ class ProcHost:
             self._clean_up(hosted, error)
         except Exception:  # noqa: BLE001 - the end goes on: reported, its meshes stopped
             logging.getLogger("meshrt").exception("meshrt: __cleanup__ of %s raised", hosted.info.actor_id)
-        if hosted.failed and hosted.failures is not None:
+        if hosted.failed and not hosted.reported and hosted.failures is not None:
             hosted.failures.send((hosted.info.name, hosted.info.rank, hosted.ending))
         from .meshes import stop_owned_by
 
@@ -345,6 +367,13 @@ class ProcHost:
 
     def _ended_error(self, info: ActorInstance, how: str) -> exc.ActorDiedError:
         return _plain(exc.MeshActorDiedError(class_name=f"mesh actor {info.name!r} at {info.rank}", cause=how))
+
+    def _stopped_error(self, hosted: _Hosted | None, key: str) -> exc.ActorDiedError:
+        """A call that had not started when stop() came: it fails (as in Monarch) rather
+        than holding the stop up."""
+        who = f"{hosted.info.name!r} at {hosted.info.rank}" if hosted is not None else repr(key.partition("#")[0])
+        return _plain(exc.MeshActorDiedError(class_name=f"mesh actor {who}",
+                                             cause=f"{self.stopping}, before this call started"))
 
     async def init_torch_distributed(self, env: dict, backend: str | None, labels: tuple,
                                      sizes: tuple) -> str:
@@ -396,8 +425,9 @@ class ProcHost:
                 "meshrt.shutdown()")
         from .._private.executor import ActorExit
 
-        self._executor.lanes.drain_others()  # (each actor first finishes the calls it was given:
-        self._finish_async_calls()  # its plain endpoints on their threads, its async ones here)
+        self.stopping = f"{STOPPED} ({reason})" if reason else STOPPED
+        self._executor.lanes.drain_others()  # (each actor first finishes the calls running now, and the
+        self._finish_async_calls()  # ones queued behind fail: its plain endpoints' thread, its async ones here)
         for key in list(self.actors):  # (then each cleans up, as in Monarch)
             hosted = self.actors.pop(key)
             if hosted.error is None:
@@ -405,7 +435,7 @@ class ProcHost:
                     self._clean_up(hosted)
                 except Exception:  # noqa: BLE001 - the others still clean up, and the process still ends
                     logging.getLogger("meshrt").exception("meshrt: __cleanup__ of %s raised", hosted.info.actor_id)
-        raise ActorExit(f"{STOPPED} ({reason})" if reason else STOPPED)
+        raise ActorExit(self.stopping)
 
     def _finish_async_calls(self) -> None:
         """Wait (on stop's thread) for the ``async def`` calls running or queued on the

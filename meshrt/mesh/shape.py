@@ -316,8 +316,9 @@ class Shaped:
 
 
 def check_dims(per_host: Mapping, what: str) -> tuple[tuple, tuple]:
-    """Validate a ``{"name": size}`` mapping given by a user; returns (labels, sizes)."""
-    if not isinstance(per_host, Mapping) or not per_host:
+    """Validate a ``{"name": size}`` mapping given by a user; returns (labels, sizes).
+    ``{}`` is no dimension: one process, as in Monarch."""
+    if not isinstance(per_host, Mapping):
         raise TypeError(f"{what}: give the dimensions as a dict of name -> size, e.g. {{'gpus': 4}}")
     labels, sizes = [], []
     for name, size in per_host.items():

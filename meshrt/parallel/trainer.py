@@ -51,6 +51,8 @@ class Trainer:
         self.plan = plan if isinstance(plan, Plan) else None
         self.strategy = strategy
         self._mesh = mesh
+        if getattr(mesh, "_state", None) is not None:  # (it reports a rank that died, then stops the rest)
+            mesh._state.callers_handle_deaths = True
         self._name = f"meshrt-parallel-{os.getpid()}-{next(_names)}"
         stage_layers = [st["layers"] for st in plan.stages] if isinstance(plan, Plan) and strategy.pp > 1 else None
         self._args = (model_fn, strategy.to_dict(), optimizer, loss_fn, seed, stage_layers)

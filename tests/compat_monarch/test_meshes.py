@@ -44,3 +44,12 @@ async def test_an_actor_spawns_on_its_own_process():
     nodes = procs.spawn("nodes", Node)
     assert await nodes.spawn_child.call_one() == {}
     await procs.stop()
+
+
+async def test_spawn_procs_without_dims_is_one_process_of_no_dims():
+    procs = this_host().spawn_procs()
+    assert procs.sizes == {}
+    nodes = procs.spawn("nodes", Node)
+    assert await nodes.coords.call_one() == {}
+    assert list((await nodes.coords.call()).values()) == [{}]
+    await procs.stop()

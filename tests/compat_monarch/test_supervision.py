@@ -16,6 +16,10 @@ class Child(Actor):
     def crash(self):
         os._exit(7)
 
+    @endpoint
+    def fail(self):
+        raise ValueError("nobody hears this")
+
 
 class Owner(Actor):
     def __init__(self):
@@ -38,16 +42,27 @@ class Owner(Actor):
         self.children.slice(gpus=1).crash.broadcast()
 
     @endpoint
+    async def fail_one(self):
+        self.children.slice(gpus=0).fail.broadcast()
+
+    @endpoint
+    async def crash_awaited(self):
+        try:
+            await self.children.slice(gpus=1).crash.call_one()
+        except RuntimeError as err:
+            return type(err).__name__
+        return "answered"
+
+    @endpoint
     async def seen(self):
         return list(self.failures)
 
     @endpoint
-    async def call_the_dead(self):
+    async def call_the_dead(self, gpus=1):
         try:
-            await self.children.slice(gpus=1).ok.call_one()
+            return await self.children.slice(gpus=gpus).ok.call_one()
         except RuntimeError as err:  # (Monarch's SupervisionError is one; so is meshrt's)
             return type(err).__name__
-        return "answered"
 
 
 async def _until(probe, timeout=60.0):
@@ -70,4 +85,27 @@ async def test_a_crash_nobody_awaits_reaches_the_owners_supervise():
     # (a caller of the dead actor gets an error, never a hang: Monarch's SupervisionError,
     # meshrt's MeshActorDiedError naming the mesh and point, which is also a SupervisionError)
     assert await owner.call_the_dead.call_one() in ("SupervisionError", "MeshActorDiedError")
+    await procs.stop()
+
+
+async def test_a_crash_during_an_awaited_call_reaches_the_owners_supervise_too():
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    owner = procs.spawn("owner", Owner)
+    assert await owner.start.call_one() == ["fine", "fine"]
+    assert await owner.crash_awaited.call_one() in ("SupervisionError", "MeshActorDiedError")
+    reports = await _until(lambda: owner.seen.call_one())
+    assert any("7" in report for report in reports)
+    await procs.stop()
+
+
+async def test_an_endpoint_raising_under_broadcast_fails_its_actor():
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    owner = procs.spawn("owner", Owner)
+    assert await owner.start.call_one() == ["fine", "fine"]
+    await owner.fail_one.call_one()
+    reports = await _until(lambda: owner.seen.call_one())
+    assert any("children" in report for report in reports)
+    assert await owner.call_the_dead.call_one(1) == "fine"  # (its neighbour serves on)
+    # (a call to the failed actor raises in meshrt, tests/test_mesh_supervision.py; Monarch
+    # 0.7 also fails the actor that made it, or interrupts a driver whose hook is the default)
     await procs.stop()
