@@ -168,6 +168,6 @@ async def test_a_response_port_handed_on_and_dropped_everywhere_fails_its_call(r
         await asyncio.wait_for(crashed, 30)  # (its holder died)
     seen, event = failures
     assert await asyncio.to_thread(event.wait, 30)  # (the crash is a supervision event too)
-    assert [(f.mesh_name, f.rank) for f in seen] == [(helpers._name, 1)]
+    assert [(f.mesh_name, f.rank) for f in seen] == [("h", 1)]  # (the actor mesh whose actor died)
     await helpers.stop()
     await procs.stop()

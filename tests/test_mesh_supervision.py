@@ -16,6 +16,8 @@ import pytest
 import meshrt
 from meshrt import Actor, Channel, Point, endpoint, this_host
 
+from .helpers import wait_until
+
 
 class Fragile(Actor):
     @endpoint
@@ -66,7 +68,8 @@ async def test_a_crash_during_a_call_names_mesh_point_and_exit(rt, failures):
     assert await mesh.slice(gpus=0).ok.call_one() == "ok"  # the rest keeps serving
     seen, event = failures
     assert event.wait(30)  # a caller saw it, and it is a supervision event all the same, as in Monarch
-    assert [(f.point, "exited with code 3" in f.report()) for f in seen] == [(Point(1, procs.extent), True)]
+    assert [(f.mesh_name, f.point, "exited with code 3" in f.report()) for f in seen] == [
+        ("frag", Point(1, procs.extent), True)]
     await procs.stop()
 
 
@@ -96,6 +99,25 @@ async def test_an_endpoint_raising_under_broadcast_fails_its_actor(rt, failures,
         await mesh.slice(gpus=1).ok.call_one()
     assert await mesh.slice(gpus=0).ok.call_one() == "ok"
     assert [(f.rank, f.endpoint) for f in seen] == [(1, f"frag.{endpoint_name}")]
+    await procs.stop()
+
+
+async def test_a_death_is_reported_for_each_actor_mesh_that_had_an_actor_there(rt, failures):
+    # As Monarch reports each actor that failed: by the actor mesh's name, at its own point.
+    procs = this_host().spawn_procs(per_host={"gpus": 3})
+    whole = procs.spawn("whole", Fragile)
+    part = procs.slice(gpus=slice(1, 3)).spawn("part", Fragile)
+    elsewhere = procs.slice(gpus=0).spawn("elsewhere", Fragile)
+    first = await elsewhere.pid.call_one()
+    seen, _ = failures
+    os.kill(await part.slice(gpus=1).pid.call_one(), signal.SIGKILL)  # (process gpus=2)
+    assert await asyncio.to_thread(wait_until, lambda: len(seen) == 2, 30)
+    assert sorted((f.mesh_name, dict(f.point)) for f in seen) == [("part", {"gpus": 1}), ("whole", {"gpus": 2})]
+    for mesh in (whole, part, elsewhere):
+        await mesh.stop()
+    os.kill(first, signal.SIGKILL)  # (no actor mesh there any more: the process mesh's name)
+    assert await asyncio.to_thread(wait_until, lambda: len(seen) == 3, 30)
+    assert seen[2].mesh_name == procs._name and dict(seen[2].point) == {"gpus": 0}
     await procs.stop()
 
 

@@ -39,6 +39,9 @@ class MeshState:
         # A death that a waiting caller saw is that caller's to handle, not supervision's:
         # set by meshrt.parallel's Trainer, which waits on every call and reports deaths itself.
         self.callers_handle_deaths = False
+        # Spawn key -> (name, process ranks, extent) of the actor meshes spawned from here on
+        # these processes and not stopped: a process's death is reported for each of them.
+        self.actor_meshes: dict[str, tuple] = {}
         self.failures = None  # (Port, keeper) its actors report an abort() to (supervision.failure_port)
         self.whole = lambda: None  # the ProcMesh as spawned, weakly (meshes.py)
 
@@ -116,6 +119,8 @@ class ActorMesh(Shaped):
         core = state.core()
         _stopped_here[self._key] = reason
         supervision.forget_failure_port(self._key)
+        if self._state is not None:
+            self._state.actor_meshes.pop(self._key, None)
         refs = [core.call_actor(self._procs[r], lanes.named("stop_actor", self._key), (self._key,), {}, 1,
                                 inline=self._hosts[r] != core.host_id)
                 for r in self._shape.ranks()]

@@ -30,7 +30,7 @@ from .actor import ENDPOINT_MARK, OwnerCell, current_owner, endpoint_names, plai
 from .actor_mesh import ActorMesh, MeshState, _gather
 from .future import Future, ready
 from .lifetime import StoppedOnExit
-from .proc_host import STOPPED, ProcHost
+from .proc_host import ProcHost
 from .shape import Point, Shape, Shaped, check_dims
 
 log = logging.getLogger("meshrt")
@@ -261,6 +261,8 @@ class ProcMesh(Shaped, StoppedOnExit):
                             {}, 1, inline=self._hosts[r] != core.host_id)
             for i, r in enumerate(self._shape.ranks())
         ]
+        if self._state is not None:  # (its actors fail with these processes: supervision.py reports them)
+            self._state.actor_meshes[key] = (name, tuple(self._shape.ranks()), extent)
         return ActorMesh(name, cls.__name__, endpoints, self._procs, self._shape, self._state, spawned,
                          hosts=self._hosts, key=key, plain=plain)
 
@@ -433,7 +435,7 @@ def _spawn(name: str, labels: tuple, sizes: tuple, per_host_count: int, host_ids
                   .remote(name, labels, sizes, rank, {}, bootstrap=bootstrap)
                   for rank, h in enumerate(proc_hosts))
     mesh_state = MeshState(name, Shape.dense(labels, sizes).extent, _owner_here(core))
-    core.io.post(_watch, core, procs, mesh_state)
+    core.io.post(supervision.watch, core, procs, mesh_state)
     local = tuple((r % per_host_count, per_host_count) for r in range(total))
     mesh = ProcMesh(name, procs, Shape.dense(labels, sizes), mesh_state, local, proc_hosts)
     mesh_state.whole = weakref.ref(mesh)
@@ -508,29 +510,6 @@ def _proc_label(mesh_name: str, point: Point) -> str:
     """How the driver names a mesh process before the lines it prints: ``procs0 gpus=1``."""
     coords = ",".join(f"{k}={v}" for k, v in zip(point.extent.labels, point.coords(), strict=True))
     return f"{mesh_name} {coords}" if coords else mesh_name
-
-
-def _watch(core, procs: tuple, mesh_state: MeshState) -> None:
-    """Loop: route each death of a process to supervision (a caller waiting gets it too)."""
-    for rank, handle in enumerate(procs):
-        client = core.actor_client(handle._actor_id, "ProcHost")
-        client.on_death = partial(_proc_died, core, mesh_state, rank)
-
-
-def _proc_died(core, mesh_state: MeshState, rank: int, death, observed: bool) -> None:
-    if mesh_state.stopping or core.closing or core.closed:
-        return
-    from ..objstore.serialization import error_from_payload
-
-    err = error_from_payload(death)
-    if STOPPED in str(getattr(err, "cause", "")):
-        return  # stopped on purpose, by a process other than this one (a mesh passed to an actor)
-    if observed and (mesh_state.callers_handle_deaths or getattr(err, "creation_error", None) is not None):
-        return  # (it never started, its bootstrap raised: its callers hear it, as in Monarch)
-    cause = str(err)  # how it died, with the last lines of its stderr
-    point = Point(rank, mesh_state.extent)
-    supervision.report(supervision.MeshFailure(mesh_state.name, point, f"its process died: {cause}",
-                                               None, err), mesh_state.owner)
 
 
 def _gpus_per_proc(core, host: int, labels: tuple, per_host: int) -> int:

@@ -1,12 +1,12 @@
-"""Supervision: failures in a mesh that no caller is waiting for.
+"""Supervision: failures in a mesh, reported to the mesh's owner.
 
-A caller waiting on a reply gets the error itself. What nobody waits for (an
-endpoint called with ``broadcast`` that raised, a process that died between calls)
-goes to the mesh's owner: ``owner.__supervise__(failure)`` when the mesh was spawned
-by an actor that defines it (return True = handled), else the process's
-``meshrt.unhandled_fault_hook``. An unhandled failure ends the owner's process,
-loudly, so it travels up to whoever spawned that (Monarch's supervision tree) and
-never leaves a driver waiting forever.
+A caller waiting on a reply gets the error itself. As in Monarch, the death of a mesh
+process (whether or not a caller was waiting on it), an endpoint that raised in a call
+nobody awaits (``broadcast``) and an actor's ``abort()`` also go to the mesh's owner:
+``owner.__supervise__(failure)`` when the mesh was spawned by an actor that defines it
+(return True = handled), else the process's ``meshrt.unhandled_fault_hook``. An
+unhandled failure ends the owner's process, loudly, so it travels up to whoever
+spawned that (Monarch's supervision tree) and never leaves a driver waiting forever.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ..exceptions import SupervisionError
@@ -91,6 +92,33 @@ def forget_failure_port(key: str) -> None:
 # Spawn key -> the keeper of the failure port of an actor mesh spawned on a process mesh
 # that was spawned elsewhere.
 _spawn_ports: dict = {}
+
+
+def watch(core, procs: tuple, mesh_state) -> None:
+    """Loop: route each death of a process of a mesh spawned here to supervision."""
+    for rank, handle in enumerate(procs):
+        client = core.actor_client(handle._actor_id, "ProcHost")
+        client.on_death = partial(_proc_died, core, mesh_state, rank)
+
+
+def _proc_died(core, mesh_state, rank: int, death, observed: bool) -> None:
+    """One report per actor mesh spawned from here that had an actor there (as Monarch
+    reports each actor that failed), naming it; the process mesh's name when none had."""
+    from ..objstore.serialization import error_from_payload
+    from .proc_host import STOPPED
+
+    if mesh_state.stopping or core.closing or core.closed:
+        return
+    err = error_from_payload(death)
+    if STOPPED in str(getattr(err, "cause", "")):
+        return  # stopped on purpose, by a process other than this one (a mesh passed to an actor)
+    if observed and (mesh_state.callers_handle_deaths or getattr(err, "creation_error", None) is not None):
+        return  # (it never started, its bootstrap raised: its callers hear it, as in Monarch)
+    cause = f"its process died: {err}"  # (how it died, with the last lines of its stderr)
+    hit = [(name, Point(ranks.index(rank), extent))
+           for name, ranks, extent in list(mesh_state.actor_meshes.values()) if rank in ranks]
+    for name, point in hit or [(mesh_state.name, Point(rank, mesh_state.extent))]:
+        report(MeshFailure(name, point, cause, None, err), mesh_state.owner)
 
 
 def unhandled_fault_hook(failure: MeshFailure) -> None:
