@@ -11,7 +11,8 @@ import meshrt
 from tests.helpers import gate, run_python
 
 
-def test_gpu_tasks_see_their_devices():
+def test_gpu_tasks_see_their_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")  # (the devices this program may use)
     meshrt.init(num_cpus=2, num_gpus=2)
 
     @meshrt.remote(num_gpus=1)
@@ -19,14 +20,26 @@ def test_gpu_tasks_see_their_devices():
         return os.environ["CUDA_VISIBLE_DEVICES"], meshrt.get_gpu_ids()
 
     env, ids = meshrt.get(visible.remote())
-    assert env in ("0", "1") and ids == [int(env)]
+    assert env in ("4", "5") and ids == [int(env)]
+
+    @meshrt.remote
+    def cpu_only():
+        return os.environ.get("CUDA_VISIBLE_DEVICES"), meshrt.get_gpu_ids()
+
+    # As in Ray 2.x: a task given no GPU keeps the devices it inherits, and holds none.
+    assert meshrt.get(cpu_only.remote()) == ("4,5", [])
+    assert meshrt.get_gpu_ids() == []  # the driver holds none
+
+
+def test_a_task_given_no_gpu_sees_none_with_rays_override_on_zero(monkeypatch):
+    monkeypatch.setenv("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "1")  # (Ray's switch back to hiding them)
+    meshrt.init(num_cpus=1, num_gpus=1)
 
     @meshrt.remote
     def cpu_only():
         return os.environ.get("CUDA_VISIBLE_DEVICES"), meshrt.get_gpu_ids()
 
     assert meshrt.get(cpu_only.remote()) == ("", [])
-    assert meshrt.get_gpu_ids() == []  # the driver holds none
 
 
 def test_fractional_gpu_actors_share_a_card():

@@ -21,7 +21,7 @@ import socket
 
 from ..objstore.store import SharedStore
 from ..objstore.store_service import StoreService
-from . import addresses, env_packages, heartbeat, procutil, ucx_routes, wire
+from . import addresses, env_packages, gpus, heartbeat, procutil, ucx_routes, wire
 from . import messages as m
 from .direct_lanes import DirectLanes
 from .host_cache import HostCache
@@ -239,7 +239,11 @@ class Agent:
     def spawn(self, msg: m.SpawnWorker) -> None:
         from .spawn import attach_pipes
 
-        out_fd, err_fd = self.zygote.spawn(msg.worker_id, msg.env, msg.kind)
+        env = dict(msg.env)
+        slots = env.pop(gpus.SLOTS, None)
+        if slots is not None:  # (the GPU slots of this host the head gave the worker)
+            env.update(gpus.worker_env([int(s) for s in slots.split(",") if s]))
+        out_fd, err_fd = self.zygote.spawn(msg.worker_id, env, msg.kind)
         worker_id = msg.worker_id
 
         def sink(stream_name: str, lines: list[str]) -> None:

@@ -86,7 +86,8 @@ def _units_to_floats(units):
 
 
 def gpu_ids() -> list[int]:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    """The GPUs this worker was given (gpus.worker_env); CUDA_VISIBLE_DEVICES elsewhere."""
+    visible = os.environ.get("MESHRT_GPU_IDS", os.environ.get("CUDA_VISIBLE_DEVICES", ""))
     out = []
     for part in visible.split(","):
         part = part.strip()

@@ -247,14 +247,14 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
                      host: int = 0, python: str = "") -> WorkerRecord | None:
         w = WorkerRecord(next(self._ids), kind, pool_key, gpu_ids, label=label)
         chosen = {"MESHRT_PYTHON": python} if python else {}  # (the zygote's child runs it: zygote.py)
-        if host:
-            env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpu_ids), **chosen}
+        if host:  # (its agent maps the slots to its devices: agent.py)
+            env = {gpus.SLOTS: ",".join(str(g) for g in gpu_ids), **chosen}
             if not self.spawn_on_host(w, host, env):
                 return None
             self.workers[w.id] = w
             return w
         self.workers[w.id] = w
-        env = {"CUDA_VISIBLE_DEVICES": ",".join(gpus.physical_ids(gpu_ids)), **chosen}
+        env = {**gpus.worker_env(gpu_ids), **chosen}
         out_fd, err_fd = self.zygote.spawn(w.id, env, kind)
 
         def eof():

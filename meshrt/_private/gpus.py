@@ -29,6 +29,25 @@ def detect_gpu_count() -> int:
     return 0
 
 
+# What a worker was given, for get_gpu_ids(): CUDA_VISIBLE_DEVICES says it only when
+# it was given some (worker_env).
+ASSIGNED = "MESHRT_GPU_IDS"
+# A worker's GPU slots as the head sends them to an agent, which maps them (worker_env).
+SLOTS = "MESHRT_GPU_SLOTS"
+
+
+def worker_env(slots: tuple[int, ...] | list[int]) -> dict:
+    """The environment of a worker given these GPU slots of this host. As Ray 2.x does
+    (ray-project/ray#54868), CUDA_VISIBLE_DEVICES is set only for a worker given GPUs: one
+    given none keeps what it inherits, so a ``num_gpus=0`` task may still use a card;
+    ``RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=1`` hides every GPU from it, as Ray did before."""
+    ids = physical_ids(tuple(slots))
+    env = {ASSIGNED: ",".join(ids)}
+    if ids or os.environ.get("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "").lower() in ("1", "true"):
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
+    return env
+
+
 def physical_ids(assigned: tuple[int, ...]) -> list[str]:
     """Map the node's GPU slots to the driver's device ids (honouring CUDA_VISIBLE_DEVICES)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
