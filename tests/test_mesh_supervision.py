@@ -114,7 +114,7 @@ async def test_a_death_is_reported_for_each_actor_mesh_that_had_an_actor_there(r
     assert await asyncio.to_thread(wait_until, lambda: len(seen) == 2, 30)
     assert sorted((f.mesh_name, dict(f.point)) for f in seen) == [("part", {"gpus": 1}), ("whole", {"gpus": 2})]
     for mesh in (whole, part, elsewhere):
-        await mesh.stop()
+        await mesh.stop()  # (one whose actor's process died stops the others: that one is gone already)
     os.kill(first, signal.SIGKILL)  # (no actor mesh there any more: the process mesh's name)
     assert await asyncio.to_thread(wait_until, lambda: len(seen) == 3, 30)
     assert seen[2].mesh_name == procs._name and dict(seen[2].point) == {"gpus": 0}

@@ -121,16 +121,19 @@ class ActorMesh(Shaped):
         supervision.forget_failure_port(self._key)
         if self._state is not None:
             self._state.actor_meshes.pop(self._key, None)
+        # (an actor whose process died is stopped already)
+        ranks = [r for r in self._shape.ranks() if not core.known_dead(self._procs[r]._actor_id)]
+        points = [p for r, p in zip(self._shape.ranks(), self._points(), strict=True) if r in ranks]
         refs = [core.call_actor(self._procs[r], lanes.named("stop_actor", self._key), (self._key,), {}, 1,
                                 inline=self._hosts[r] != core.host_id)
-                for r in self._shape.ranks()]
+                for r in ranks]
         direct = getattr(core, "direct_lanes", None)
         if direct is not None:  # (its lanes end: frames written before are still read, then EOF)
             for r in self._shape.ranks():
                 client = core.actor_clients.get(self._procs[r]._actor_id)
                 if client is not None and client.worker_id is not None:
                     direct.drop(client.worker_id, self._key)
-        return _gather(self, refs, self._points(), None, build=lambda values: None)
+        return _gather(self, refs, points, None, build=lambda values: None)
 
     # -- endpoints ------------------------------------------------------------------------
 
