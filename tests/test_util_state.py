@@ -289,3 +289,37 @@ def test_an_actor_call_running_now_is_listed_running(rt):
             conn.sendall(b"go")
         assert meshrt.get(ref) == "go"
     assert get_task(ref.task_id().hex()).state == "FINISHED"
+
+
+@meshrt.remote
+def submits_quick():
+    return meshrt.get(quick.remote(7)), meshrt.get_runtime_context().get_task_id()
+
+
+@meshrt.remote
+class Submitter:
+    def submit(self):
+        return meshrt.get(quick.options(label_selector={"zone": "!b"}).remote(8)), \
+            meshrt.get_runtime_context().get_task_id()
+
+
+def test_task_rows_say_who_submitted_them_when_and_what_happened(rt):
+    outer = submits_quick.remote()
+    assert meshrt.get(outer)[0] == 7
+    parent_id = meshrt.get(outer)[1]
+    row = get_task(outer.task_id().hex())
+    assert row.parent_task_id is None and row.language == "PYTHON"  # (submitted by the driver's own code)
+    assert row.creation_time_ms <= row.start_time_ms <= row.end_time_ms
+    assert [e["state"] for e in row.events] == ["PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT",
+                                                "SUBMITTED_TO_WORKER", "RUNNING", "FINISHED"]  # (Ray's words)
+    assert [e["created_ms"] for e in row.events] == sorted(e["created_ms"] for e in row.events)
+    assert row.fallback_strategy == {"options": []} and row.label_selector == {}
+    (inner,) = [t for t in list_tasks(filters=[("name", "=", "quick")], detail=True) if t.parent_task_id]
+    assert inner.parent_task_id == parent_id == row.task_id  # (submitted by the task above)
+    submitter = Submitter.remote()
+    value, call_id = meshrt.get(submitter.submit.remote())
+    assert value == 8
+    (nested,) = list_tasks(filters=[("parent_task_id", "=", call_id)], detail=True)
+    assert nested.name == "quick" and nested.label_selector == {"zone": "!b"}  # (from an actor's call)
+    call = get_task(call_id)
+    assert call.type == "ACTOR_TASK" and [e["state"] for e in call.events] == ["RUNNING", "FINISHED"]

@@ -482,6 +482,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
 
     def _assign(self, w: WorkerRecord, rec: TaskRecord) -> None:
         rec.worker = w.id
+        rec.events.append(("SUBMITTED_TO_WORKER", int(time.time() * 1000)))
         w.tasks.append(rec)
         if len(w.tasks) == 1:
             w.label = rec.spec.name

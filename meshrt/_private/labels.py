@@ -81,6 +81,17 @@ def selector(label_selector: Any, what: str) -> tuple:
     return tuple(sorted(out))
 
 
+def as_label_selector(selector_: tuple) -> dict:
+    """A selector tuple in Ray's ``label_selector`` words ("a", "!a", "in(a,b)"...), as
+    list_tasks shows it (an Exists()/DoesNotExist() of NodeLabelSchedulingStrategy has none)."""
+    out = {}
+    for key, op, values in selector_:
+        if op in ("in", "!in"):
+            neg = "!" if op == "!in" else ""
+            out[key] = f"{neg}{values[0]}" if len(values) == 1 else f"{neg}in({','.join(values)})"
+    return out
+
+
 def expressions(match: Any, what: str) -> tuple:
     """NodeLabelSchedulingStrategy's ``{key: In(...) | NotIn(...) | Exists() |
     DoesNotExist()}`` as a selector tuple."""

@@ -79,6 +79,8 @@ class TaskSpec(NamedTuple):
     labels: tuple = ()  # node labels it must run on (labels.py: host_choice.py matches them)
     soft_labels: tuple = ()  # ... and would rather run on
     fallback_labels: tuple = ()  # selectors tried in turn where no node matches ``labels`` (fallback_strategy)
+    parent: int = 0  # the task or actor call that submitted it (0: the driver's own code), for list_tasks
+    created_ms: int = 0  # when it was submitted (.remote()), for list_tasks
 
 
 class SubmitTask(NamedTuple):

@@ -14,7 +14,7 @@ import time
 from ..objstore.serialization import error_from_payload
 from ..scheduler import bundles
 from ..scheduler.resources import from_units
-from . import ids, task_spans
+from . import ids, labels, task_spans
 from .jobs import job_of
 
 _ACTOR_STATES = {"pending": "PENDING_CREATION", "alive": "ALIVE", "restarting": "RESTARTING", "dead": "DEAD"}
@@ -30,9 +30,10 @@ class StateTables:
         ended = self.__dict__.get("ended_tasks")
         if ended is None:
             ended = self.__dict__["ended_tasks"] = collections.deque(maxlen=_ENDED_KEPT)
+        now = int(time.time() * 1000)
+        rec.events.append((how, now))
         ended.append(self._task_row(rec.spec.task_id, rec, w, how) | {
-            "end_time_ms": int(time.time() * 1000),
-            "error_type": error_type or None, "error_message": error_message or None})
+            "end_time_ms": now, "error_type": error_type or None, "error_message": error_message or None})
 
     def rpc_state_actors(self, caller: int) -> list:
         rows = []
@@ -102,6 +103,12 @@ class StateTables:
             "worker_pid": w.pid if w is not None else None,
             "attempt_number": rec.spec.attempt,
             "required_resources": {k: from_units(v) for k, v in rec.spec.resources},
+            "parent_task_id": ids.to_hex(rec.spec.parent) if rec.spec.parent else None,
+            "creation_time_ms": rec.events[0][1] if rec.events else None,
+            "events": [{"state": state, "created_ms": ms} for state, ms in rec.events],
+            "label_selector": labels.as_label_selector(rec.spec.labels),
+            "fallback_strategy": {"options": [{"label_selector": labels.as_label_selector(s)}
+                                              for s in rec.spec.fallback_labels]},
         }
 
     def rpc_state_jobs(self, caller: int) -> list:

@@ -10,7 +10,8 @@ the other has (Ray's spillback), and to another host, or fails, when its host go
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from .. import exceptions as exc
 from ..objstore.serialization import system_error_payload
@@ -31,6 +32,7 @@ class TaskRecord:
     force_killed: bool = False
     host: int = 0  # whose queue and pool it is in
     kill_reason: str | None = None  # why it was killed, when not by cancel(force=True)
+    events: list = field(default_factory=list)  # [(state, ms)]: list_tasks(detail=True)'s events
 
 
 class TaskHosts:
@@ -71,7 +73,9 @@ class TaskHosts:
         except ValueError as err:  # (TaskUnschedulableError is one)
             self._fail_task(spec, system_error_payload(err))
             return
-        self.tasks[spec.task_id] = TaskRecord(spec, spec.resources, host=host_id)
+        events = [("PENDING_ARGS_AVAIL", spec.created_ms)] if spec.created_ms else []  # (its owner's, until then)
+        events.append(("PENDING_NODE_ASSIGNMENT", int(time.time() * 1000)))
+        self.tasks[spec.task_id] = TaskRecord(spec, spec.resources, host=host_id, events=events)
         self.scheduler_of(host_id).submit_task(spec.task_id, spec.resources, spec.depth)
 
     def _hand_back(self, back: list, w) -> None:

@@ -16,6 +16,17 @@ from . import call_record, ids
 _MS = 1_000_000  # (ns per ms)
 
 
+def _with_start(row: dict, start_ms: int) -> dict:
+    """A scheduled task's row with when it started running, among its events too."""
+    events = [e for e in row.get("events", ()) if e["state"] != "RUNNING"]
+    at = next((i for i, e in enumerate(events) if e["created_ms"] > start_ms or e["state"] in _ENDED), len(events))
+    return dict(row, start_time_ms=start_ms, events=[*events[:at], {"state": "RUNNING", "created_ms": start_ms},
+                                                     *events[at:]])
+
+
+_ENDED = ("FINISHED", "FAILED")
+
+
 def with_calls(rows: list, processes: list, job_id: str) -> list:
     """``rows`` (the scheduled tasks), each with its last start where a process ran it,
     then a row per actor call and constructor that ran or runs in ``processes``
@@ -34,12 +45,16 @@ def with_calls(rows: list, processes: list, job_id: str) -> list:
             if not end_ns and (task_id, kind) in calls:
                 continue
             creation = kind == call_record.ACTOR_CREATION
+            state = "RUNNING" if not end_ns else "FAILED" if error else "FINISHED"
+            events = [{"state": "RUNNING", "created_ms": start_ns // _MS}]
+            if end_ns:
+                events.append({"state": state, "created_ms": end_ns // _MS})
             calls[(task_id, kind)] = {
                 "task_id": ids.to_hex(task_id),
                 "job_id": job_id,
                 "name": name,
                 "func_or_class_name": name,
-                "state": "RUNNING" if not end_ns else "FAILED" if error else "FINISHED",
+                "state": state,
                 "type": "ACTOR_CREATION_TASK" if creation else "ACTOR_TASK",
                 "actor_id": ids.to_hex(task_id) if creation else proc.get("actor_id"),
                 "node_id": proc["node_id"],
@@ -49,7 +64,7 @@ def with_calls(rows: list, processes: list, job_id: str) -> list:
                 "end_time_ms": end_ns // _MS if end_ns else None,
                 "error_type": error[0] if error else None,
                 "error_message": error[1] if error else None,
+                "events": events,
             }
-    scheduled = [dict(row, start_time_ms=started[row["task_id"]]) if row["task_id"] in started else row
-                 for row in rows]
+    scheduled = [_with_start(row, started[row["task_id"]]) if row["task_id"] in started else row for row in rows]
     return scheduled + list(calls.values())

@@ -75,3 +75,26 @@ def test_tasks_and_actor_calls_in_the_state_api():
     summary = summarize_tasks()["cluster"]["summary"]
     assert summary["Tally.add"]["state_counts"] == {"FINISHED": 1, "FAILED": 1}
     assert summary["square"]["state_counts"] == {"FINISHED": 1}
+
+
+@ray.remote
+def outer():
+    return ray.get(square.remote(4)), ray.get_runtime_context().get_task_id()
+
+
+def test_a_nested_task_names_its_parent_and_its_events():
+    ray.init(num_cpus=2)
+    ref = outer.remote()
+    value, outer_id = ray.get(ref)
+    assert value == 16 and outer_id == ref.task_id().hex()
+
+    def inner_ended():
+        rows = list_tasks(filters=[("parent_task_id", "=", outer_id)], detail=True)
+        done = rows and rows[0].state == "FINISHED" and None not in (rows[0].start_time_ms, rows[0].end_time_ms)
+        return rows if done else None
+
+    (inner,) = _listed(inner_ended)
+    assert (inner.name, inner.language) == ("square", "PYTHON")
+    assert inner.creation_time_ms <= inner.start_time_ms <= inner.end_time_ms
+    assert [e["state"] for e in inner.events] == ["PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT",
+                                                  "SUBMITTED_TO_WORKER", "RUNNING", "FINISHED"]

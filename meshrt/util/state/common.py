@@ -74,6 +74,14 @@ class TaskState(_Row):
     actor_id: str | None = None  # (an ACTOR_TASK's or ACTOR_CREATION_TASK's actor)
     error_type: str | None = None  # a failed task's: Ray's ErrorType name (TASK_EXECUTION_EXCEPTION...)
     error_message: str | None = None  # ... and its error's text
+    parent_task_id: str | None = None  # (a task's: the task or actor call that submitted it; None: the driver)
+    creation_time_ms: int | None = None  # (a task's: when it was submitted)
+    events: list = field(default_factory=list)  # [{"state": ..., "created_ms": ...}], as far as known
+    language: str = "PYTHON"
+    label_selector: dict = field(default_factory=dict)
+    fallback_strategy: dict = field(default_factory=lambda: {"options": []})
+    call_site: str | None = None  # (None, as Ray's without RAY_record_task_actor_creation_sites)
+    is_debugger_paused: bool | None = None
 
 
 @dataclass
