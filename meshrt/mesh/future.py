@@ -11,6 +11,7 @@ import concurrent.futures
 import contextvars
 import functools
 import inspect
+import math
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
@@ -33,6 +34,10 @@ class Future:
 
     def get(self, timeout: float | None = None) -> Any:
         """Block until the result is here (raises what the remote side raised)."""
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not math.isfinite(timeout) or timeout < 0):
+            raise ValueError(f"Future.get(timeout={timeout!r}): give a non-negative, finite number of seconds, "
+                             f"or None to wait as long as it takes")
         if not self._done:
             from .._private.toplevel import _warn_if_in_event_loop
 

@@ -114,7 +114,8 @@ def _proc_died(core, mesh_state, rank: int, death, observed: bool) -> None:
         return  # stopped on purpose, by a process other than this one (a mesh passed to an actor)
     if observed and (mesh_state.callers_handle_deaths or getattr(err, "creation_error", None) is not None):
         return  # (it never started, its bootstrap raised: its callers hear it, as in Monarch)
-    cause = f"its process died: {err}"  # (how it died, with the last lines of its stderr)
+    how = str(err).split(" is dead: ", 1)[-1]  # (how it died, with the last lines of its stderr)
+    cause = "its process died: " + ("it " + how[len("its process "):] if how.startswith("its process ") else how)
     hit = [(name, Point(ranks.index(rank), extent))
            for name, ranks, extent in list(mesh_state.actor_meshes.values()) if rank in ranks]
     for name, point in hit or [(mesh_state.name, Point(rank, mesh_state.extent))]:

@@ -33,6 +33,8 @@ def test_get_with_a_timeout_raises_timeout_error():
     slow = procs.spawn("slow", Slow)
     with pytest.raises(TimeoutError):
         slow.nap.call_one(2.0).get(timeout=0.1)
+    with pytest.raises(ValueError):  # (a timeout that is no time to wait: said, not waited for)
+        slow.nap.call_one(0.0).get(timeout=-1)
     assert slow.nap.call_one(0.0).get(timeout=60) == "awake"
     procs.stop().get()
 
