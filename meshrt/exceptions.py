@@ -456,7 +456,13 @@ class PendingCallsLimitExceeded(MeshrtError):
 
 
 class RuntimeEnvSetupError(MeshrtError):
-    """Ray: a runtime_env could not be set up; meshrt does not build runtime envs."""
+    """Ray: a runtime_env could not be set up (its packages could not be installed, its
+    directories unpacked, the job's setup hook raised): the calls given to that worker fail."""
+
+
+class ActorEnvSetupError(ActorDiedError, RuntimeEnvSetupError):
+    """An actor whose runtime_env could not be set up: dead (an ActorDiedError, as meshrt
+    said before), and a RuntimeEnvSetupError, which Ray's callers of its methods catch."""
 
 
 class TaskPlacementGroupRemoved(TaskUnschedulableError):

@@ -153,8 +153,8 @@ def test_a_bad_runtime_env_is_named_where_it_is_given(tmp_path):
         Configured.options(runtime_env={"working_dir": str(tmp_path / "missing")})
     with pytest.raises(ValueError, match="remote URIs are not supported"):
         environment.options(runtime_env={"working_dir": "s3://bucket/code.zip"})
-    with pytest.warns(RuntimeWarning, match=r"runtime_env\['pip'\] is not supported"):
-        environment.options(runtime_env={"pip": ["requests"]})
+    with pytest.warns(RuntimeWarning, match=r"runtime_env\['conda'\] is not supported"):
+        environment.options(runtime_env={"conda": {"dependencies": ["requests"]}})
     with pytest.raises(ValueError, match="applied only to the whole job"):
         environment.options(runtime_env={"worker_process_setup_hook": _mark_worker})
     with pytest.raises(TypeError, match="runtime_env must be a dict"):

@@ -15,7 +15,7 @@ from .. import exceptions as exc
 from ..objstore.serialization import Payload, error_from_payload, system_error_payload
 from ..scheduler import bundles
 from ..scheduler.resources import Allocation
-from . import ids
+from . import ids, pip_envs
 from . import messages as m
 from .cluster_nodes import fits_now
 
@@ -138,7 +138,7 @@ class ActorDirectory:
             return
         rec.alloc = alloc
         w = self.spawn_worker("actor", ("actor", spec.actor_id), alloc.gpu_ids, label=spec.label or spec.class_name,
-                              host=spec.host, python=spec.python)
+                              host=spec.host, python=spec.python, pip=pip_envs.spec_in(spec.runtime_env))
         if w is None:
             host.node.release(alloc)
             rec.alloc = None
@@ -201,8 +201,8 @@ class ActorDirectory:
             self.node.release(alloc)
             return
         rec.alloc = alloc
-        w = self.spawn_worker("actor", ("actor", actor_id), alloc.gpu_ids,
-                              label=rec.spec.label or rec.spec.class_name, python=rec.spec.python)
+        w = self.spawn_worker("actor", ("actor", actor_id), alloc.gpu_ids, label=rec.spec.label or rec.spec.class_name,
+                              python=rec.spec.python, pip=pip_envs.spec_in(rec.spec.runtime_env))
         w.actor_id = actor_id
         rec.worker = w.id
 
@@ -225,7 +225,8 @@ class ActorDirectory:
         if msg.error is not None:
             err = error_from_payload(msg.error)
             cause = getattr(err, "cause", None) or err
-            self._actor_dead(rec, f"its constructor raised {type(cause).__name__}: {cause}", creation_error=err)
+            self._actor_dead(rec, f"its constructor raised {type(cause).__name__}: {cause}", creation_error=err,
+                             error=exc.ActorEnvSetupError if isinstance(err, exc.RuntimeEnvSetupError) else None)
             w = self.workers.get(rec.worker) if rec.worker is not None else None
             if w is not None and w.conn is not None:
                 w.conn.send(m.Exit("its actor failed to start"))

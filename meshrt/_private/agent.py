@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import os
 import signal
 import socket
 
+from ..exceptions import RuntimeEnvSetupError
 from ..objstore.store import SharedStore
 from ..objstore.store_service import StoreService
-from . import addresses, env_packages, gpus, heartbeat, procutil, ucx_routes, wire
+from . import addresses, env_packages, gpus, heartbeat, pip_envs, procutil, ucx_routes, wire
 from . import messages as m
 from .direct_lanes import DirectLanes
 from .host_cache import HostCache
@@ -237,12 +239,27 @@ class Agent:
         self.done.set()
 
     def spawn(self, msg: m.SpawnWorker) -> None:
-        from .spawn import attach_pipes
-
         env = dict(msg.env)
         slots = env.pop(gpus.SLOTS, None)
         if slots is not None:  # (the GPU slots of this host the head gave the worker)
             env.update(gpus.worker_env([int(s) for s in slots.split(",") if s]))
+        pip = env.pop(pip_envs.SPEC_ENV, None)
+        if pip is not None:  # (its runtime_env's packages: their environment is made here, off the loop)
+            in_background(self._spawn_in_env(msg, env, json.loads(pip)))
+            return
+        self._fork(msg, env)
+
+    async def _spawn_in_env(self, msg: m.SpawnWorker, env: dict, pip: dict) -> None:
+        try:
+            env["MESHRT_PYTHON"] = await asyncio.get_running_loop().run_in_executor(None, pip_envs.python_for, pip)
+        except RuntimeEnvSetupError as err:  # (it starts all the same, and fails what it is given)
+            env[pip_envs.ERROR_ENV] = str(err)
+        if self.zygote is not None:
+            self._fork(msg, env)
+
+    def _fork(self, msg: m.SpawnWorker, env: dict) -> None:
+        from .spawn import attach_pipes
+
         out_fd, err_fd = self.zygote.spawn(msg.worker_id, env, msg.kind)
         worker_id = msg.worker_id
 

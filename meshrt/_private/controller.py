@@ -25,7 +25,7 @@ from ..objstore.store import SharedStore
 from ..objstore.store_service import StoreService
 from ..scheduler.policy import Dispatch, PlaceActor, Scheduler, StartWorkers
 from ..scheduler.resources import Allocation, NodeResources
-from . import addresses, env_packages, gpus, ids, labels, ucx_routes, wire
+from . import addresses, env_packages, ids, labels, ucx_routes, wire
 from . import messages as m
 from .actor_directory import ActorDirectory
 from .cluster_nodes import ClusterNodes
@@ -38,10 +38,11 @@ from .log_options import LogOptions
 from .metrics_table import MetricsTable
 from .placement_groups import PlacementGroups
 from .pool_upkeep import PoolUpkeep
-from .spawn import Zygote, attach_pipes, end_preforked, new_tail, worker_output
+from .spawn import Zygote, end_preforked, new_tail
 from .state_tables import StateTables
 from .task_hosts import TaskHosts, TaskRecord
 from .timeline_table import TimelineTable
+from .worker_spawn import WorkerSpawn
 
 log = logging.getLogger("meshrt")
 
@@ -86,7 +87,7 @@ class WorkerRecord:
 
 
 class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHosts, PlacementGroups, ControlRequests,
-                 LogOptions, LogFiles, PoolUpkeep, StateTables, MetricsTable, TimelineTable, Jobs):
+                 LogOptions, LogFiles, PoolUpkeep, StateTables, MetricsTable, TimelineTable, Jobs, WorkerSpawn):
     def __init__(self, core, io, config: dict) -> None:
         self.core = core
         self.io = io
@@ -98,6 +99,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
         self.node = NodeResources.create(config["resources"])
         self.scheduler = Scheduler(self.node)
         self.workers: dict[int, WorkerRecord] = {}
+        self.pip_specs: dict[str, dict] = {}  # runtime_env pip/uv: its pool's name -> the packages (pip_envs.py)
         self.by_pid: dict[int, WorkerRecord] = {}
         self._ids = itertools.count(1)
         self.code: dict[int, bytes] = {}
@@ -237,33 +239,6 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
             await server.wait_closed()
 
     # -- workers -----------------------------------------------------------------------
-
-    def _start_workers(self, pool_key: tuple, count: int, host: int = 0) -> None:
-        for _ in range(count):
-            if self.spawn_worker("task", pool_key, pool_key, host=host) is not None:
-                self.scheduler_of(host).worker_starting(pool_key)
-
-    def spawn_worker(self, kind: str, pool_key: tuple, gpu_ids: tuple, label: str = "worker",
-                     host: int = 0, python: str = "") -> WorkerRecord | None:
-        w = WorkerRecord(next(self._ids), kind, pool_key, gpu_ids, label=label)
-        chosen = {"MESHRT_PYTHON": python} if python else {}  # (the zygote's child runs it: zygote.py)
-        if host:  # (its agent maps the slots to its devices: agent.py)
-            env = {gpus.SLOTS: ",".join(str(g) for g in gpu_ids), **chosen}
-            if not self.spawn_on_host(w, host, env):
-                return None
-            self.workers[w.id] = w
-            return w
-        self.workers[w.id] = w
-        env = {**gpus.worker_env(gpu_ids), **chosen}
-        out_fd, err_fd = self.zygote.spawn(w.id, env, kind)
-
-        def eof():
-            w.pipes_open -= 1
-            self._maybe_finalize(w)
-
-        w.pipes = attach_pipes(self.loop, out_fd, err_fd,
-                               worker_output(w, self.config["log_to_driver"], self.log_keeper(w), self.job_output), eof)
-        return w
 
     def spawn_background(self, coro) -> None:
         task = self.loop.create_task(coro)

@@ -40,8 +40,9 @@ class PoolUpkeep:
         now = time.monotonic()
         keep = self.config.get("prestart", 0)
         idle = [w for w in self.workers.values() if w.kind == "task" and w.state == "idle"]
-        # (``prestart`` is the head's pool: other hosts' idle workers all go in time)
-        for w in [w for w in idle if not w.host][keep:] + [w for w in idle if w.host]:
+        # (``prestart`` is the head's default pool: other pools' and hosts' idle workers all go in time)
+        kept = [w for w in idle if not w.host and w.pool_key == ()][:keep]
+        for w in [w for w in idle if w not in kept]:
             if now - w.idle_since > IDLE_TRIM_S:
                 self.scheduler_of(w.host).worker_busy_or_gone(w.id, w.pool_key)
                 w.state = "exiting"

@@ -29,12 +29,12 @@ from typing import Any
 import cloudpickle
 
 from ..exceptions import RuntimeEnvSetupError
-from . import env_packages, job_context
+from . import env_packages, job_context, pip_envs
 
-APPLIED = ("env_vars", "working_dir", "py_modules", "worker_process_setup_hook", "excludes", "config")
-NOT_APPLIED = ("pip", "uv", "conda", "container", "image_uri", "py_executable", "java_jars", "nsight",
+APPLIED = ("env_vars", "working_dir", "py_modules", "pip", "uv", "worker_process_setup_hook", "excludes", "config")
+NOT_APPLIED = ("conda", "container", "image_uri", "py_executable", "java_jars", "nsight",
                "rocprof_sys", "_inject_current_ray", "_ray_release", "_ray_commit")
-_TAKES_EFFECT = ("env_vars", "working_dir", "py_modules", "worker_process_setup_hook")
+_TAKES_EFFECT = ("env_vars", "working_dir", "py_modules", "pip", "uv", "worker_process_setup_hook")
 
 _job: dict | None = None  # the job's resolved environment (every worker starts in it)
 _job_paths: list = []  # what the job's environment put on sys.path (a task naming its own takes them off)
@@ -59,7 +59,7 @@ def check(runtime_env: Any, what: str, job: bool = False) -> dict | None:
             continue
         if key not in APPLIED:
             raise ValueError(f"{what}: runtime_env has no field {key!r}; meshrt applies "
-                             f"{', '.join(APPLIED[:4])} (and reads 'excludes' and 'config')")
+                             f"{', '.join(APPLIED[:6])} (and reads 'excludes' and 'config')")
         if value is None:
             continue
         if key == "env_vars":
@@ -68,6 +68,13 @@ def check(runtime_env: Any, what: str, job: bool = False) -> dict | None:
             out[key] = _local_dir(value, what)
         elif key == "py_modules":
             out[key] = _py_modules(value, what)
+        elif key in pip_envs.FIELDS:
+            if "pip" in runtime_env and "uv" in runtime_env and runtime_env["pip"] and runtime_env["uv"]:
+                raise ValueError(f"{what}: runtime_env names both 'pip' and 'uv'; give the packages to one of them")
+            out[key] = pip_envs.check(key, value, what)
+            timeout = (runtime_env.get("config") or {}).get("setup_timeout_seconds")
+            if timeout is not None:
+                out[key]["timeout"] = None if timeout == -1 else float(timeout)  # (Ray's -1: no limit)
         elif key == "worker_process_setup_hook":
             out[key] = _setup_hook(value, what, job)
         elif key == "excludes":
@@ -155,6 +162,9 @@ def resolve(checked: dict, what: str) -> tuple[dict, dict]:
     blobs: dict = {}
     if "env_vars" in checked:
         resolved["env_vars"] = dict(checked["env_vars"])
+    for key in pip_envs.FIELDS:  # (installed where a worker starts in it: pip_envs.py)
+        if key in checked:
+            resolved[key] = checked[key]
     hook = checked.get("worker_process_setup_hook")
     if isinstance(hook, str):  # (run by every worker as it starts: imported by name...)
         resolved["worker_process_setup_hook"] = hook
@@ -187,6 +197,10 @@ def merge(parent: dict | None, child: dict | None) -> dict | None:
     if not child:
         return parent
     merged = {k: v for k, v in {**parent, **child}.items() if k not in _JOB_ONLY}
+    if any(k in child for k in pip_envs.FIELDS):  # (the child's packages replace the parent's, pip or uv)
+        for key in pip_envs.FIELDS:
+            if key not in child:
+                merged.pop(key, None)
     if "env_vars" in parent and "env_vars" in child:
         merged["env_vars"] = {**parent["env_vars"], **child["env_vars"]}
     return merged
@@ -250,7 +264,9 @@ def current() -> dict:
     """What ``get_runtime_context().runtime_env`` shows: the running task's or actor's
     environment, else the job's."""
     env = _current if _current is not None else _job
-    return {k: v for k, v in env.items() if not k.startswith("_")} if env else {}
+    if not env:
+        return {}
+    return {k: pip_envs.as_ray(v) if k in pip_envs.FIELDS else v for k, v in env.items() if not k.startswith("_")}
 
 
 def set_job(env: dict | None) -> None:

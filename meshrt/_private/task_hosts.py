@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from .. import exceptions as exc
 from ..objstore.serialization import system_error_payload
 from ..scheduler import bundles
+from ..scheduler.policy import env_units
 from ..scheduler.resources import Allocation
-from . import ids, labels
+from . import ids, labels, pip_envs
 from . import messages as m
 from .cluster_nodes import fits_now
 
@@ -75,8 +76,19 @@ class TaskHosts:
             return
         events = [("PENDING_ARGS_AVAIL", spec.created_ms)] if spec.created_ms else []  # (its owner's, until then)
         events.append(("PENDING_NODE_ASSIGNMENT", int(time.time() * 1000)))
-        self.tasks[spec.task_id] = TaskRecord(spec, spec.resources, host=host_id, events=events)
-        self.scheduler_of(host_id).submit_task(spec.task_id, spec.resources, spec.depth)
+        rec = self.tasks[spec.task_id] = TaskRecord(spec, spec.resources + self.env_units_of(spec), host=host_id,
+                                                    events=events)
+        self.scheduler_of(host_id).submit_task(spec.task_id, rec.units, spec.depth)
+
+    def env_units_of(self, spec: m.TaskSpec) -> tuple:
+        """A task whose runtime_env installs packages queues for workers of their
+        environment (policy.ENV_RESOURCE); the job's own packages are every worker's."""
+        pip = pip_envs.spec_in(spec.runtime_env)
+        if pip is None or pip == pip_envs.spec_in(self.config.get("runtime_env")):
+            return ()
+        key = pip_envs.key_of(pip)
+        self.pip_specs.setdefault(key, pip)
+        return env_units(key)
 
     def _hand_back(self, back: list, w) -> None:
         """Tasks a worker gives back unstarted go first in line again; one cancelled

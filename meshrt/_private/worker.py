@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 import sys
 
-from . import procutil, runtime_env, state
+from ..exceptions import RuntimeEnvSetupError
+from . import pip_envs, procutil, runtime_env, state
 from .portal import LoopThread
 from .worker_core import WorkerCore
 
@@ -27,6 +28,10 @@ def main(worker_id: int, kind: str) -> None:
         io.run_sync(core.connect(), CONNECT_TIMEOUT_S)
     except (ConnectionRefusedError, FileNotFoundError, ConnectionResetError):
         os._exit(0)  # the driver shut down while we were starting: nothing to serve
+    failed = os.environ.pop(pip_envs.ERROR_ENV, None)
+    if failed:  # (the packages of its runtime_env could not be installed: every call here fails with that)
+        runtime_env.setup_error = RuntimeEnvSetupError(failed)
+        print(f"meshrt: worker {worker_id}: {failed}", file=sys.stderr)
     try:
         runtime_env.start_worker(core, core.config.get("runtime_env"))
     except Exception as err:  # noqa: BLE001 - (said in the driver's output; every call here fails with it)

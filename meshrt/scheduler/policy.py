@@ -19,7 +19,27 @@ from .depth_queue import DepthQueue
 from .resources import Allocation, NodeResources
 
 Units = tuple  # ((name, units), ...)
-PoolKey = tuple  # GPU ids a pool worker was started with; () for CPU-only
+PoolKey = tuple  # GPU ids a pool worker was started with (() for CPU-only), then its environment's name, if any
+
+# A task whose runtime_env installs packages runs in their environment (pip_envs.py): its
+# units carry a zero-amount resource naming it, so it queues apart and its workers form
+# a pool of their own.
+ENV_RESOURCE = "runtime_env:"
+
+
+def env_units(key: str) -> tuple:
+    return ((ENV_RESOURCE + key, 0),)
+
+
+def pool_key(units: tuple, gpu_ids: tuple) -> PoolKey:
+    env = next((name for name, _ in units if name.startswith(ENV_RESOURCE)), None)
+    return gpu_ids if env is None else (*gpu_ids, env)
+
+
+def split_pool_key(key: PoolKey) -> tuple[tuple, str]:
+    """(GPU ids, environment name or '')."""
+    env = next((k for k in key if isinstance(k, str)), "")
+    return tuple(k for k in key if not isinstance(k, str)), env[len(ENV_RESOURCE):]
 
 
 @dataclass(frozen=True)
@@ -157,7 +177,8 @@ class Scheduler:
                 alloc = node.try_acquire(units)
                 if alloc is None:
                     break
-                workers = self.idle.get(alloc.gpu_ids)
+                key = pool_key(units, alloc.gpu_ids)
+                workers = self.idle.get(key)
                 if workers:
                     task_id = queue.popleft()
                     del self.task_units[task_id]
@@ -165,13 +186,14 @@ class Scheduler:
                     continue
                 # No idle worker: count how many more of these could run right now.
                 tentative.append(alloc)
-                need[alloc.gpu_ids] = need.get(alloc.gpu_ids, 0) + 1
+                need[key] = need.get(key, 0) + 1
                 for _ in range(len(queue) - 1):
                     more = node.try_acquire(units)
                     if more is None:
                         break
                     tentative.append(more)
-                    need[more.gpu_ids] = need.get(more.gpu_ids, 0) + 1
+                    more_key = pool_key(units, more.gpu_ids)
+                    need[more_key] = need.get(more_key, 0) + 1
                 break
             if not queue:
                 del self.tasks[units]

@@ -113,7 +113,8 @@ class NodeResources:
                 else:
                     slots[index] -= amount
         for name, amount in units:
-            avail[name] = avail.get(name, 0) - amount
+            if amount:  # (a zero-amount one only names a pool: policy.ENV_RESOURCE)
+                avail[name] = avail.get(name, 0) - amount
         return Allocation(units, gpus, pool)
 
     def release(self, alloc: Allocation) -> None:

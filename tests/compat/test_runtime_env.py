@@ -7,6 +7,7 @@
   by the task it submits.
 * An actor's ``env_vars`` for the actor's whole life.
 * ``get_runtime_context().runtime_env`` inside a task.
+* ``pip`` packages for a task and an actor (installed from the package registry).
 """
 import os
 
@@ -75,3 +76,32 @@ def test_an_actor_keeps_its_variables():
     ray.init(num_cpus=2, runtime_env={"env_vars": {"STAGE": "train"}})
     actor = Configured.options(runtime_env={"env_vars": {"LEVEL": "actor"}}).remote()
     assert ray.get([actor.level.remote() for _ in range(3)]) == [("actor", "train")] * 3
+
+
+@ray.remote
+def toml_of(data):
+    try:
+        import tomli_w
+    except ImportError:
+        return None
+    return tomli_w.dumps(data)
+
+
+@ray.remote
+class TomlWriter:
+    def write(self, data):
+        import tomli_w
+
+        return tomli_w.dumps(data)
+
+
+@pytest.mark.timeout(300)
+def test_pip_packages_for_a_task_and_an_actor(tmp_path, monkeypatch):
+    # (a small package the test environment lacks, from the package registry)
+    monkeypatch.setenv("MESHRT_RUNTIME_ENV_DIR", str(tmp_path / "envs"))  # (where environments are kept; Ray ignores it)
+    ray.init(num_cpus=2)
+    env = {"pip": ["tomli-w==1.0.0"]}
+    assert ray.get(toml_of.options(runtime_env=env).remote({"lr": 1}), timeout=240) == "lr = 1\n"
+    writer = TomlWriter.options(runtime_env=env).remote()
+    assert ray.get(writer.write.remote({"k": "v"}), timeout=240) == 'k = "v"\n'
+    assert ray.get(toml_of.remote({"lr": 1})) is None  # (the job's own workers do not have it)

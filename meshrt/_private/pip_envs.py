@@ -1,0 +1,199 @@
+"""runtime_env ``pip`` and ``uv``: a virtual environment per package list, on each host.
+
+As Ray does, the packages are installed into an environment of their own, made once per
+list (and per interpreter) and reused, and the workers of a task or actor that asks for
+it run that environment's Python. It sees its own packages first, then everything of the
+environment meshrt runs from (a ``.pth`` file adds that one's site directories, their own
+``.pth`` files and editable installs included), so a package already there is not
+installed again and meshrt itself is importable. The installer runs on the host that
+starts the worker (the head's controller or an agent), off its event loop; a failure
+reaches every call given to that worker as ``RuntimeEnvSetupError`` with the
+installer's last lines.
+
+The environments live under ``$MESHRT_RUNTIME_ENV_DIR`` (default
+``~/.cache/meshrt/runtime_envs``), one directory per list, made under a file lock (two
+processes asking at once install once).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from typing import Any
+
+from ..exceptions import RuntimeEnvSetupError
+
+FIELDS = ("pip", "uv")
+ERROR_ENV = "MESHRT_RUNTIME_ENV_ERROR"  # (a worker whose environment failed: worker.py)
+SPEC_ENV = "MESHRT_PIP_ENV"  # (the head asks an agent to start a worker in one: agent.py)
+_READY = ".meshrt-ready"
+_TAIL = 20  # installer output lines kept in an error
+
+
+def check(field: str, value: Any, what: str) -> dict:
+    """Ray's forms, at the call site: a list of requirements, a requirements file's path,
+    or ``{"packages": ..., "pip_check": ..., "pip_version": ..., "pip_install_options":
+    ...}`` (``uv_check``, ``uv_version``, ``uv_pip_install_options`` for uv). Returns
+    ``{"installer", "packages", "options", "check", "version"}``."""
+    name = f"{what}: runtime_env[{field!r}]"
+    spec = {"installer": field, "packages": [], "options": [], "check": False, "version": ""}
+    if isinstance(value, (str, os.PathLike)):
+        spec["packages"] = _requirements_file(os.fspath(value), name)
+    elif isinstance(value, (list, tuple)):
+        spec["packages"] = _requirements(value, name)
+    elif isinstance(value, dict):
+        known = {"packages", f"{field}_check", f"{field}_version", f"{field}_install_options"
+                 if field == "pip" else "uv_pip_install_options"}
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise ValueError(f"{name}: no field {unknown[0]!r}; it takes {sorted(known)}")
+        packages = value.get("packages")
+        spec["packages"] = (_requirements_file(os.fspath(packages), name) if isinstance(packages, (str, os.PathLike))
+                            else _requirements(packages or [], name))
+        spec["check"] = bool(value.get(f"{field}_check", False))
+        version = value.get(f"{field}_version") or ""
+        if not isinstance(version, str):
+            raise TypeError(f"{name}: {field}_version is a version specifier such as '==23.2.1', got {version!r}")
+        spec["version"] = version
+        options = value.get("pip_install_options" if field == "pip" else "uv_pip_install_options") or []
+        spec["options"] = _requirements(options, f"{name} install options")
+    else:
+        raise TypeError(f"{name}: give a list of requirements (['requests==2.31']), a requirements file's path, "
+                        f"or a dict with 'packages'; got {type(value).__name__}")
+    if not spec["packages"]:
+        raise ValueError(f"{name}: names no package; give at least one requirement, or leave the field out")
+    return spec
+
+
+def _requirements(items: Any, name: str) -> list:
+    if not isinstance(items, (list, tuple)) or not all(isinstance(i, str) and i.strip() for i in items):
+        raise TypeError(f"{name}: give a list of non-empty strings, got {items!r}")
+    return [i.strip() for i in items]
+
+
+def _requirements_file(path: str, name: str) -> list:
+    """The file's requirements, read here (the hosts that install them may not have it)."""
+    try:
+        with open(path) as f:
+            lines = [line.split("#", 1)[0].strip() for line in f]
+    except OSError as err:
+        raise ValueError(f"{name}={path!r}: cannot read that requirements file ({err.strerror})") from None
+    return [line for line in lines if line]
+
+
+def as_ray(spec: dict) -> dict:
+    """The packages as Ray shows them (``get_runtime_context().runtime_env``)."""
+    field = spec["installer"]
+    shown = {"packages": list(spec["packages"]), f"{field}_check": spec["check"]}
+    if spec["version"]:
+        shown[f"{field}_version"] = spec["version"]
+    if spec["options"]:
+        shown["pip_install_options" if field == "pip" else "uv_pip_install_options"] = list(spec["options"])
+    return shown
+
+
+def spec_in(env: dict | None) -> dict | None:
+    """The packages a resolved runtime_env asks for (its ``pip`` or ``uv``), or None."""
+    if not env:
+        return None
+    return env.get("pip") or env.get("uv")
+
+
+def key_of(spec: dict) -> str:
+    """A short name for the environment: the same packages on the same interpreter and
+    base environment share one."""
+    wanted = {k: v for k, v in spec.items() if k != "timeout"}
+    text = json.dumps([wanted, sys.version, sys.prefix, _parent_sites()], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def python_for(spec: dict) -> str:
+    """The Python of the environment for ``spec``, made first if need be (blocking: run it
+    off any event loop). RuntimeEnvSetupError when it cannot be made."""
+    root = os.environ.get("MESHRT_RUNTIME_ENV_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "meshrt",
+                                                                     "runtime_envs")
+    os.makedirs(root, exist_ok=True)
+    home = os.path.join(root, f"{spec['installer']}-{key_of(spec)}")
+    timeout = spec.get("timeout", 600.0)  # (Ray's default setup_timeout_seconds)
+    python = os.path.join(home, "bin", "python")
+    with open(home + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # (released when the file closes)
+        if os.path.exists(os.path.join(home, _READY)):
+            return python
+        shutil.rmtree(home, ignore_errors=True)  # (a try that failed or was cut short)
+        try:
+            _make(spec, home, python, timeout)
+        except BaseException:
+            shutil.rmtree(home, ignore_errors=True)
+            raise
+        with open(os.path.join(home, _READY), "w") as f:
+            json.dump(spec, f)
+    return python
+
+
+def _make(spec: dict, home: str, python: str, timeout: float | None) -> None:
+    what = f"runtime_env[{spec['installer']!r}] {spec['packages']}"
+    _run([sys.executable, "-m", "venv", "--without-pip", home], what, timeout)
+    site_dir = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    with open(os.path.join(site_dir, "_meshrt_base_env.pth"), "w") as f:  # (this environment's packages come first)
+        f.write("import site; " + "; ".join(f"site.addsitedir({d!r})" for d in _parent_sites()) + "\n")
+    if spec["installer"] == "uv":
+        uv = _uv(what)
+        if spec["version"]:
+            raise RuntimeEnvSetupError(f"{what}: uv_version is not supported by meshrt (it runs the uv it finds: "
+                                       f"{' '.join(uv)}); leave it out")
+        _run([*uv, "pip", "install", "--python", python, *spec["options"], *spec["packages"]], what, timeout)
+        if spec["check"]:
+            _run([*uv, "pip", "check", "--python", python], what, timeout)
+        return
+    pip = [sys.executable, "-m", "pip", "--python", python, "--disable-pip-version-check"]
+    if spec["version"]:  # (that pip, in the environment, installs the packages)
+        _run([*pip, "install", "--quiet", f"pip{spec['version']}"], what, timeout)
+        pip = [python, "-m", "pip", "--disable-pip-version-check"]
+    _run([*pip, "install", *spec["options"], *spec["packages"]], what, timeout)
+    if spec["check"]:
+        _run([*pip, "check"], what, timeout)
+
+
+def _run(argv: list, what: str, timeout: float | None) -> None:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise RuntimeEnvSetupError(f"{what}: {' '.join(argv[:4])} ... did not finish within {timeout:g} s "
+                                   f"(runtime_env config setup_timeout_seconds)") from None
+    except OSError as err:
+        raise RuntimeEnvSetupError(f"{what}: cannot run {argv[0]}: {err}") from None
+    if done.returncode != 0:
+        lines = (done.stdout + done.stderr).strip().splitlines()[-_TAIL:]
+        raise RuntimeEnvSetupError(f"{what}: {' '.join(argv[:6])} ... failed (exit code {done.returncode}):\n"
+                                   + "\n".join(lines))
+
+
+def _uv(what: str) -> list:
+    found = shutil.which("uv")
+    if found:
+        return [found]
+    try:
+        import uv  # type: ignore[import-not-found]  (the uv package ships its binary)
+
+        return [uv.find_uv_bin()]
+    except (ImportError, FileNotFoundError):
+        raise RuntimeEnvSetupError(f"{what}: uv is not installed where meshrt runs; `pip install uv` "
+                                   f"(or use runtime_env['pip'])") from None
+
+
+def _parent_sites() -> list:
+    """The site directories of the environment meshrt runs from, in its order."""
+    paths = sysconfig.get_paths()
+    sites = [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")]
+    for extra in (paths.get("purelib"), paths.get("platlib")):
+        if extra and extra not in sites and os.path.isdir(extra):
+            sites.append(extra)
+    return sites

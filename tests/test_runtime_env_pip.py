@@ -1,0 +1,151 @@
+"""runtime_env ``pip``: packages installed into an environment of their own (made once per
+list, on the host that starts the worker), for a task, an actor or the whole job."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+import meshrt
+from meshrt.exceptions import RuntimeEnvSetupError
+
+from .test_multihost import TOKEN, AgentProcesses, _start_agent, stop_agent
+
+# A small pure-Python package that the test environment does not have (installed from the
+# package registry, as a user's pip runtime_env is).
+PACKAGE = "tomli-w==1.0.0"
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+def env_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("MESHRT_RUNTIME_ENV_DIR", str(tmp_path / "envs"))
+    return tmp_path / "envs"
+
+
+def _has_package() -> tuple:
+    try:
+        import tomli_w
+    except ImportError:
+        return False, sys.executable
+    return tomli_w.dumps({"a": 1}), sys.executable
+
+
+@meshrt.remote
+def shown_env():
+    return meshrt.get_runtime_context().runtime_env
+
+
+@meshrt.remote
+def has_package():
+    return _has_package()
+
+
+@meshrt.remote
+class Holder:
+    def has_package(self):
+        return _has_package()
+
+    def numpy_is_the_base_environments(self):
+        import numpy
+
+        return numpy.__file__
+
+
+def test_a_task_and_an_actor_run_in_their_packages_environment(env_dir):
+    meshrt.init(num_cpus=2)
+    env = {"pip": [PACKAGE]}
+    dumped, task_python = meshrt.get(has_package.options(runtime_env=env).remote(), timeout=150)
+    assert dumped == "a = 1\n" and task_python.startswith(str(env_dir))
+    holder = Holder.options(runtime_env=env).remote()
+    dumped, actor_python = meshrt.get(holder.has_package.remote(), timeout=150)
+    assert (dumped, actor_python) == ("a = 1\n", task_python)  # (one environment for the one list)
+    import numpy
+
+    assert meshrt.get(holder.numpy_is_the_base_environments.remote()) == numpy.__file__  # (not installed again)
+    assert meshrt.get(has_package.remote()) == (False, sys.executable)  # (the others run as before)
+    assert meshrt.get(shown_env.options(runtime_env=env).remote(), timeout=60) == {
+        "pip": {"packages": [PACKAGE], "pip_check": False}}  # (as Ray shows it)
+    assert len(os.listdir(env_dir)) == 2  # (the environment and its lock file)
+
+
+def test_the_jobs_packages_are_every_workers(env_dir):
+    meshrt.init(num_cpus=1, runtime_env={"pip": {"packages": [PACKAGE], "pip_check": False}})
+    assert meshrt.get(has_package.remote(), timeout=150)[0] == "a = 1\n"
+    assert meshrt.get(Holder.remote().has_package.remote(), timeout=150)[0] == "a = 1\n"
+
+
+def test_a_requirements_file_is_read_where_it_is_given(env_dir, tmp_path):
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(f"# what the task needs\n{PACKAGE}\n")
+    meshrt.init(num_cpus=1)
+    task = has_package.options(runtime_env={"pip": str(requirements)})
+    requirements.unlink()  # (read at .options(): the hosts that install it need not have it)
+    assert meshrt.get(task.remote(), timeout=150)[0] == "a = 1\n"
+
+
+def test_packages_that_cannot_be_installed_fail_the_calls_saying_why(env_dir):
+    meshrt.init(num_cpus=1)
+    broken = has_package.options(runtime_env={"pip": ["surely-no-such-package-meshrt==9.9.9"]})
+    with pytest.raises(RuntimeEnvSetupError, match="surely-no-such-package-meshrt") as info:
+        meshrt.get(broken.remote(), timeout=150)
+    assert "No matching distribution" in str(info.value)  # (pip's own words)
+    assert meshrt.get(has_package.remote(), timeout=60)[0] is False  # (the job goes on)
+    holder = Holder.options(runtime_env={"pip": ["surely-no-such-package-meshrt==9.9.9"]}).remote()
+    with pytest.raises(RuntimeEnvSetupError, match="constructor raised RuntimeEnvSetupError"):  # (Ray's, too)
+        meshrt.get(holder.has_package.remote(), timeout=150)
+    assert not [d for d in os.listdir(env_dir) if not d.endswith(".lock")]  # (no half-made environment kept)
+
+
+def test_bad_packages_are_named_where_they_are_given(tmp_path, monkeypatch):
+    with pytest.raises(TypeError, match=r"runtime_env\['pip'\]: give a list of requirements"):
+        has_package.options(runtime_env={"pip": 5})
+    with pytest.raises(ValueError, match="names no package"):
+        has_package.options(runtime_env={"pip": []})
+    with pytest.raises(ValueError, match="cannot read that requirements file"):
+        has_package.options(runtime_env={"pip": str(tmp_path / "missing.txt")})
+    with pytest.raises(ValueError, match="no field 'pakages'"):
+        has_package.options(runtime_env={"pip": {"pakages": [PACKAGE]}})
+    with pytest.raises(ValueError, match="names both 'pip' and 'uv'"):
+        has_package.options(runtime_env={"pip": [PACKAGE], "uv": [PACKAGE]})
+
+
+def test_uv_that_is_not_installed_is_named(env_dir, monkeypatch):
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable))  # (a uv elsewhere on PATH would be found)
+    try:
+        import uv  # noqa: F401
+        pytest.skip("the uv package is installed here")
+    except ImportError:
+        pass
+    meshrt.init(num_cpus=1)
+    with pytest.raises(RuntimeEnvSetupError, match="pip install uv"):
+        meshrt.get(has_package.options(runtime_env={"uv": [PACKAGE]}).remote(), timeout=60)
+
+
+@pytest.fixture
+def head_and_agent(monkeypatch, env_dir):
+    monkeypatch.setenv("MESHRT_TOKEN", TOKEN)
+    info = meshrt.init(address="127.0.0.1:0", num_cpus=1)
+    agent = _start_agent(info["tcp_address"], "otherhost", MESHRT_RUNTIME_ENV_DIR=str(env_dir / "agent"))
+    meshrt.hosts(min_hosts=1, timeout=60)
+    spawned = AgentProcesses([agent])
+    yield spawned.remember
+    spawned.remember()
+    meshrt.shutdown()
+    stop_agent(agent)
+    spawned.assert_gone()
+
+
+def test_another_host_makes_the_environment_itself(head_and_agent, env_dir):
+    from meshrt.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    head = meshrt.get_runtime_context().get_node_id()
+    other = next(n["NodeID"] for n in meshrt.nodes() if n["NodeID"] != head)
+    there = has_package.options(runtime_env={"pip": [PACKAGE]},
+                                scheduling_strategy=NodeAffinitySchedulingStrategy(other, soft=False))
+    dumped, python = meshrt.get(there.remote(), timeout=150)
+    assert dumped == "a = 1\n" and python.startswith(str(env_dir / "agent"))
+    head_and_agent()
