@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from meshrt.scheduler.policy import Dispatch, PlaceActor, Scheduler, StartWorkers
+from meshrt.scheduler.policy import Dispatch, PlaceActor, Scheduler, StartWorkers, env_units, split_pool_key
 from meshrt.scheduler.resources import NodeResources, normalize, validate_request
 
 
@@ -21,6 +21,26 @@ def test_dispatches_to_idle_workers_then_asks_for_more():
     assert actions == [Dispatch(0, 1, actions[0].alloc), StartWorkers((), 1)]
     s.worker_starting((), 1)
     assert s.schedule() == []  # one is on its way already
+
+
+def test_a_task_in_a_package_environment_waits_for_a_worker_of_that_environment():
+    n = node(CPU=2)
+    s = Scheduler(n)
+    s.worker_idle(1, ())
+    in_env = normalize({"CPU": 1}) + env_units("abc")
+    s.submit_task(10, in_env)
+    s.submit_task(11, normalize({"CPU": 1}))
+    actions = s.schedule()
+    # (the plain task takes the idle worker; the other asks for a worker of its environment)
+    assert [a for a in actions if isinstance(a, Dispatch)] == [Dispatch(11, 1, actions[0].alloc)]
+    (start,) = [a for a in actions if isinstance(a, StartWorkers)]
+    assert split_pool_key(start.pool_key) == ((), "abc")
+    s.worker_idle(2, start.pool_key)
+    (dispatch,) = s.schedule()
+    assert (dispatch.task_id, dispatch.worker_id) == (10, 2)
+    assert n.available["CPU"] == 0 and not any(k.startswith("runtime_env:") for k in n.available)
+    n.release(dispatch.alloc)
+    assert n.available["CPU"] == 10_000
 
 
 def test_work_waits_until_resources_free_up():

@@ -225,8 +225,11 @@ class ActorDirectory:
         if msg.error is not None:
             err = error_from_payload(msg.error)
             cause = getattr(err, "cause", None) or err
-            self._actor_dead(rec, f"its constructor raised {type(cause).__name__}: {cause}", creation_error=err,
-                             error=exc.ActorEnvSetupError if isinstance(err, exc.RuntimeEnvSetupError) else None)
+            if isinstance(err, exc.RuntimeEnvSetupError):  # (Ray's error for its calls, too)
+                self._actor_dead(rec, f"its runtime_env could not be set up: {cause}", creation_error=err,
+                                 error=exc.ActorEnvSetupError)
+            else:
+                self._actor_dead(rec, f"its constructor raised {type(cause).__name__}: {cause}", creation_error=err)
             w = self.workers.get(rec.worker) if rec.worker is not None else None
             if w is not None and w.conn is not None:
                 w.conn.send(m.Exit("its actor failed to start"))
@@ -281,6 +284,9 @@ class ActorDirectory:
             self.kill_worker(w)
         elif w.conn is not None:
             w.conn.send(m.Exit(msg.reason))
+        elif w.env_pending and not w.host:  # (its packages still install: it ends now, and is never started)
+            w.lost_reason = msg.reason
+            self._finalize(w)
 
     def on_actor_exiting(self, conn, msg: m.ActorExiting) -> None:
         rec = self.actors.get(msg.actor_id)

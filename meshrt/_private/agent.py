@@ -13,6 +13,7 @@ directly for calls; only store requests (allocate, pin) come to the agent.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import json
 import logging
@@ -63,6 +64,7 @@ class Agent:
         self.pipes: list = []
         self.store: SharedStore | None = None
         self.zygote: Zygote | None = None
+        self.env_maker: pip_envs.EnvMaker | None = None  # (runtime_env pip/uv environments made here)
         self._early: list = []  # spawn requests that beat the zygote's start
         self.local_conns: dict = {}  # worker id -> its connection to us
         self.early_relays: dict = {}  # worker id -> relayed messages that beat its Hello
@@ -121,6 +123,8 @@ class Agent:
         watch.add(self.head)
         await self.done.wait()
         watch.stop()
+        if self.env_maker is not None:
+            self.env_maker.close()  # (an install still running is killed)
         await self.zygote.close()
         for pipe in list(self.pipes):
             pipe.close()
@@ -250,11 +254,15 @@ class Agent:
         self._fork(msg, env)
 
     async def _spawn_in_env(self, msg: m.SpawnWorker, env: dict, pip: dict) -> None:
+        if self.env_maker is None:
+            self.env_maker = pip_envs.EnvMaker()  # (closed as the agent ends)
         try:
-            env["MESHRT_PYTHON"] = await asyncio.get_running_loop().run_in_executor(None, pip_envs.python_for, pip)
+            env["MESHRT_PYTHON"] = await asyncio.wrap_future(self.env_maker.python(pip))
         except RuntimeEnvSetupError as err:  # (it starts all the same, and fails what it is given)
             env[pip_envs.ERROR_ENV] = str(err)
-        if self.zygote is not None:
+        except concurrent.futures.CancelledError:  # (the agent is ending)
+            return
+        if self.zygote is not None and not self.done.is_set():
             self._fork(msg, env)
 
     def _fork(self, msg: m.SpawnWorker, env: dict) -> None:

@@ -79,6 +79,7 @@ class WorkerRecord:
     idle_since: float = 0.0
     grace_timer: Any = None
     pipes: list = field(default_factory=list)
+    env_pending: bool = False  # its runtime_env's packages are being installed (worker_spawn.py)
     host: int = 0  # 0 = this (head) host; else the agent that started it
     lost_reason: str | None = None  # set when its host agent went away
     log_stream: bool = True  # its output printed by the driver (ProcMesh.logging_option)
@@ -117,7 +118,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
         self.zygote: Zygote | None = None
         self.store: SharedStore | None = None
         self.store_service: StoreService | None = None
-        self.startup_failures: dict[int, int] = {}  # host id -> workers in a row that failed to start
+        self.startup_failures: dict[tuple, int] = {}  # (host id, pool) -> workers in a row that failed to start
         self.stopping = False
         self._background: set = set()  # tasks we started and must keep referenced
         self._all_exited: asyncio.Event | None = None
@@ -193,6 +194,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
 
     async def _stop_processes(self) -> None:
         self.stopping = True
+        self.close_env_maker()  # (an install still running is killed: nothing waits for it now)
         self.flush_logs()
         ucx_routes.end_checks(self, "the driver is shutting down")  # (of joining hosts)
         if self._trim_timer is not None:
@@ -290,7 +292,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
         if w.pid is None:
             w.pid = msg.pid
             self.by_pid[msg.pid] = w
-        self.startup_failures.pop(w.host, None)
+        self.startup_failures.pop((w.host, w.pool_key), None)
         conn.send(m.Welcome(self.welcome_config(w.host)))
         self.core.worker_connected(w.id, conn)
         if w.kind == "task":
@@ -364,7 +366,8 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
             scheduler.worker_started(w.pool_key)
         failed_start = previous == "starting" and w.lost_reason is None  # (not its host lost)
         if failed_start:
-            self.startup_failures[w.host] = self.startup_failures.get(w.host, 0) + 1
+            key = (w.host, w.pool_key)  # (a pool of workers in a broken environment fails alone)
+            self.startup_failures[key] = self.startup_failures.get(key, 0) + 1
         cause = w.lost_reason or exc.describe_exit(None if w.exit_code is _UNSET else w.exit_code)
         self.core.direct_lanes.drop(w.id)  # (before its calls fail: no caller sees a dead lane)
         if w.tasks:
@@ -374,7 +377,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
             w.tasks.clear()
         if w.actor_id is not None:
             self.actor_worker_died(w, cause)
-        elif failed_start and self.startup_failures.get(w.host, 0) >= MAX_STARTUP_FAILURES:
+        elif failed_start and self.startup_failures.get((w.host, w.pool_key), 0) >= MAX_STARTUP_FAILURES:
             self._fail_queued_startup(w, cause)
         if w.kind == "driver":
             self.driver_gone(w)

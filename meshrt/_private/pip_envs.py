@@ -4,9 +4,10 @@ As Ray does, the packages are installed into an environment of their own, made o
 list (and per interpreter) and reused, and the workers of a task or actor that asks for
 it run that environment's Python. It sees its own packages first, then everything of the
 environment meshrt runs from (a ``.pth`` file adds that one's site directories, their own
-``.pth`` files and editable installs included), so a package already there is not
-installed again and meshrt itself is importable. The installer runs on the host that
-starts the worker (the head's controller or an agent), off its event loop; a failure
+``.pth`` files and editable installs included), so pip does not install again a package
+already there (uv may) and meshrt itself is importable. The installer runs on the host
+that starts the worker (the head's controller or an agent: EnvMaker), off its event loop,
+once per list however many workers wait for it; a failure
 reaches every call given to that worker as ``RuntimeEnvSetupError`` with the
 installer's last lines.
 
@@ -17,11 +18,14 @@ processes asking at once install once).
 
 from __future__ import annotations
 
+import concurrent.futures
 import fcntl
+import functools
 import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -60,6 +64,9 @@ def check(field: str, value: Any, what: str) -> dict:
         version = value.get(f"{field}_version") or ""
         if not isinstance(version, str):
             raise TypeError(f"{name}: {field}_version is a version specifier such as '==23.2.1', got {version!r}")
+        if version and field == "uv":
+            raise ValueError(f"{name}: uv_version is not supported by meshrt (it runs the uv installed where it "
+                             f"runs); leave it out")
         spec["version"] = version
         options = value.get("pip_install_options" if field == "pip" else "uv_pip_install_options") or []
         spec["options"] = _requirements(options, f"{name} install options")
@@ -81,10 +88,10 @@ def _requirements_file(path: str, name: str) -> list:
     """The file's requirements, read here (the hosts that install them may not have it)."""
     try:
         with open(path) as f:
-            lines = [line.split("#", 1)[0].strip() for line in f]
+            lines = [line.strip() for line in f]
     except OSError as err:
         raise ValueError(f"{name}={path!r}: cannot read that requirements file ({err.strerror})") from None
-    return [line for line in lines if line]
+    return [line for line in lines if line and not line.startswith("#")]  # (pip reads the rest)
 
 
 def as_ray(spec: dict) -> dict:
@@ -108,19 +115,61 @@ def spec_in(env: dict | None) -> dict | None:
 def key_of(spec: dict) -> str:
     """A short name for the environment: the same packages on the same interpreter and
     base environment share one."""
-    wanted = {k: v for k, v in spec.items() if k != "timeout"}
-    text = json.dumps([wanted, sys.version, sys.prefix, _parent_sites()], sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    wanted = json.dumps({k: v for k, v in spec.items() if k != "timeout"}, sort_keys=True)
+    key = _keys.get(wanted)
+    if key is None:
+        text = json.dumps([wanted, sys.version, sys.prefix, _parent_sites()])
+        key = _keys[wanted] = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return key
 
 
-def python_for(spec: dict) -> str:
+_keys: dict[str, str] = {}  # (key_of runs for every task that names packages: on the controller's loop)
+
+
+class EnvMaker:
+    """The environments of one host (the head's controller or an agent makes one): one
+    install per list at a time, shared by every worker waiting for it, on threads of its
+    own (the loop's default executor serves other work); an install that failed stays
+    failed until close(), which kills an installer still running."""
+
+    def __init__(self) -> None:
+        self._threads = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="meshrt-pip")
+        self._made: dict[str, concurrent.futures.Future] = {}
+        self.running: set = set()  # installer processes now (subprocess.Popen)
+        self.closed = False
+
+    def python(self, spec: dict) -> concurrent.futures.Future:
+        """A Future of the environment's Python (RuntimeEnvSetupError when it cannot be made)."""
+        key = key_of(spec)
+        made = self._made.get(key)
+        if made is None:
+            made = self._made[key] = self._threads.submit(python_for, spec, self)
+        return made
+
+    def close(self) -> None:
+        self.closed = True
+        for proc in list(self.running):
+            _kill(proc)
+        self._threads.shutdown(wait=False, cancel_futures=True)
+
+
+def python_for(spec: dict, maker: EnvMaker | None = None) -> str:
     """The Python of the environment for ``spec``, made first if need be (blocking: run it
     off any event loop). RuntimeEnvSetupError when it cannot be made."""
+    what = f"runtime_env[{spec['installer']!r}] {spec['packages']}"
     root = os.environ.get("MESHRT_RUNTIME_ENV_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "meshrt",
                                                                      "runtime_envs")
+    try:
+        return _python_in(spec, root, what, maker)
+    except RuntimeEnvSetupError:
+        raise
+    except Exception as err:  # noqa: BLE001 - (a directory that cannot be made, a full disk...: said as Ray's error)
+        raise RuntimeEnvSetupError(f"{what}: its environment could not be made under {root}: {err!r}") from err
+
+
+def _python_in(spec: dict, root: str, what: str, maker: EnvMaker | None) -> str:
     os.makedirs(root, exist_ok=True)
     home = os.path.join(root, f"{spec['installer']}-{key_of(spec)}")
-    timeout = spec.get("timeout", 600.0)  # (Ray's default setup_timeout_seconds)
     python = os.path.join(home, "bin", "python")
     with open(home + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # (released when the file closes)
@@ -128,7 +177,7 @@ def python_for(spec: dict) -> str:
             return python
         shutil.rmtree(home, ignore_errors=True)  # (a try that failed or was cut short)
         try:
-            _make(spec, home, python, timeout)
+            _make(spec, home, python, what, _Runner(what, spec.get("timeout", 600.0), maker))
         except BaseException:
             shutil.rmtree(home, ignore_errors=True)
             raise
@@ -137,43 +186,68 @@ def python_for(spec: dict) -> str:
     return python
 
 
-def _make(spec: dict, home: str, python: str, timeout: float | None) -> None:
-    what = f"runtime_env[{spec['installer']!r}] {spec['packages']}"
-    _run([sys.executable, "-m", "venv", "--without-pip", home], what, timeout)
-    site_dir = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                              capture_output=True, text=True, check=True).stdout.strip()
+def _make(spec: dict, home: str, python: str, what: str, run: _Runner) -> None:
+    run([sys.executable, "-m", "venv", "--without-pip", home])
+    site_dir = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).strip()
     with open(os.path.join(site_dir, "_meshrt_base_env.pth"), "w") as f:  # (this environment's packages come first)
         f.write("import site; " + "; ".join(f"site.addsitedir({d!r})" for d in _parent_sites()) + "\n")
+    requirements = os.path.join(home, "requirements.txt")  # (as Ray does: pip reads its own syntax)
+    with open(requirements, "w") as f:
+        f.write("\n".join(spec["packages"]) + "\n")
     if spec["installer"] == "uv":
         uv = _uv(what)
-        if spec["version"]:
-            raise RuntimeEnvSetupError(f"{what}: uv_version is not supported by meshrt (it runs the uv it finds: "
-                                       f"{' '.join(uv)}); leave it out")
-        _run([*uv, "pip", "install", "--python", python, *spec["options"], *spec["packages"]], what, timeout)
+        run([*uv, "pip", "install", "--python", python, *spec["options"], "-r", requirements])
         if spec["check"]:
-            _run([*uv, "pip", "check", "--python", python], what, timeout)
+            run([*uv, "pip", "check", "--python", python])
         return
     pip = [sys.executable, "-m", "pip", "--python", python, "--disable-pip-version-check"]
     if spec["version"]:  # (that pip, in the environment, installs the packages)
-        _run([*pip, "install", "--quiet", f"pip{spec['version']}"], what, timeout)
+        run([*pip, "install", "--quiet", f"pip{spec['version']}"])
         pip = [python, "-m", "pip", "--disable-pip-version-check"]
-    _run([*pip, "install", *spec["options"], *spec["packages"]], what, timeout)
+    run([*pip, "install", *spec["options"], "-r", requirements])
     if spec["check"]:
-        _run([*pip, "check"], what, timeout)
+        run([*pip, "check"])
 
 
-def _run(argv: list, what: str, timeout: float | None) -> None:
+class _Runner:
+    """Runs the installer's commands, each in a process group of its own (``pip --python``
+    starts a second pip: a timeout or close() ends both)."""
+
+    def __init__(self, what: str, timeout: float | None, maker: EnvMaker | None) -> None:
+        self.what, self.timeout, self.maker = what, timeout, maker
+
+    def __call__(self, argv: list) -> str:
+        if self.maker is not None and self.maker.closed:
+            raise RuntimeEnvSetupError(f"{self.what}: the runtime is shutting down")
+        try:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    text=True, start_new_session=True)
+        except OSError as err:
+            raise RuntimeEnvSetupError(f"{self.what}: cannot run {argv[0]}: {err}") from None
+        running = self.maker.running if self.maker is not None else set()
+        running.add(proc)
+        try:
+            out, _ = proc.communicate(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+            raise RuntimeEnvSetupError(f"{self.what}: {' '.join(argv[:4])} ... did not finish within "
+                                       f"{self.timeout:g} s (runtime_env config setup_timeout_seconds)") from None
+        finally:
+            running.discard(proc)
+        if proc.returncode != 0:
+            lines = out.strip().splitlines()[-_TAIL:]
+            cut = " (stopped: the runtime is shutting down)" if self.maker is not None and self.maker.closed else ""
+            raise RuntimeEnvSetupError(f"{self.what}: {' '.join(argv[:6])} ... failed (exit code "
+                                       f"{proc.returncode}){cut}:\n" + "\n".join(lines))
+        return out
+
+
+def _kill(proc) -> None:
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise RuntimeEnvSetupError(f"{what}: {' '.join(argv[:4])} ... did not finish within {timeout:g} s "
-                                   f"(runtime_env config setup_timeout_seconds)") from None
-    except OSError as err:
-        raise RuntimeEnvSetupError(f"{what}: cannot run {argv[0]}: {err}") from None
-    if done.returncode != 0:
-        lines = (done.stdout + done.stderr).strip().splitlines()[-_TAIL:]
-        raise RuntimeEnvSetupError(f"{what}: {' '.join(argv[:6])} ... failed (exit code {done.returncode}):\n"
-                                   + "\n".join(lines))
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
 
 
 def _uv(what: str) -> list:
@@ -189,6 +263,7 @@ def _uv(what: str) -> list:
                                    f"(or use runtime_env['pip'])") from None
 
 
+@functools.lru_cache(maxsize=1)
 def _parent_sites() -> list:
     """The site directories of the environment meshrt runs from, in its order."""
     paths = sysconfig.get_paths()

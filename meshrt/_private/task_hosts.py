@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from .. import exceptions as exc
 from ..objstore.serialization import system_error_payload
 from ..scheduler import bundles
-from ..scheduler.policy import env_units
+from ..scheduler.policy import env_of, env_units, split_pool_key
 from ..scheduler.resources import Allocation
 from . import ids, labels, pip_envs
 from . import messages as m
@@ -129,7 +129,9 @@ class TaskHosts:
         tail = "\n".join("    " + line for line in w.stderr_tail)
         error = system_error_payload(exc.WorkerCrashedError(
             f"workers fail to start ({cause}); last lines of stderr:\n{tail}"))
-        for task_id in [t for t, rec in self.tasks.items() if rec.worker is None and rec.host == w.host]:
+        env = split_pool_key(w.pool_key)[1] if w.kind == "task" else ""
+        for task_id in [t for t, rec in self.tasks.items()
+                        if rec.worker is None and rec.host == w.host and env_of(rec.units) == env]:
             if self.scheduler_of(w.host).remove_task(task_id):
                 self._fail_task(self.tasks.pop(task_id).spec, error)
 

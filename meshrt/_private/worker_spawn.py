@@ -10,6 +10,8 @@ same on its own host. Until then the worker counts as starting.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
 
 from ..exceptions import RuntimeEnvSetupError
@@ -53,13 +55,25 @@ class WorkerSpawn:
         return w
 
     async def _spawn_in_env(self, w, env: dict, kind: str, pip: dict) -> None:
+        maker = self.__dict__.get("env_maker")
+        if maker is None:
+            maker = self.env_maker = pip_envs.EnvMaker()  # (closed with the controller: close_env_maker)
+        w.env_pending = True
         try:
-            python = await self.loop.run_in_executor(None, pip_envs.python_for, pip)
+            python = await asyncio.wrap_future(maker.python(pip))
             env = {**env, "MESHRT_PYTHON": python}
         except RuntimeEnvSetupError as err:  # (the worker starts all the same, and fails what it is given)
             env = {**env, pip_envs.ERROR_ENV: str(err)}
+        except concurrent.futures.CancelledError:  # (shutting down)
+            return
+        w.env_pending = False
         if self.workers.get(w.id) is w and self.zygote is not None and not self.stopping:
             self._fork_worker(w, env, kind)
+
+    def close_env_maker(self) -> None:
+        maker = self.__dict__.get("env_maker")
+        if maker is not None:
+            maker.close()
 
     def _fork_worker(self, w, env: dict, kind: str) -> None:
         out_fd, err_fd = self.zygote.spawn(w.id, env, kind)

@@ -31,6 +31,11 @@ def env_units(key: str) -> tuple:
     return ((ENV_RESOURCE + key, 0),)
 
 
+def env_of(units: tuple) -> str:
+    """The name of the environment these units ask for ('' for none)."""
+    return next((name[len(ENV_RESOURCE):] for name, _ in units if name.startswith(ENV_RESOURCE)), "")
+
+
 def pool_key(units: tuple, gpu_ids: tuple) -> PoolKey:
     env = next((name for name, _ in units if name.startswith(ENV_RESOURCE)), None)
     return gpu_ids if env is None else (*gpu_ids, env)
