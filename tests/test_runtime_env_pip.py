@@ -149,3 +149,59 @@ def test_another_host_makes_the_environment_itself(head_and_agent, env_dir):
     dumped, python = meshrt.get(there.remote(), timeout=150)
     assert dumped == "a = 1\n" and python.startswith(str(env_dir / "agent"))
     head_and_agent()
+
+
+@pytest.fixture
+def stuck_index():
+    """A package index that accepts connections and never answers: an install that hangs."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    accepted: list = []
+    stop = threading.Event()
+
+    def serve():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                accepted.append(server.accept()[0])
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield {"packages": ["tomli-w==1.0.1"], "pip_install_options": [
+        "--index-url", f"http://127.0.0.1:{server.getsockname()[1]}/simple", "--timeout", "120", "--retries", "0",
+        "--no-cache-dir"]}, accepted
+    stop.set()
+    thread.join(5)
+    for conn in accepted:
+        conn.close()
+    server.close()
+
+
+def _installers() -> list:
+    import psutil
+
+    return [p for p in psutil.process_iter(["cmdline"]) if "install" in (p.info["cmdline"] or [])
+            and any("pip" in part for part in p.info["cmdline"])]
+
+
+def test_an_actor_killed_while_its_packages_install_ends_at_once_and_shutdown_stops_the_install(
+        env_dir, stuck_index):
+    from .helpers import wait_until
+
+    pip, accepted = stuck_index
+    meshrt.init(num_cpus=1)
+    holder = Holder.options(runtime_env={"pip": pip}).remote()
+    call = holder.has_package.remote()
+    assert wait_until(lambda: accepted, timeout=60)  # (pip is waiting on the index now)
+    meshrt.kill(holder)
+    with pytest.raises(meshrt.exceptions.ActorDiedError):
+        meshrt.get(call, timeout=30)  # (not after pip's 120 s)
+    waiting = has_package.options(runtime_env={"pip": pip}).remote()  # (the same list: the same install)
+    assert not meshrt.wait([waiting], timeout=0.5)[0]
+    assert _installers()
+    meshrt.shutdown()
+    assert wait_until(lambda: not _installers(), timeout=30)  # (killed, not left to run)

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from meshrt.scheduler.policy import Dispatch, PlaceActor, Scheduler, StartWorkers, env_units, split_pool_key
+from meshrt.scheduler.policy import (
+    Dispatch,
+    PlaceActor,
+    Scheduler,
+    StartWorkers,
+    env_units,
+    split_pool_key,
+)
 from meshrt.scheduler.resources import NodeResources, normalize, validate_request
 
 
