@@ -8,6 +8,7 @@ sharing memory.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -41,6 +42,22 @@ def stop_agent(agent: subprocess.Popen) -> None:
         agent.kill()
         agent.wait()
     agent.stderr.close()
+
+
+@contextlib.contextmanager
+def head_with_one_agent(monkeypatch, runtime_env: dict | None = None, **agent_env):
+    """A driver (1 CPU) listening on loopback TCP and one agent, "otherhost", joined:
+    yields the check that notes what the agent started (gone once the cluster is down)."""
+    monkeypatch.setenv("MESHRT_TOKEN", TOKEN)
+    info = meshrt.init(address="127.0.0.1:0", num_cpus=1, runtime_env=runtime_env)
+    agent = _start_agent(info["tcp_address"], "otherhost", **agent_env)
+    meshrt.hosts(min_hosts=1, timeout=60)
+    spawned = AgentProcesses([agent])
+    yield spawned.remember
+    spawned.remember()
+    meshrt.shutdown()
+    stop_agent(agent)
+    spawned.assert_gone()
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 
 import meshrt
 
-from .test_multihost import TOKEN, AgentProcesses, _start_agent, stop_agent
+from .test_multihost import head_with_one_agent
 
 
 @pytest.fixture
@@ -225,17 +225,8 @@ def test_a_task_naming_its_own_working_dir_does_not_import_the_jobs(project, tmp
 def head_and_agent(monkeypatch, project):
     """A job whose working_dir every host gets: the head (1 CPU) and one agent's host."""
     work, _package = project
-    monkeypatch.setenv("MESHRT_TOKEN", TOKEN)
-    info = meshrt.init(address="127.0.0.1:0", num_cpus=1,
-                       runtime_env={"working_dir": str(work), "env_vars": {"JOB": "job"}})
-    agent = _start_agent(info["tcp_address"], "otherhost")
-    meshrt.hosts(min_hosts=1, timeout=60)
-    spawned = AgentProcesses([agent])
-    yield spawned.remember
-    spawned.remember()
-    meshrt.shutdown()
-    stop_agent(agent)
-    spawned.assert_gone()
+    with head_with_one_agent(monkeypatch, {"working_dir": str(work), "env_vars": {"JOB": "job"}}) as remember:
+        yield remember
 
 
 @pytest.mark.timeout(90)

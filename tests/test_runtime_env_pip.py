@@ -11,7 +11,7 @@ import pytest
 import meshrt
 from meshrt.exceptions import RuntimeEnvSetupError
 
-from .test_multihost import TOKEN, AgentProcesses, _start_agent, stop_agent
+from .test_multihost import head_with_one_agent
 
 # A small pure-Python package that the test environment does not have (installed from the
 # package registry, as a user's pip runtime_env is).
@@ -127,16 +127,8 @@ def test_uv_that_is_not_installed_is_named(env_dir, monkeypatch):
 
 @pytest.fixture
 def head_and_agent(monkeypatch, env_dir):
-    monkeypatch.setenv("MESHRT_TOKEN", TOKEN)
-    info = meshrt.init(address="127.0.0.1:0", num_cpus=1)
-    agent = _start_agent(info["tcp_address"], "otherhost", MESHRT_RUNTIME_ENV_DIR=str(env_dir / "agent"))
-    meshrt.hosts(min_hosts=1, timeout=60)
-    spawned = AgentProcesses([agent])
-    yield spawned.remember
-    spawned.remember()
-    meshrt.shutdown()
-    stop_agent(agent)
-    spawned.assert_gone()
+    with head_with_one_agent(monkeypatch, MESHRT_RUNTIME_ENV_DIR=str(env_dir / "agent")) as remember:
+        yield remember
 
 
 def test_another_host_makes_the_environment_itself(head_and_agent, env_dir):
