@@ -260,7 +260,7 @@ class Agent:
             env["MESHRT_PYTHON"] = await asyncio.wrap_future(self.env_maker.python(pip))
         except RuntimeEnvSetupError as err:  # (it starts all the same, and fails what it is given)
             env[pip_envs.ERROR_ENV] = str(err)
-        except concurrent.futures.CancelledError:  # (the agent is ending)
+        except (asyncio.CancelledError, concurrent.futures.CancelledError):  # (the agent is ending)
             return
         if self.zygote is not None and not self.done.is_set():
             self._fork(msg, env)

@@ -7,9 +7,8 @@ environment meshrt runs from (a ``.pth`` file adds that one's site directories, 
 ``.pth`` files and editable installs included), so pip does not install again a package
 already there (uv may) and meshrt itself is importable. The installer runs on the host
 that starts the worker (the head's controller or an agent: EnvMaker), off its event loop,
-once per list however many workers wait for it; a failure
-reaches every call given to that worker as ``RuntimeEnvSetupError`` with the
-installer's last lines.
+once per list however many workers wait for it; a failure reaches every call given to
+those workers as ``RuntimeEnvSetupError`` with the installer's last lines.
 
 The environments live under ``$MESHRT_RUNTIME_ENV_DIR`` (default
 ``~/.cache/meshrt/runtime_envs``), one directory per list, made under a file lock (two

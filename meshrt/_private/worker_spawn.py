@@ -64,7 +64,7 @@ class WorkerSpawn:
             env = {**env, "MESHRT_PYTHON": python}
         except RuntimeEnvSetupError as err:  # (the worker starts all the same, and fails what it is given)
             env = {**env, pip_envs.ERROR_ENV: str(err)}
-        except concurrent.futures.CancelledError:  # (shutting down)
+        except (asyncio.CancelledError, concurrent.futures.CancelledError):  # (shutting down)
             return
         w.env_pending = False
         if self.workers.get(w.id) is w and self.zygote is not None and not self.stopping:

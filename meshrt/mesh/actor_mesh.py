@@ -518,7 +518,7 @@ def _unanswered_done(mesh: ActorMesh, point: Point, proc, owner, port, endpoint:
         if getattr(core, "closing", True):
             return  # (meshrt.shutdown() ended it: not a failure to report)
         if port is None and mesh._state is not None and core.known_dead(proc._actor_id):
-            return  # (its process died: meshes.py reports that to the supervisor, once)
+            return  # (its process died: supervision.watch reports that to the supervisor, once)
     err = _relabel(mesh, point, endpoint)(err)
     if port is not None:
         port.exception(err)

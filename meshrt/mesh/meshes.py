@@ -123,9 +123,10 @@ class HostMesh(Shaped, StoppedOnExit):
         """Start processes: ``per_host={"gpus": 4}`` -> a ProcMesh {"gpus": 4} per host.
 
         ``per_host`` may name several dims (``{"hosts": 2, "gpus": 2}`` on one machine);
-        without any (None or ``{}``), one process per host, as in Monarch. ``bootstrap``: a function (``def`` or ``async def``, no arguments) each new process
-        runs first, before any actor is spawned there, as in Monarch; if it raises, the
-        calls to that process's actors fail with its error.
+        without any (None or ``{}``), one process per host, as in Monarch. ``bootstrap``:
+        a function (``def`` or ``async def``, no arguments) each new process runs first,
+        before any actor is spawned there, as in Monarch; if it raises, the calls to that
+        process's actors fail with its error.
         """
         if bootstrap is not None and not callable(bootstrap):
             raise TypeError(f"spawn_procs(bootstrap=...): give a function each new process runs first, or None; "
