@@ -21,6 +21,8 @@ EXPECTED = {
     "concurrent_endpoint", "context", "current_actor_name", "current_rank", "current_size", "device_mesh", "endpoint",
     "get_or_spawn_controller", "hosts", "returns_future", "send", "shutdown_context", "this_host", "this_proc",
     "unhandled_fault_hook",
+    # Monarch's way to bring up hosts (mesh/bootstrap.py)
+    "attach_to_workers", "enable_transport", "run_worker_loop_forever",
 }
 
 

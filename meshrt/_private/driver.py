@@ -532,11 +532,15 @@ def _listen_error(err: OSError, address: str) -> OSError:
     return OSError(err.errno, f"{role}, but {err.strerror or err}: {hint}")
 
 
+# Where a runtime started without init() listens for hosts (Monarch's enable_transport: mesh/bootstrap.py).
+auto_init_address: str | None = None
+
+
 def auto_init() -> None:
     """``.remote()``/``get``/``put`` before ``init()``: start with defaults, as Ray does."""
     with state.lock:
         if state.core_or_none() is None:
-            init()
+            init(address=auto_init_address)
 
 
 def shutdown() -> None:

@@ -24,6 +24,22 @@ class Hello(NamedTuple):
     host: int = 0  # 0 = the head host; agents' hosts count from 1
 
 
+class AttachWorker(NamedTuple):
+    """Client -> a worker serving Monarch's run_worker_loop_forever (mesh/bootstrap.py):
+    join my head as a host named ``name``; my head listens at ``head_host`` ('' = where I
+    dialed you from) and ``head_port``."""
+
+    head_host: str
+    head_port: int
+    name: str
+
+
+class AttachReply(NamedTuple):
+    """Worker -> client: its agent is on its way (error None), or why not."""
+
+    error: str | None
+
+
 class Heartbeat(NamedTuple):
     """Head <-> agent, every quarter of the host timeout: still here (heartbeat.py)."""
 

@@ -14,6 +14,7 @@ from .actor import (
     endpoint,
 )
 from .actor_mesh import ActorMesh, Endpoint
+from .bootstrap import attach_to_workers, enable_transport, run_worker_loop_forever
 from .channel import Channel, Port, PortReceiver
 from .client import shutdown_context
 from .controllers import get_or_spawn_controller
@@ -29,7 +30,7 @@ from .workspace import Workspace
 __all__ = [
     "Accumulator", "Actor", "ActorInstance", "ActorMesh", "Channel", "Context", "Endpoint", "Extent", "Future",
     "HostMesh", "MeshFailure", "Point", "Port", "PortReceiver", "ProcMesh", "Shape", "ValueMesh",
-    "as_endpoint", "concurrent_endpoint", "context", "current_actor_name", "current_rank", "current_size",
-    "device_mesh", "endpoint", "get_or_spawn_controller", "hosts", "returns_future", "send", "shutdown_context",
-    "this_host", "this_proc", "unhandled_fault_hook", "Workspace",
+    "as_endpoint", "attach_to_workers", "concurrent_endpoint", "context", "current_actor_name", "current_rank", "current_size",
+    "device_mesh", "enable_transport", "endpoint", "get_or_spawn_controller", "hosts", "returns_future", "send", "shutdown_context",
+    "run_worker_loop_forever", "this_host", "this_proc", "unhandled_fault_hook", "Workspace",
 ]
