@@ -68,6 +68,9 @@ def test_attached_workers_are_the_hosts_of_a_mesh_in_order(workers):
     assert wait_until(lambda: not any(_descendants(w) for w, _ in workers), timeout=30)
     again = attach_to_workers(workers=[address for _, address in workers], ca="trust_all_connections")
     assert len(again.spawn_procs().spawn("where", Where).node.call().get(timeout=60)) == 2
+    again.shutdown().get(timeout=60)  # (their agents leave: the workers are free for this client again)
+    third = attach_to_workers(workers=[workers[1][1]], ca="trust_all_connections", name="last")
+    assert third.spawn_procs().spawn("where", Where).node.call_one().get(timeout=60).startswith("last0")
 
 
 def test_bad_attachments_are_named(workers, monkeypatch):
@@ -78,10 +81,14 @@ def test_bad_attachments_are_named(workers, monkeypatch):
         attach_to_workers(workers=address, ca="trust_all_connections")
     with pytest.raises(ValueError, match="not a TCP address"):
         attach_to_workers(workers=["unix:@sock"], ca="trust_all_connections")
+    with pytest.raises(ValueError, match="listed twice"):
+        attach_to_workers(workers=[address, address], ca="trust_all_connections")
     stranger, stranger_address = _start_worker(token="5e" * 16)
     try:
         with pytest.raises(ConnectionError, match="refused this client's cluster token"):
-            attach_to_workers(workers=[stranger_address], ca="trust_all_connections")
+            attach_to_workers(workers=[address, stranger_address], ca="trust_all_connections")
+        # (the worker that did answer was let go: it serves this client's next attach)
+        assert attach_to_workers(workers=[address], ca="trust_all_connections").sizes == {"hosts": 1}
     finally:
         stranger.terminate()
         stranger.wait(30)

@@ -320,6 +320,8 @@ def init(
     unknown = sorted(set(ray_args) - _IGNORED_INIT_ARGS)
     if unknown:
         raise TypeError(f"init() got unexpected keyword argument(s) {', '.join(unknown)}")
+    if address is None:  # (Monarch's enable_transport("tcp"), called before: mesh/bootstrap.py)
+        address = auto_init_address
     job_env = runtime_env.check(ray_args.get("runtime_env"), "meshrt.init()", job=True)
     node_labels = labels.node_labels(ray_args.get("labels"), "init(labels=...)")
     logs = ray_args.get("logging_config")
@@ -540,7 +542,7 @@ def auto_init() -> None:
     """``.remote()``/``get``/``put`` before ``init()``: start with defaults, as Ray does."""
     with state.lock:
         if state.core_or_none() is None:
-            init(address=auto_init_address)
+            init()
 
 
 def shutdown() -> None:

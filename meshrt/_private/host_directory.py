@@ -27,6 +27,10 @@ from .portal import in_background
 log = logging.getLogger("meshrt")
 
 
+# How a host's processes died when its agent was told to leave: no failure to supervise.
+SHUT_DOWN = "was shut down (HostMesh.shutdown())"
+
+
 @dataclass
 class HostRecord:
     id: int
@@ -323,7 +327,7 @@ class HostDirectory:
         ucx_routes.end_checks(self, "the agent went away", host.id)
         if host.lent_probe is not None:
             host.lent_probe[0].drop()
-        went = host.went or ("was shut down (HostMesh.shutdown())" if host.leaving else "went away")
+        went = host.went or (SHUT_DOWN if host.leaving else "went away")
         if not self.stopping and not host.leaving:
             log.warning("meshrt: host %r (host %d) %s; its actors fail", host.name, host.id, went)
         self.groups_lost_host(host.id)  # (first: its bundles' queued tasks wait for them elsewhere)

@@ -40,6 +40,12 @@ class AttachReply(NamedTuple):
     error: str | None
 
 
+class WorkerAgentEnded(NamedTuple):
+    """Worker -> client: the agent it started for the client exited (the worker is free)."""
+
+    exit_code: int
+
+
 class Heartbeat(NamedTuple):
     """Head <-> agent, every quarter of the host timeout: still here (heartbeat.py)."""
 

@@ -52,7 +52,7 @@ def _tcp(address: Any, what: str) -> tuple[str, int]:
         text = first if first.startswith("tcp:") else rest
     text = text.removeprefix("tcp://").removeprefix("tcp:")
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not host:
+    if not sep or not port.isdigit() or not host or "://" in text or "/" in host or int(port) > 65535:
         raise ValueError(f"{what}: {address!r} is not a TCP address; give 'tcp://HOST:PORT' (meshrt's workers "
                          f"listen on TCP only)")
     return host.strip("[]"), int(port)
@@ -66,7 +66,11 @@ def run_worker_loop_forever(*, address: str, ca: Any = TRUST_ALL, private_key: A
     each client that attaches gets this machine as a host of its meshes."""
     _check_security(ca, private_key, "run_worker_loop_forever")
     host, port = _tcp(address, "run_worker_loop_forever(address=...)")
-    token = cluster_token.from_env_or_file() or cluster_token.generate_or_reuse()[0]
+    token = cluster_token.from_env_or_file()
+    if token is None:
+        token, _fresh = cluster_token.generate_or_reuse()
+        print(f"meshrt worker: no MESHRT_TOKEN: using the cluster token in {cluster_token.DEFAULT_FILE}, which "
+              f"clients must share (a common home directory, or MESHRT_TOKEN on both sides)", file=sys.stderr)
     asyncio.run(_WorkerLoop(token).serve(host, port))
 
 
@@ -77,6 +81,7 @@ class _WorkerLoop:
         self.agent: subprocess.Popen | None = None
 
     async def serve(self, host: str, port: int) -> None:
+        self.loop = asyncio.get_running_loop()
         server = await wire.listen(f"tcp:{host}:{port}", self.token,
                                    lambda: {"on_messages": self.on_messages, "on_close": self.on_close})
         bound = server.sockets[0].getsockname()
@@ -88,22 +93,36 @@ class _WorkerLoop:
             if type(msg) is m.AttachWorker:
                 conn.send(m.AttachReply(self.attach(conn, msg)))
 
+    def busy(self) -> bool:
+        return self.agent is not None and self.agent.poll() is None
+
     def attach(self, conn, msg: m.AttachWorker) -> str | None:
-        if self.client is not None and self.client is not conn and not self.client.closed:
+        if self.busy() and self.client is not conn:
             return "this worker serves another client now (one at a time, as Monarch's); try another worker"
+        if self.client is not None and self.client is not conn:
+            self.client.close()  # (its agent ended: that client is done with this worker)
         self._end_agent()
         head = msg.head_host or conn.transport.get_extra_info("peername")[0]
         env = dict(os.environ, MESHRT_TOKEN=self.token.hex())
         me = os.getpid()
         try:  # (it dies with this worker loop, and its processes with it)
-            self.agent = subprocess.Popen([sys.executable, "-m", "meshrt", "agent", "--address",
-                                           f"{head}:{msg.head_port}", "--name", msg.name], env=env,
-                                          preexec_fn=lambda: procutil.die_with_parent(me))
+            agent = subprocess.Popen([sys.executable, "-m", "meshrt", "agent", "--address",
+                                      f"{head}:{msg.head_port}", "--name", msg.name], env=env,
+                                     preexec_fn=lambda: procutil.die_with_parent(me))
         except OSError as err:
             return f"the worker could not start its agent: {err}"
-        self.client = conn
+        self.agent, self.client = agent, conn
+        self.loop.create_task(self._watch(agent, conn))
         log.info("meshrt worker: serving the client at %s:%s as host %r", head, msg.head_port, msg.name)
         return None
+
+    async def _watch(self, agent: subprocess.Popen, conn) -> None:
+        """The agent exited (its client's head went away, or it failed to start): the
+        client hears it, and this worker is free."""
+        code = await self.loop.run_in_executor(None, agent.wait)
+        if conn is self.client and not conn.closed:
+            conn.send(m.WorkerAgentEnded(code))
+            conn.close()
 
     def on_close(self, conn, _exc) -> None:
         if conn is self.client:  # (its processes here end with it, as Monarch's do)
@@ -112,14 +131,20 @@ class _WorkerLoop:
 
     def _end_agent(self) -> None:
         agent, self.agent = self.agent, None
-        if agent is None or agent.poll() is not None:
-            return
-        agent.send_signal(signal.SIGTERM)
+        if agent is not None and agent.poll() is None:
+            self.loop.run_in_executor(None, _reap, agent)
+
+
+def _reap(agent: subprocess.Popen) -> None:
+    """The agent leaves by itself once its head is gone; asked (SIGINT), then made to."""
+    for sig, wait in ((None, 10.0), (signal.SIGINT, 5.0), (signal.SIGKILL, None)):
+        if sig is not None:
+            agent.send_signal(sig)
         try:
-            agent.wait(10)
+            agent.wait(wait)
+            return
         except subprocess.TimeoutExpired:
-            agent.kill()
-            agent.wait()
+            continue
 
 
 # -- the client -------------------------------------------------------------------------------
@@ -169,15 +194,42 @@ def attach_to_workers(*, workers: Sequence[Any], ca: Any = TRUST_ALL, private_ke
     if isinstance(workers, (str, bytes)) or not isinstance(workers, Sequence) or not workers:
         raise TypeError(f"attach_to_workers(workers=...): give a list of worker addresses, got {workers!r}")
     addresses = [_tcp(w.get() if isinstance(w, Future) else w, "attach_to_workers(workers=...)") for w in workers]
+    twice = sorted({f"tcp://{h}:{p}" for h, p in addresses if addresses.count((h, p)) > 1})
+    if twice:
+        raise ValueError(f"attach_to_workers(workers=...): {twice[0]} is listed twice; a worker is one host")
     core = _listening_driver()
-    head_host, head_port = _head_address(core)
     stem = name or "worker"
-    names = [f"{stem}{i}-{os.urandom(3).hex()}" for i in range(len(addresses))]
-    before = {h[1] for h in core.request_sync("hosts", 0, 0)}
-    conns = core.io.run_sync(_attach_all(core, addresses, names, head_host, head_port), _ATTACH_TIMEOUT_S)
-    core.on_shutdown(*[conn.close for conn in conns])  # (the workers end what this client started there)
-    ids = _joined(core, names, len(before))
+    attached = [_Attached(address, f"{stem}{i}-{os.urandom(3).hex()}") for i, address in enumerate(addresses)]
+    try:
+        core.io.run_sync(_attach_all(core, attached), _DIAL_WAIT_S + 2 * _REPLY_TIMEOUT_S)
+        ids = _joined(core, attached)
+    except BaseException:
+        core.io.post(_close_all, attached)  # (the workers that did answer are free for another client)
+        raise
+    core.on_shutdown(lambda: core.io.post(_close_all, attached))  # (the workers end what it started there)
     return HostMesh(Shape.dense(("hosts",), (len(ids),)), ids)
+
+
+_REPLY_TIMEOUT_S = 30.0  # a worker that passed the handshake answers an attach at once
+
+
+class _Attached:
+    """One worker: its address, the name its agent joins under, the connection to it, and
+    why it stopped serving us (its agent exited, or it went away)."""
+
+    def __init__(self, address: tuple, name: str) -> None:
+        self.address, self.name = address, name
+        self.conn = None
+        self.ended: str | None = None
+
+    def where(self) -> str:
+        return f"tcp://{self.address[0]}:{self.address[1]}"
+
+
+def _close_all(attached: list) -> None:
+    for worker in attached:
+        if worker.conn is not None:
+            worker.conn.close()
 
 
 def _listening_driver():
@@ -196,66 +248,83 @@ def _listening_driver():
     return core
 
 
-def _head_address(core) -> tuple[str, int]:
-    host, port = _tcp(core.controller.public_address, "the driver's address")
-    return ("" if host in ("0.0.0.0", "::") else host), port  # ('': each worker dials where the client came from)
+async def _attach_all(core, attached: list) -> None:
+    results = await asyncio.gather(*(_attach_one(core.controller, worker) for worker in attached),
+                                   return_exceptions=True)
+    for result in results:  # (all tried first: each connection that opened is known, to be closed)
+        if isinstance(result, BaseException):
+            raise result
 
 
-async def _attach_all(core, addresses: list, names: list, head_host: str, head_port: int) -> list:
-    token = core.controller.token
-    return list(await asyncio.gather(*(_attach_one(token, address, name, head_host, head_port)
-                                       for address, name in zip(addresses, names, strict=True))))
-
-
-async def _attach_one(token: bytes, address: tuple, name: str, head_host: str, head_port: int):
+async def _attach_one(controller, worker: _Attached) -> None:
     from ..exceptions import AuthenticationError
 
-    where = f"tcp:{address[0]}:{address[1]}"
-    replied: asyncio.Future = asyncio.get_running_loop().create_future()
+    loop = asyncio.get_running_loop()
+    replied: asyncio.Future = loop.create_future()
 
     def on_messages(_conn, msgs: list) -> None:
         for msg in msgs:
             if type(msg) is m.AttachReply and not replied.done():
                 replied.set_result(msg.error)
+            elif type(msg) is m.WorkerAgentEnded:
+                worker.ended = f"its agent exited with code {msg.exit_code} (its output is in the worker's)"
 
     def on_close(_conn, _exc) -> None:
         if not replied.done():
-            replied.set_result(f"the worker at tcp://{address[0]}:{address[1]} closed the connection")
+            replied.set_result("it closed the connection")
+        worker.ended = worker.ended or "it closed the connection"
 
-    loop = asyncio.get_running_loop()
     deadline = loop.time() + _DIAL_WAIT_S
     while True:  # (as Monarch's attach waits for workers that are still starting)
         try:
-            conn = await wire.connect(where, token, on_messages=on_messages, on_close=on_close)
+            worker.conn = await wire.connect(f"tcp:{worker.address[0]}:{worker.address[1]}", controller.token,
+                                             on_messages=on_messages, on_close=on_close)
             break
         except AuthenticationError as err:
-            raise ConnectionError(f"attach_to_workers: the worker at tcp://{address[0]}:{address[1]} refused this "
-                                  f"client's cluster token ({err}): give both sides the same MESHRT_TOKEN") from None
+            raise ConnectionError(f"attach_to_workers: the worker at {worker.where()} refused this client's cluster "
+                                  f"token ({err}): give both sides the same MESHRT_TOKEN") from None
         except OSError as err:
             if loop.time() > deadline:
-                raise ConnectionError(f"attach_to_workers: no worker answered at tcp://{address[0]}:{address[1]} "
-                                      f"within {_DIAL_WAIT_S:g} s ({err.strerror or err}); start "
-                                      f"run_worker_loop_forever there first") from None
+                raise ConnectionError(f"attach_to_workers: no worker answered at {worker.where()} within "
+                                      f"{_DIAL_WAIT_S:g} s ({err.strerror or err}); start run_worker_loop_forever "
+                                      f"there first") from None
             await asyncio.sleep(0.2)  # (no event to wait on: the other machine's process may not be up yet)
-    conn.send(m.AttachWorker(head_host, head_port, name))
-    error = await replied
+    worker.conn.send(m.AttachWorker(_head_host(controller, worker.conn), _head_port(controller), worker.name))
+    try:
+        error = await asyncio.wait_for(replied, _REPLY_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        error = f"no answer within {_REPLY_TIMEOUT_S:g} s (is a meshrt run_worker_loop_forever serving there?)"
     if error is not None:
-        conn.close()
-        raise ConnectionError(f"attach_to_workers: the worker at tcp://{address[0]}:{address[1]}: {error}")
-    return conn
+        raise ConnectionError(f"attach_to_workers: the worker at {worker.where()}: {error}")
 
 
-def _joined(core, names: list, already: int) -> tuple:
-    """The host ids of the agents named ``names``, in that order, once all have joined."""
+def _head_host(controller, conn) -> str:
+    """Where the worker dials this driver: where it listens, or, listening on every address,
+    the address this connection to the worker leaves from (on the worker's network)."""
+    bind, _port = _tcp(controller.tcp_address, "the driver's address")
+    if bind in ("0.0.0.0", "::", ""):
+        return conn.transport.get_extra_info("sockname")[0]
+    return bind
+
+
+def _head_port(controller) -> int:
+    return _tcp(controller.public_address, "the driver's address")[1]
+
+
+def _joined(core, attached: list) -> tuple:
+    """The host ids of the attached workers' agents, in order, once all have joined; an
+    agent that exited (or a worker that went away) meanwhile is said at once."""
     deadline = time.monotonic() + _ATTACH_TIMEOUT_S
-    want = already + len(names)
     while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError(f"attach_to_workers: {len(names)} worker(s) did not all join within "
-                               f"{_ATTACH_TIMEOUT_S:g} s (their agents could not reach this driver?)")
-        by_name = {h[1]: h[0] for h in core.request_sync("hosts", want, left, timeout=left + 5)}
-        missing = [n for n in names if n not in by_name]
-        if not missing:
-            return tuple(by_name[n] for n in names)
-        want += len(missing)  # (others joined meanwhile: wait for ours too)
+        by_name = {h[1]: h[0] for h in core.request_sync("hosts", 0, 0)}
+        if all(worker.name in by_name for worker in attached):
+            return tuple(by_name[worker.name] for worker in attached)
+        for worker in attached:
+            if worker.ended is not None and worker.name not in by_name:
+                raise ConnectionError(f"attach_to_workers: the worker at {worker.where()} did not join: "
+                                      f"{worker.ended}")
+        if time.monotonic() > deadline:
+            late = [w.where() for w in attached if w.name not in by_name]
+            raise TimeoutError(f"attach_to_workers: {late} did not join within {_ATTACH_TIMEOUT_S:g} s (their "
+                               f"agents could not reach this driver at port {_head_port(core.controller)}?)")
+        time.sleep(0.05)  # (hosts join on the controller's loop: polled, with the workers' news between)

@@ -104,14 +104,16 @@ def watch(core, procs: tuple, mesh_state) -> None:
 def _proc_died(core, mesh_state, rank: int, death, observed: bool) -> None:
     """One report per actor mesh spawned from here that had an actor there (as Monarch
     reports each actor that failed), naming it; the process mesh's name when none had."""
+    from .._private.host_directory import SHUT_DOWN
     from ..objstore.serialization import error_from_payload
     from .proc_host import STOPPED
 
     if mesh_state.stopping or core.closing or core.closed:
         return
     err = error_from_payload(death)
-    if STOPPED in str(getattr(err, "cause", "")):
-        return  # stopped on purpose, by a process other than this one (a mesh passed to an actor)
+    cause = str(getattr(err, "cause", ""))
+    if STOPPED in cause or SHUT_DOWN in cause:
+        return  # stopped on purpose: by a process other than this one (a mesh passed to an actor), or its host
     if observed and (mesh_state.callers_handle_deaths or getattr(err, "creation_error", None) is not None):
         return  # (it never started, its bootstrap raised: its callers hear it, as in Monarch)
     how = str(err).split(" is dead: ", 1)[-1]  # (how it died, with the last lines of its stderr)
