@@ -113,16 +113,18 @@ def test_bad_packages_are_named_where_they_are_given(tmp_path, monkeypatch):
         has_package.options(runtime_env={"pip": [PACKAGE], "uv": [PACKAGE]})
 
 
-def test_uv_that_is_not_installed_is_named(env_dir, monkeypatch):
-    monkeypatch.setenv("PATH", os.path.dirname(sys.executable))  # (a uv elsewhere on PATH would be found)
-    try:
-        import uv  # noqa: F401
-        pytest.skip("the uv package is installed here")
-    except ImportError:
-        pass
+def test_uv_installs_them_too_and_says_when_it_is_missing(env_dir, monkeypatch):
+    pytest.importorskip("uv")  # (the test extras install it)
     meshrt.init(num_cpus=1)
+    task = has_package.options(runtime_env={"uv": {"packages": [PACKAGE], "uv_check": True}})
+    dumped, python = meshrt.get(task.remote(), timeout=150)
+    assert dumped == "a = 1\n" and os.path.basename(os.path.dirname(os.path.dirname(python))).startswith("uv-")
+    from meshrt._private import pip_envs
+
+    monkeypatch.setattr(pip_envs.shutil, "which", lambda _name: None)  # (no uv on PATH...)
+    monkeypatch.setitem(sys.modules, "uv", None)  # (... nor the package)
     with pytest.raises(RuntimeEnvSetupError, match="pip install uv"):
-        meshrt.get(has_package.options(runtime_env={"uv": [PACKAGE]}).remote(), timeout=60)
+        meshrt.get(has_package.options(runtime_env={"uv": ["tomli-w==1.0.1"]}).remote(), timeout=60)
 
 
 @pytest.fixture
