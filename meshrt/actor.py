@@ -7,6 +7,8 @@ from ._private.executor import ActorExit
 
 __all__ = ["exit_actor", "method", "ActorHandle", "ActorClass", "ActorMethod"]
 
+EXIT_ACTOR = "exit_actor() was called"  # (how such an actor ended: on purpose, no failure to supervise)
+
 
 def exit_actor() -> None:
     """Leave the current actor on purpose: callers of this method see the actor die,
@@ -19,4 +21,4 @@ def exit_actor() -> None:
                            "which does not exit this way; stop the actor's mesh with mesh.stop() instead")
     if core is None or core.is_driver or context.process.get("actor_id") is None:
         raise TypeError("exit_actor() can only be called inside an actor method")
-    raise ActorExit("exit_actor() was called")
+    raise ActorExit(EXIT_ACTOR)

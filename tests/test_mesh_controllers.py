@@ -21,6 +21,16 @@ class Counter(Actor):
         return self.value, os.getpid()
 
 
+class Fragile(Actor):
+    @endpoint
+    def pid(self):
+        return os.getpid()
+
+    @endpoint
+    def crash(self):
+        os._exit(7)
+
+
 class Broken(Actor):
     def __init__(self):
         raise ValueError("no config")
@@ -91,3 +101,18 @@ def _registry():
     from meshrt.mesh.controllers import REGISTRY_NAME, REGISTRY_NAMESPACE
 
     return meshrt.get_actor(REGISTRY_NAME, namespace=REGISTRY_NAMESPACE)
+
+
+@pytest.mark.timeout(120)
+def test_a_controller_that_crashes_leaves_the_others_serving_and_is_spawned_again(rt):
+    from .helpers import wait_until
+
+    first = get_or_spawn_controller("fragile", Fragile).get(timeout=60)
+    other = get_or_spawn_controller("steady", Counter, 0).get(timeout=60)
+    before = first.pid.call_one().get(timeout=60)
+    with pytest.raises(meshrt.exceptions.ActorDiedError):
+        first.crash.call_one().get(timeout=60)
+    assert other.incr.call_one().get(timeout=60)[0] == 1  # (its owner, the registry, lives on)
+    assert wait_until(lambda: meshrt.get(_registry().names.remote(), timeout=30) == ["steady"], timeout=30)
+    again = get_or_spawn_controller("fragile", Fragile).get(timeout=60)  # (the next ask spawns it again)
+    assert again.pid.call_one().get(timeout=60) != before

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
 import psutil
 import pytest
@@ -35,6 +36,10 @@ class Fragile(Actor):
     @endpoint
     async def fail_async(self):
         raise KeyError("async broadcast went wrong")
+
+    @endpoint
+    def leave(self):
+        meshrt.actor.exit_actor()
 
     @endpoint
     def ok(self):
@@ -121,6 +126,20 @@ async def test_a_death_is_reported_for_each_actor_mesh_that_had_an_actor_there(r
     await procs.stop()
 
 
+async def test_an_actor_that_exits_on_purpose_is_no_failure(rt, failures):
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    mesh = procs.spawn("frag", Fragile)
+    with pytest.raises(meshrt.exceptions.MeshActorDiedError, match="exit_actor"):
+        await mesh.slice(gpus=1).leave.call_one()
+    assert await mesh.slice(gpus=0).ok.call_one() == "ok"  # (and the news of the death has been handled)
+    for thread in threading.enumerate():  # (a report on its way would be on this thread)
+        if thread.name == "meshrt-supervision":
+            thread.join(30)
+    seen, _ = failures
+    assert seen == []
+    await procs.stop()
+
+
 async def test_a_process_dying_between_calls_reaches_the_hook(rt, failures):
     procs = this_host().spawn_procs(per_host={"gpus": 2})
     mesh = procs.spawn("frag", Fragile)
@@ -139,8 +158,8 @@ class Supervisor(Actor):
         self.children = this_host().spawn_procs(per_host={"gpus": 2}).spawn("kids", Fragile)
 
     @endpoint
-    async def break_child(self):
-        self.children.slice(gpus=0).fail.broadcast()
+    async def break_child(self, gpus=0):
+        self.children.slice(gpus=gpus).fail.broadcast()
 
     @endpoint
     async def crash_child_awaited(self):
@@ -161,8 +180,9 @@ async def test_owner_supervise_handles_child_failures(rt, failures):
     await sup.break_child.call_one()
     report = await within(receiver.recv())
     assert "mesh 'kids' at Point(gpus=0)" in report and "broadcast went wrong" in report
-    assert await sup.break_child.call_one() is None  # handled: the owner lives on
-    assert "broadcast went wrong" in await within(receiver.recv())
+    assert await sup.break_child.call_one(1) is None  # handled: the owner lives on
+    report = await within(receiver.recv())
+    assert "mesh 'kids' at Point(gpus=1)" in report and "broadcast went wrong" in report
     seen, _ = failures
     assert seen == []
     await sup_procs.stop()
@@ -229,6 +249,24 @@ def test_default_hook_ends_the_driver_loudly_and_its_finally_blocks_run(tmp_path
     assert "unhandled" in proc.stderr and "nobody handles me" in proc.stderr and "KeyboardInterrupt" in proc.stderr
     assert "mesh 'm' at Point(gpus=0)" in proc.stderr
     assert "finally ran" in proc.stdout and "atexit ran" in proc.stdout
+
+
+def test_the_default_hook_interrupts_the_driver_once_however_many_reports_follow(tmp_path):
+    # Each broadcast queued behind the one that failed its actor fails too: one report, and
+    # one KeyboardInterrupt however many reports there are, so the finally block runs whole.
+    proc = _run_driver(tmp_path, 'raise ValueError("nobody handles me")', """
+        import time
+        for _ in range(5):
+            m.go.broadcast()
+        try:
+            threading.Event().wait(60)
+        finally:
+            time.sleep(1)  # (a checkpoint being saved: another interrupt would cut it short)
+            print("finally ran whole", flush=True)
+    """)
+    assert proc.returncode in (-2, 130), proc.stderr
+    assert "finally ran whole" in proc.stdout
+    assert proc.stderr.count("unhandled mesh failure") == 1, proc.stderr  # (the queued ones: reported with it)
 
 
 def test_a_driver_that_ignores_sigint_is_ended_at_once(tmp_path):

@@ -21,7 +21,7 @@ from .._private.portal import failed
 from ..objstore.serialization import SHM_THRESHOLD, big_bytes_out_of_band
 from . import supervision
 from .future import Future
-from .proc_host import STOPPED, UNANSWERED
+from .proc_host import ENDED_ITSELF, STOPPED, UNANSWERED
 from .shape import Point, Shape, Shaped
 from .values import ValueMesh
 
@@ -119,8 +119,9 @@ class ActorMesh(Shaped):
         core = state.core()
         _stopped_here[self._key] = reason
         supervision.forget_failure_port(self._key)
-        if self._state is not None:
-            self._state.actor_meshes.pop(self._key, None)
+        entry = self._state.actor_meshes.get(self._key) if self._state is not None else None
+        if entry is not None and set(self._shape.ranks()) >= set(entry[1]):  # (the whole of it, not a slice)
+            del self._state.actor_meshes[self._key]
         # (an actor whose process died is stopped already)
         ranks = [r for r in self._shape.ranks() if not core.known_dead(self._procs[r]._actor_id)]
         points = [p for r, p in zip(self._shape.ranks(), self._points(), strict=True) if r in ranks]
@@ -505,6 +506,13 @@ def _owner(mesh: ActorMesh):
     return current_owner()
 
 
+def _watcher_reports(mesh: ActorMesh, err: BaseException) -> bool:
+    """Whether the spawner of the mesh's processes reports this death (supervision._proc_died):
+    always from another process; here, unless its callers handle deaths or it never started."""
+    st = mesh._state
+    return st is None or not (st.callers_handle_deaths or getattr(err, "creation_error", None) is not None)
+
+
 def _unanswered_done(mesh: ActorMesh, point: Point, proc, owner, port, endpoint: str, done) -> None:
     """A call nobody awaits has ended (``post``): its failure goes to the port, if
     any, or else to the mesh's supervisor."""
@@ -517,8 +525,10 @@ def _unanswered_done(mesh: ActorMesh, point: Point, proc, owner, port, endpoint:
         core = state.core_or_none()
         if getattr(core, "closing", True):
             return  # (meshrt.shutdown() ended it: not a failure to report)
-        if port is None and mesh._state is not None and core.known_dead(proc._actor_id):
-            return  # (its process died: supervision.watch reports that to the supervisor, once)
+        if port is None and str(getattr(err, "cause", "")).startswith(ENDED_ITSELF):
+            return  # (the actor ended before this call: that end was reported, once)
+        if port is None and core.known_dead(proc._actor_id) and _watcher_reports(mesh, err):
+            return  # (its process died: its spawner's supervision.watch reports that, once)
     err = _relabel(mesh, point, endpoint)(err)
     if port is not None:
         port.exception(err)

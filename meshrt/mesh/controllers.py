@@ -13,6 +13,7 @@ the job ends.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from .._private.api import remote
@@ -38,6 +39,14 @@ class ControllerRegistry:
                 procs = this_host().spawn_procs(name=f"controller-{name}")
                 mesh = self.meshes[name] = procs.spawn(name, actor_class, *args, **kwargs)
         return mesh
+
+    def __supervise__(self, failure) -> bool:
+        """A controller's process died or it failed: the others serve on (this registry
+        is their owner: unhandled, it would exit and take them all); the next ask for
+        that name spawns it again."""
+        self.meshes.pop(failure.mesh_name, None)
+        logging.getLogger("meshrt").error("meshrt: controller %r failed: %s", failure.mesh_name, failure.report())
+        return True
 
     async def names(self) -> list:
         return sorted(self.meshes)

@@ -12,6 +12,7 @@ import contextvars
 import functools
 import inspect
 import math
+import numbers
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
@@ -34,7 +35,7 @@ class Future:
 
     def get(self, timeout: float | None = None) -> Any:
         """Block until the result is here (raises what the remote side raised)."""
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
                                     or not math.isfinite(timeout) or timeout < 0):
             raise ValueError(f"Future.get(timeout={timeout!r}): give a non-negative, finite number of seconds, "
                              f"or None to wait as long as it takes")

@@ -47,6 +47,8 @@ STOPPED = "its processes were stopped with stop()"
 # The option a call nobody awaits carries (broadcast, send without a port): an endpoint
 # that raises in it fails its actor, as in Monarch (its caller reports the failure).
 UNANSWERED = "unanswered"
+# How an actor that ended itself says so in its later calls' errors (reported once, as it ended).
+ENDED_ITSELF = ("it stopped itself", "it aborted", "it was killed", "it failed")
 
 
 class _Hosted:
@@ -332,10 +334,10 @@ class ProcHost:
         said = reason if reason is not None else "no reason given"
         hosted.failed = how != "stop"
         hosted.ending = self.ended[key] = {
-            "stop": f"it stopped itself (actor_instance.stop()): {said}",
-            "abort": f"it aborted (actor_instance.abort()): {said}",
-            "kill": f"it was killed (actor_instance.kill()): {said}",
-            "fail": f"it failed: {said}",
+            "stop": f"{ENDED_ITSELF[0]} (actor_instance.stop()): {said}",
+            "abort": f"{ENDED_ITSELF[1]} (actor_instance.abort()): {said}",
+            "kill": f"{ENDED_ITSELF[2]} (actor_instance.kill()): {said}",
+            "fail": f"{ENDED_ITSELF[3]}: {said}",
         }[how]
         self._finish_end(key, hosted)
 

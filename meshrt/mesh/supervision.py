@@ -105,6 +105,7 @@ def _proc_died(core, mesh_state, rank: int, death, observed: bool) -> None:
     """One report per actor mesh spawned from here that had an actor there (as Monarch
     reports each actor that failed), naming it; the process mesh's name when none had."""
     from .._private.host_directory import SHUT_DOWN
+    from ..actor import EXIT_ACTOR
     from ..objstore.serialization import error_from_payload
     from .proc_host import STOPPED
 
@@ -112,8 +113,8 @@ def _proc_died(core, mesh_state, rank: int, death, observed: bool) -> None:
         return
     err = error_from_payload(death)
     cause = str(getattr(err, "cause", ""))
-    if STOPPED in cause or SHUT_DOWN in cause:
-        return  # stopped on purpose: by a process other than this one (a mesh passed to an actor), or its host
+    if STOPPED in cause or SHUT_DOWN in cause or EXIT_ACTOR in cause:
+        return  # on purpose: stopped by another process (a mesh passed to an actor), its host, or exit_actor()
     if observed and (mesh_state.callers_handle_deaths or getattr(err, "creation_error", None) is not None):
         return  # (it never started, its bootstrap raised: its callers hear it, as in Monarch)
     how = str(err).split(" is dead: ", 1)[-1]  # (how it died, with the last lines of its stderr)
@@ -196,6 +197,11 @@ def _end_program(message: str, code: int) -> None:
     driver = core is None or core.is_driver or getattr(core, "is_client", False)
     main = threading.main_thread()
     if driver and main.is_alive() and callable(signal.getsignal(signal.SIGINT)):
+        if core is not None and core.__dict__.get("_fault_interrupted"):
+            _say(f"{message.rstrip()} (the main thread was interrupted already)")  # (once: its finally blocks run)
+            return
+        if core is not None:
+            core.__dict__["_fault_interrupted"] = True
         _say(f"{message.rstrip()}; interrupting the main thread (KeyboardInterrupt)")
         signal.pthread_kill(main.ident, signal.SIGINT)
         return

@@ -119,6 +119,7 @@ def _install(hosts: list, items: list, deadline: float | None) -> dict:
 
     procs = HostMesh(Shape.dense(("hosts",), (len(hosts),)), tuple(hosts)).spawn_procs(
         per_host={"sync": 1}, name="workspace-sync")
+    procs._state.callers_handle_deaths = True  # (a death fails the sync, which says so: no failure to supervise)
     try:
         changed = _each(procs, "install_workspace", lambda rank: (items,), deadline)
     finally:
