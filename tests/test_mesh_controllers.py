@@ -10,6 +10,8 @@ import pytest
 import meshrt
 from meshrt import Actor, endpoint, get_or_spawn_controller, this_host
 
+from .test_mesh_supervision import Fragile
+
 
 class Counter(Actor):
     def __init__(self, start=0):
@@ -19,16 +21,6 @@ class Counter(Actor):
     def incr(self):
         self.value += 1
         return self.value, os.getpid()
-
-
-class Fragile(Actor):
-    @endpoint
-    def pid(self):
-        return os.getpid()
-
-    @endpoint
-    def crash(self):
-        os._exit(7)
 
 
 class Broken(Actor):

@@ -13,7 +13,6 @@ directly for calls; only store requests (allocate, pin) come to the agent.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import functools
 import json
 import logging
@@ -21,7 +20,6 @@ import os
 import signal
 import socket
 
-from ..exceptions import RuntimeEnvSetupError
 from ..objstore.store import SharedStore
 from ..objstore.store_service import StoreService
 from . import addresses, env_packages, gpus, heartbeat, pip_envs, procutil, ucx_routes, wire
@@ -256,14 +254,9 @@ class Agent:
     async def _spawn_in_env(self, msg: m.SpawnWorker, env: dict, pip: dict) -> None:
         if self.env_maker is None:
             self.env_maker = pip_envs.EnvMaker()  # (closed as the agent ends)
-        try:
-            env["MESHRT_PYTHON"] = await asyncio.wrap_future(self.env_maker.python(pip))
-        except RuntimeEnvSetupError as err:  # (it starts all the same, and fails what it is given)
-            env[pip_envs.ERROR_ENV] = str(err)
-        except (asyncio.CancelledError, concurrent.futures.CancelledError):  # (the agent is ending)
-            return
-        if self.zygote is not None and not self.done.is_set():
-            self._fork(msg, env)
+        made = await pip_envs.worker_env(self.env_maker, pip)
+        if made is not None and self.zygote is not None and not self.done.is_set():
+            self._fork(msg, {**env, **made})
 
     def _fork(self, msg: m.SpawnWorker, env: dict) -> None:
         from .spawn import attach_pipes

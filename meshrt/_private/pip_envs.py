@@ -17,6 +17,7 @@ processes asking at once install once).
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import fcntl
 import functools
@@ -150,6 +151,18 @@ class EnvMaker:
         for proc in list(self.running):
             _kill(proc)
         self._threads.shutdown(wait=False, cancel_futures=True)
+
+
+async def worker_env(maker: EnvMaker, spec: dict) -> dict | None:
+    """What a worker in this environment starts with (the head's controller and agents
+    alike): its Python, or the error every call given to it fails with; None when the
+    maker closed meanwhile (shutting down)."""
+    try:
+        return {"MESHRT_PYTHON": await asyncio.wrap_future(maker.python(spec))}
+    except RuntimeEnvSetupError as err:  # (it starts all the same, and fails what it is given)
+        return {ERROR_ENV: str(err)}
+    except (asyncio.CancelledError, concurrent.futures.CancelledError):
+        return None
 
 
 def python_for(spec: dict, maker: EnvMaker | None = None) -> str:

@@ -10,11 +10,8 @@ same on its own host. Until then the worker counts as starting.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import json
 
-from ..exceptions import RuntimeEnvSetupError
 from ..scheduler.policy import split_pool_key
 from . import gpus, pip_envs
 from .spawn import attach_pipes, worker_output
@@ -49,6 +46,7 @@ class WorkerSpawn:
         self.workers[w.id] = w
         env = {**gpus.worker_env(gpu_ids), **chosen}
         if pip is not None and not python:
+            w.env_pending = True
             self.spawn_background(self._spawn_in_env(w, env, kind, pip))
         else:
             self._fork_worker(w, env, kind)
@@ -58,17 +56,10 @@ class WorkerSpawn:
         maker = self.__dict__.get("env_maker")
         if maker is None:
             maker = self.env_maker = pip_envs.EnvMaker()  # (closed with the controller: close_env_maker)
-        w.env_pending = True
-        try:
-            python = await asyncio.wrap_future(maker.python(pip))
-            env = {**env, "MESHRT_PYTHON": python}
-        except RuntimeEnvSetupError as err:  # (the worker starts all the same, and fails what it is given)
-            env = {**env, pip_envs.ERROR_ENV: str(err)}
-        except (asyncio.CancelledError, concurrent.futures.CancelledError):  # (shutting down)
-            return
+        made = await pip_envs.worker_env(maker, pip)
         w.env_pending = False
-        if self.workers.get(w.id) is w and self.zygote is not None and not self.stopping:
-            self._fork_worker(w, env, kind)
+        if made is not None and self.workers.get(w.id) is w and self.zygote is not None and not self.stopping:
+            self._fork_worker(w, {**env, **made}, kind)
 
     def close_env_maker(self) -> None:
         maker = self.__dict__.get("env_maker")
