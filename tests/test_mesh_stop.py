@@ -1,5 +1,6 @@
-"""Stopping meshes from anywhere: a stop is never reported as a failure, and a stopped
-mesh says so at the call site."""
+"""Stopping meshes: only the mesh as spawned, in the process that spawned it, stops (as
+in Monarch); a stop is never reported as a failure, and a stopped mesh says so at the
+call site."""
 
 from __future__ import annotations
 
@@ -24,11 +25,28 @@ class Stopper(Actor):
         procs.stop().get(timeout=30)
 
     @endpoint
+    def stop_actors(self, mesh):
+        mesh.stop().get(timeout=30)
+
+    @endpoint
     def call(self, mesh):
         try:
             return mesh.ping.call().get(timeout=30)
         except Exception as err:  # noqa: BLE001 - the test looks at what came back
             return err
+
+
+class Spawner(Actor):
+    """Spawns processes of its own, hands their actors out and stops them."""
+
+    @endpoint
+    def spawn_echoes(self):
+        self.procs = this_host().spawn_procs(per_host={"gpus": 2})
+        return self.procs.spawn("e", Echo)
+
+    @endpoint
+    def stop_them(self):
+        self.procs.stop().get(timeout=30)
 
 
 def _supervision_done() -> None:
@@ -38,14 +56,37 @@ def _supervision_done() -> None:
             thread.join(30)
 
 
-def test_processes_stopped_by_an_actor_are_no_failure(rt, failures):
+def test_processes_stopped_by_the_actor_that_spawned_them_are_no_failure(rt, failures):
+    spawner = this_host().spawn_procs(per_host={"one": 1}).spawn("s", Spawner)
+    mesh = spawner.spawn_echoes.call_one().get(timeout=60)
+    assert list(mesh.ping.call().get(timeout=30).values()) == ["pong", "pong"]
+    spawner.stop_them.call_one().get(timeout=60)
+    with pytest.raises(ActorDiedError, match="stopped with stop()"):
+        mesh.ping.call().get(timeout=30)
+    _supervision_done()
+    seen, _ = failures
+    assert seen == []
+
+
+def test_only_the_mesh_as_spawned_stops_and_the_rest_keep_serving(rt, failures):
     procs = this_host().spawn_procs(per_host={"gpus": 2})
     mesh = procs.spawn("e", Echo)
-    assert list(mesh.ping.call().get(timeout=30).values()) == ["pong", "pong"]
+    with pytest.raises(ValueError, match=r"stop\(\) of a slice of process mesh .* stop\(\) of the mesh that "
+                                         r"spawn_procs\(\) returned"):
+        procs.slice(gpus=0).stop()
+    with pytest.raises(NotImplementedError, match=r"stop\(\) of actor mesh 'e': this is a slice of it"):
+        mesh.slice(gpus=0).stop()
     stopper = this_host().spawn_procs(per_host={"one": 1}).spawn("s", Stopper)
-    stopper.stop_procs.call_one(procs).get(timeout=60)
-    with pytest.raises(ActorDiedError, match="stopped with stop()"):
-        mesh.ping.call().get(timeout=30)  # (the driver has heard of the deaths by now)
+    with pytest.raises(ValueError, match="passed here from the process that spawned it"):
+        stopper.stop_procs.call_one(procs).get(timeout=60)
+    with pytest.raises(NotImplementedError, match="or a copy passed here"):
+        stopper.stop_actors.call_one(mesh).get(timeout=60)
+    # nothing was stopped: both ranks answer, from here and from the actor
+    assert list(mesh.slice(gpus=1).ping.call().get(timeout=30).values()) == ["pong"]
+    assert list(stopper.call.call_one(mesh).get(timeout=30).values()) == ["pong", "pong"]
+    mesh.stop().get(timeout=30)  # (the owner's own handle does)
+    assert procs.spawn("e2", Echo).ping.call().get(timeout=30).values()
+    procs.stop().get(timeout=30)
     _supervision_done()
     seen, _ = failures
     assert seen == []
@@ -163,25 +204,6 @@ async def test_stop_lets_running_async_endpoints_finish(rt):
     await gate.open.call_one()
     assert await held == "opened"
     await stopped
-
-
-class AsyncStopper(Actor):
-    @endpoint
-    async def stop_procs(self, procs):
-        await procs.stop()
-
-
-@pytest.mark.parametrize("cls, refusal", [
-    (Stopper, r"stop\(\) of this same process would wait forever"),
-    (AsyncStopper, r"stop\(\) of this same process, awaited by one of its own endpoints"),
-], ids=["plain", "async"])
-async def test_an_endpoint_stopping_its_own_processes_is_refused_not_hung(rt, cls, refusal):
-    # stop() first lets every call the process was given finish, the waiting endpoint too.
-    procs = this_host().spawn_procs(per_host={"gpus": 1})
-    stopper = procs.spawn("s", cls)
-    with pytest.raises(RuntimeError, match=refusal):
-        await stopper.stop_procs.call_one(procs)
-    await procs.stop()
 
 
 def _until_stopping(started) -> bool:

@@ -54,6 +54,10 @@ _stopped_here: dict[str, str] = {}
 class ActorMesh(Shaped):
     """Actors of one class, one per process of a ProcMesh, addressed as one array."""
 
+    # Set on the mesh spawn() returns, in the process that called it: only that one
+    # stops the actors (as in Monarch); its slices and copies passed elsewhere do not.
+    _owned = False
+
     def __init__(self, name: str, class_name: str, endpoints: dict, procs: tuple, shape: Shape,
                  mesh_state: MeshState | None = None, spawned: list | None = None,
                  origin: Shape | None = None, hosts: tuple | None = None, key: str | None = None,
@@ -116,12 +120,16 @@ class ActorMesh(Shaped):
         ``reason`` (Monarch's argument) is in the error of every later call from here."""
         if not isinstance(reason, str):
             raise TypeError(f"stop(reason=...): give the reason as a str; got {reason!r}")
+        if not self._owned:
+            raise NotImplementedError(
+                f"stop() of actor mesh {self._name!r}: this is a slice of it or a copy passed here, and only "
+                f"the mesh that spawn() returned, in the process that called it, stops the actors (as in "
+                f"Monarch); stop it there")
         core = state.core()
         _stopped_here[self._key] = reason
         supervision.forget_failure_port(self._key)
-        entry = self._state.actor_meshes.get(self._key) if self._state is not None else None
-        if entry is not None and set(self._shape.ranks()) >= set(entry[1]):  # (the whole of it, not a slice)
-            del self._state.actor_meshes[self._key]
+        if self._state is not None:
+            self._state.actor_meshes.pop(self._key, None)
         # (an actor whose process died is stopped already)
         ranks = [r for r in self._shape.ranks() if not core.known_dead(self._procs[r]._actor_id)]
         points = [p for r, p in zip(self._shape.ranks(), self._points(), strict=True) if r in ranks]

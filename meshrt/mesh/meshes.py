@@ -264,8 +264,10 @@ class ProcMesh(Shaped, StoppedOnExit):
         ]
         if self._state is not None:  # (its actors fail with these processes: supervision.py reports them)
             self._state.actor_meshes[key] = (name, tuple(self._shape.ranks()), extent)
-        return ActorMesh(name, cls.__name__, endpoints, self._procs, self._shape, self._state, spawned,
+        mesh = ActorMesh(name, cls.__name__, endpoints, self._procs, self._shape, self._state, spawned,
                          hosts=self._hosts, key=key, plain=plain)
+        mesh._owned = True
+        return mesh
 
     def sync_workspace(self, workspace, conda: bool = False, auto_reload: bool = False) -> Future:
         """``HostMesh.sync_workspace`` on the hosts these processes run on."""
@@ -377,9 +379,9 @@ class ProcMesh(Shaped, StoppedOnExit):
             raise RuntimeError("stop() of this_proc() in the driver: that process is the driver itself, which "
                                "stop() does not end; stop the actor meshes spawned there (mesh.stop()) or "
                                "call meshrt.shutdown()")
-        if self._state is not None:
-            self._state.stopping = True
-            self._state.stop_reason = reason
+        self._check_owned()
+        self._state.stopping = True
+        self._state.stop_reason = reason
         core = state.core()
         ranks = self._shape.ranks()
         refs = [core.call_actor(self._procs[r], "stop", (reason,), {}, 1) for r in ranks]
@@ -417,6 +419,19 @@ class ProcMesh(Shaped, StoppedOnExit):
             refused()
 
         return Future(aget, get)
+
+    def _check_owned(self) -> None:
+        """As in Monarch, only the mesh that spawn_procs() returned, in the process that
+        called it, stops the processes: a slice or a copy passed elsewhere would end
+        processes that other holders go on calling."""
+        if self._state is None:
+            raise ValueError(f"stop() of process mesh {self._name!r}: this handle was passed here from the "
+                             f"process that spawned it, and only that process stops the mesh (as in Monarch); "
+                             f"stop it there, or stop just your actors with actor_mesh.stop()")
+        if len(self._shape) != len(self._procs):
+            raise ValueError(f"stop() of a slice of process mesh {self._name!r}: processes stop together, by "
+                             f"stop() of the mesh that spawn_procs() returned (as in Monarch); stop just the "
+                             f"actors of a slice with actor_mesh.slice(...).stop()")
 
     def __reduce__(self):
         return (ProcMesh, (self._name, self._procs, self._shape, None, self._local, self._hosts, self._in_driver))

@@ -444,15 +444,10 @@ class ProcHost:
         process's loop; the driver's stop(timeout=) kills a process stuck in one."""
         executor = self._executor
         me = rt_context.current_call().task_id
-        running = {task_id: task for task_id, task in list(executor.async_tasks.items()) if task_id != me}
-        children = executor.core.children
-        if any(me in children.get(task_id, ()) for task_id in running):
-            raise RuntimeError(
-                "stop() of this same process, awaited by one of its own endpoints, would wait forever: stop() "
-                "first lets every call the process was given finish, that endpoint too. Stop these processes "
-                "from the driver or from another process")
-        if running and executor.user_loop is not None:
-            asyncio.run_coroutine_threadsafe(asyncio.wait(running.values()), executor.user_loop).result()
+        running = [task for task_id, task in list(executor.async_tasks.items()) if task_id != me]
+        if running and executor.user_loop is not None:  # (none of them waits on this stop: only the
+            # process that spawned these processes stops them, ProcMesh._check_owned)
+            asyncio.run_coroutine_threadsafe(asyncio.wait(running), executor.user_loop).result()
 
 
 _hosts_here: weakref.WeakSet = weakref.WeakSet()  # this process's ProcHosts
