@@ -19,7 +19,7 @@ class ActorCalls:
 
     def call_actor(self, handle, method: str, args: tuple, kwargs: dict, num_returns: int,
                    inline: bool = False, packed=None, retry_exceptions: Any = False,
-                   concurrency_group: str | None = None) -> Any:
+                   concurrency_group: str | None = None, name: str | None = None) -> Any:
         """``inline``: the actor is on another host, so large arguments are lent
         (lent_payloads.py) instead of placed in this host's store. ``packed``: ``args``
         already serialized, with no refs or store blocks (reused by every call). The call
@@ -29,9 +29,10 @@ class ActorCalls:
         else:
             payload, deps, pins = self.pack_args(args, kwargs, f"{handle._class_name}.{method}.remote()", inline,
                                                  lend=not inline)
-        pt, result = self.pending_call(handle, method, payload, deps, pins, num_returns, inline)
+        pt, result = self.pending_call(handle, method, payload, deps, pins, num_returns, inline, name)
         pt.retry = retry_exceptions
         pt.group = concurrency_group
+        pt.label = name
         self.count_call(pt.actor_id, 1)
         client = self.actor_clients.get(pt.actor_id)
         if client is not None and not deps and client.send_now(pt):

@@ -56,7 +56,8 @@ class ActorClient:
             pt.ready = pt.sent = True
             self.inflight[pt.task_id] = pt  # before sending: the reply may come back at once
             pins = () if through_agent else self.core.pin_for(self.worker_id, pt.args)
-            msg = m.ActorCall(pt.task_id, self.actor_id, pt.method, pt.args, (), pt.num_returns, pins, pt.group)
+            msg = m.ActorCall(pt.task_id, self.actor_id, pt.method, pt.args, (), pt.num_returns, pins, pt.group,
+                              pt.label)
             lanes = getattr(self.core, "direct_lanes", None)  # (the driver's: direct_lanes.py)
             if lanes is not None and not through_agent and not pins and lanes.offer_call(self.worker_id, msg, conn):
                 return True
@@ -98,7 +99,8 @@ class ActorClient:
             pt.ready = pt.sent = True
             alone = not self.inflight  # (the agent may then hand it to the actor's lane)
             self.inflight[pt.task_id] = pt  # before sending: the reply may come back at once
-            msg = m.ActorCall(pt.task_id, self.actor_id, pt.method, pt.args, (), pt.num_returns, (), pt.group)
+            msg = m.ActorCall(pt.task_id, self.actor_id, pt.method, pt.args, (), pt.num_returns, (), pt.group,
+                              pt.label)
             return route[0], m.Relay(self.worker_id, self.core.worker_id, msg, alone)
 
     def unclaim(self, pt) -> bool:
@@ -147,7 +149,8 @@ class ActorClient:
             core.send_call(
                 self.worker_id,
                 m.ActorCall(pt.task_id, self.actor_id, pt.method, pt.args,
-                            core._dep_payloads(pt), pt.num_returns, core.pin_for(self.worker_id, pt.args), pt.group),
+                            core._dep_payloads(pt), pt.num_returns, core.pin_for(self.worker_id, pt.args), pt.group,
+                            pt.label),
                 alone,
             )
 

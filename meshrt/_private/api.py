@@ -312,16 +312,17 @@ def _rebuild_handle(actor_id: int, meta_blob: bytes, handle_ref) -> ActorHandle:
 class ActorMethod:
     """``handle.method``: call ``.remote(...)`` on it."""
 
-    __slots__ = ("_handle", "_name", "_num_returns", "_checker", "_retry", "_group")
+    __slots__ = ("_handle", "_name", "_num_returns", "_checker", "_retry", "_group", "_task_name")
 
     def __init__(self, handle: ActorHandle, name: str, num_returns: int, checker: CallChecker,
-                 retry_exceptions: Any = False, group: str | None = None):
+                 retry_exceptions: Any = False, group: str | None = None, task_name: str | None = None):
         self._handle = handle
         self._name = name
         self._num_returns = num_returns
         self._checker = checker
         self._retry = retry_exceptions  # (retried up to the actor's max_task_retries, as in Ray)
         self._group = group  # (.options(concurrency_group=): else the method's own)
+        self._task_name = task_name  # (.options(name=): the calls' name in list_tasks and the timeline)
 
     def remote(self, *args, **kwargs):
         self._checker.check(args, kwargs)
@@ -336,9 +337,10 @@ class ActorMethod:
         if getattr(core, "host_id", 0):  # Ray-style actors run on the head host: from
             # another host, large arguments are lent to it, not put in this host's store
             return core.call_actor(self._handle, self._name, args, kwargs, self._num_returns, inline=True,
-                                   retry_exceptions=self._retry, concurrency_group=self._group)
+                                   retry_exceptions=self._retry, concurrency_group=self._group,
+                                   name=self._task_name)
         return core.call_actor(self._handle, self._name, args, kwargs, self._num_returns,
-                               retry_exceptions=self._retry, concurrency_group=self._group)
+                               retry_exceptions=self._retry, concurrency_group=self._group, name=self._task_name)
 
     def bind(self, *args, **kwargs):
         """A node of a lazy call graph (``meshrt.dag``): this method call, made when
@@ -362,11 +364,14 @@ class ActorMethod:
                              f"actor defines no such group (it defines {defined}); pass concurrency_groups="
                              f"{{{group!r}: N, ...}} to @meshrt.remote or .options() of the class")
         from .options import num_returns_value
+        from .options import task_name as task_name_value
 
         nr = self._num_returns if num_returns is None else num_returns_value(num_returns, self._name, False)
         retry = (self._retry if "retry_exceptions" not in other
                  else retry_exceptions_value(other["retry_exceptions"], f"{self._handle._class_name}.{self._name}"))
-        return ActorMethod(self._handle, self._name, nr, self._checker, retry, group)
+        task_name = (self._task_name if "name" not in other
+                     else task_name_value(other["name"], f"{self._handle._class_name}.{self._name}.options(name=...)"))
+        return ActorMethod(self._handle, self._name, nr, self._checker, retry, group, task_name)
 
     def __call__(self, *args, **kwargs):
         raise TypeError(

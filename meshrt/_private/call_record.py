@@ -44,6 +44,7 @@ class _Ring:
         self.kind = array("b", bytes(KEPT))
         self.error: list = [None] * KEPT  # (Ray's error type, text) of a call that failed
         self.name: list = [None] * KEPT
+        self.func: list = [None] * KEPT  # Class.method of a call that .options(name=) renamed
         self.count = itertools.count()
         self.written = 0  # spans written so far (a reader's bound)
 
@@ -59,9 +60,11 @@ def begin(call) -> None:
     _running[id(call)] = (call, threading.get_ident())
 
 
-def note(name: str, task_id: int, kind: str, start_ns: int, error: tuple | None = None) -> None:
+def note(name: str, task_id: int, kind: str, start_ns: int, error: tuple | None = None,
+         func: str | None = None) -> None:
     """A call that started at ``start_ns`` (``time.time_ns()``) ended now; ``error``:
-    how it failed (Ray's error type, the error's text), if it did."""
+    how it failed (Ray's error type, the error's text), if it did; ``func``: what it
+    ran, where ``name`` is one the caller gave it."""
     end_ns = time.time_ns()
     ring = _ring or _allocate()
     i = next(ring.count)
@@ -75,6 +78,7 @@ def note(name: str, task_id: int, kind: str, start_ns: int, error: tuple | None 
     ring.thread[slot] = threading.get_ident()
     ring.kind[slot] = _KIND_CODE[kind]
     ring.error[slot] = error
+    ring.func[slot] = func
     ring.name[slot] = sys.intern(name)
     if i >= ring.written:
         ring.written = i + 1
@@ -86,7 +90,8 @@ def note_call(call, error=None, results: tuple = ()) -> None:
     if call.started:
         failed = error is not None or bool(results) and getattr(results[0], "is_error", False)
         failure = _failure(error, results) if failed else None
-        note(call.span or call.name, call.task_id, TASK if call.is_task else ACTOR_CALL, call.started, failure)
+        note(call.span or call.name, call.task_id, TASK if call.is_task else ACTOR_CALL, call.started, failure,
+             call.func)
         call.started = 0
     _running.pop(id(call), None)
 
@@ -126,7 +131,7 @@ def _allocate() -> _Ring:
 
 def taken() -> tuple[list, dict]:
     """The spans so far, oldest first, as (start_ns, end_ns, name, task_id, kind, thread
-    ident, error), then the calls running now (``end_ns`` 0), and the names of the
+    ident, error, func), then the calls running now (``end_ns`` 0), and the names of the
     threads they ran on (``error``: None, or how the call failed: see ``note``)."""
     ring = _ring
     rows = []
@@ -141,12 +146,12 @@ def taken() -> tuple[list, dict]:
         if task_id >> 127:
             task_id -= 1 << 128
         rows.append((ring.start[slot], ring.end[slot], name, task_id, _KINDS[ring.kind[slot]], ring.thread[slot],
-                     ring.error[slot]))
+                     ring.error[slot], ring.func[slot]))
     for call, ident in list(_running.values()):  # (list(): one step, other threads may add and remove)
         started = call.started
         if started:
             rows.append((started, 0, call.span or call.name, call.task_id, TASK if call.is_task else ACTOR_CALL,
-                         ident, None))
+                         ident, None, call.func))
     if not rows:
         return [], {}
     names = {t.ident: t.name for t in threading.enumerate()}

@@ -178,7 +178,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls, InlineReads):
                 affinity=opts.affinity, portable=remote, spread=opts.spread, runtime_env=env,
                 capture_children=bool(opts.capture_children), labels=opts.labels, soft_labels=opts.soft_labels,
                 fallback_labels=opts.fallback_labels, parent=caller.task_id if caller is not None else 0,
-                created_ms=created_ms)
+                created_ms=created_ms, func_name=opts.func_name)
             pt.sent = True
             self.send_controller(m.SubmitTask(spec))
 

@@ -100,7 +100,7 @@ def lane_of(msg) -> str | None:
     """The lane a call may take directly, with arguments that need nothing settled on
     arrival (no refs, store blocks or dependencies): the mesh actor lane it names, or
     else the main thread's (which only a plain actor's process offers)."""
-    if type(msg) is not m.ActorCall or msg.deps or msg.pins or msg.group is not None:
+    if type(msg) is not m.ActorCall or msg.deps or msg.pins or msg.group is not None or msg.name is not None:
         return None
     args = msg.args
     if (type(args) is not Payload or args.refs or args.shm is not None or args.is_error

@@ -264,11 +264,12 @@ class LocalCore(Core):
         return ActorHandle(actor_id, actor_cls._meta, None)
 
     def call_actor(self, handle, method: str, args: tuple, kwargs: dict, num_returns: int,
-                   retry_exceptions: Any = False, concurrency_group: str | None = None) -> Any:
+                   retry_exceptions: Any = False, concurrency_group: str | None = None,
+                   name: str | None = None) -> Any:
         """(``retry_exceptions``: local mode runs each call once, as it simulates no retries;
-        ``concurrency_group``: and one at a time.)"""
+        ``concurrency_group``: and one at a time. ``name``: the call's in the timeline.)"""
         payload, deps, pins = argpack.pack(args, kwargs, f"{handle._class_name}.{method}.remote()")
-        name = f"{handle._class_name}.{method}"
+        name = name or f"{handle._class_name}.{method}"
         pt = PendingTask(ids.new_task_id(), name, payload, deps, pins, num_returns)
         pt.kind = "call"
         result = self._make_returns(pt, num_returns)

@@ -103,6 +103,7 @@ class TaskSpec(NamedTuple):
     fallback_labels: tuple = ()  # selectors tried in turn where no node matches ``labels`` (fallback_strategy)
     parent: int = 0  # the task or actor call that submitted it (0: the driver's own code), for list_tasks
     created_ms: int = 0  # when it was submitted (.remote()), for list_tasks
+    func_name: str = ""  # the function's own name where .options(name=) renamed the task (list_tasks)
 
 
 class SubmitTask(NamedTuple):
@@ -256,6 +257,7 @@ class ActorCall(NamedTuple):
     # process by the sender (the store's owner), so it maps them without asking.
     pins: tuple = ()
     group: str | None = None  # a concurrency group chosen for this call (.options(concurrency_group=))
+    name: str | None = None  # its name in list_tasks and the timeline, from .options(name=)
 
 
 class DirectLaneOffer(NamedTuple):

@@ -181,6 +181,13 @@ def retry_exceptions_value(value: Any, what: str):
     raise ValueError(f"{what}: retry_exceptions must be a bool or a list of exception classes, got {value!r}")
 
 
+def task_name(value: Any, what: str) -> str | None:
+    """A task's or an actor call's ``name`` option: its name in list_tasks and the timeline."""
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{what}: give the name as a str, got {value!r}")
+    return value or None
+
+
 def _int_option(options: dict, key: str, default: int, what: str, minimum: int = -1) -> int:
     value = options.get(key)
     if value is None:
@@ -206,9 +213,11 @@ class TaskOptions:
     labels: tuple = ()  # the node labels it must run on (labels.py)
     soft_labels: tuple = ()  # ... and would rather run on
     fallback_labels: tuple = ()  # selectors tried in turn where no node matches ``labels``
+    func_name: str = ""  # the function's own name, where ``name=`` renamed the task
 
     @classmethod
     def build(cls, options: dict, default_name: str, is_generator: bool) -> TaskOptions:
+        task_name(options.get("name"), f"{default_name}.options(name=...)")
         what = f"task {options.get('name') or default_name}"
         check_keys(options, TASK_KEYS, what)
         resources, affinity = placement(options, resource_units(options, what, 1), what)
@@ -226,6 +235,7 @@ class TaskOptions:
             runtime_env=runtime_env_option(options.get("runtime_env"), what),
             capturable=capturable, capture_children=captures, labels=hard, soft_labels=soft,
             fallback_labels=fallback_labels(options, what),
+            func_name=default_name if options.get("name") else "",
         )
 
 

@@ -17,7 +17,7 @@ class PendingTask:
     __slots__ = (
         "task_id", "name", "entries", "stream", "pins", "deps", "waiting", "cancelled",
         "client", "method", "num_returns", "retries_left", "args", "then", "sent", "ready", "kind",
-        "remote", "actor_id", "retry", "group",
+        "remote", "actor_id", "retry", "group", "label",
     )
 
     def __init__(self, task_id: int, name: str, args: Payload, deps: list, pins: list, num_returns: int):
@@ -42,6 +42,7 @@ class PendingTask:
         self.actor_id = 0  # a call's actor
         self.retry = False  # an actor call's retry_exceptions: True or pickled classes
         self.group: str | None = None  # an actor call's concurrency group, chosen per call
+        self.label: str | None = None  # an actor call's name from .options(name=), sent along for list_tasks
 
 
 def fail_everything(core, error) -> None:

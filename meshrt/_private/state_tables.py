@@ -96,7 +96,7 @@ class StateTables:
             "placement_group_id": _group_of(rec.spec.resources),
             "worker_id": ids.to_hex(w.id) if w is not None and w.id else None,
             "name": rec.spec.name,
-            "func_or_class_name": rec.spec.name,
+            "func_or_class_name": rec.spec.func_name or rec.spec.name,
             "state": status,
             "type": "NORMAL_TASK",
             "node_id": self.node_id_of_host(w.host if w is not None else rec.host),

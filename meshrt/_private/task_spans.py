@@ -34,7 +34,7 @@ def with_calls(rows: list, processes: list, job_id: str) -> list:
     started: dict[str, int] = {}
     calls: dict[tuple, dict] = {}  # (task id, kind) -> its row: an ended call's replaces its running one
     for proc in processes:
-        for start_ns, end_ns, name, task_id, kind, _thread, error in proc["rows"]:
+        for start_ns, end_ns, name, task_id, kind, _thread, error, func in proc["rows"]:
             if task_id <= 0:  # (meshrt's own: an actor's release)
                 continue
             if kind == call_record.TASK:
@@ -53,7 +53,7 @@ def with_calls(rows: list, processes: list, job_id: str) -> list:
                 "task_id": ids.to_hex(task_id),
                 "job_id": job_id,
                 "name": name,
-                "func_or_class_name": name,
+                "func_or_class_name": func or name,
                 "state": state,
                 "type": "ACTOR_CREATION_TASK" if creation else "ACTOR_TASK",
                 "actor_id": ids.to_hex(task_id) if creation else proc.get("actor_id"),

@@ -44,7 +44,7 @@ def chrome_events(processes: list[dict]) -> list[dict]:
                        "args": {"name": f"{what} (pid {pid}, node {proc['node_id'][:8]}, {proc['host']})"}})
         for ident, name in proc["threads"].items():
             events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": ident, "args": {"name": name}})
-        for start_ns, end_ns, name, task_id, kind, ident, _error in proc["rows"]:
+        for start_ns, end_ns, name, task_id, kind, ident, _error, _func in proc["rows"]:
             if not end_ns:  # (running now: a span once it ends)
                 continue
             calls.append({

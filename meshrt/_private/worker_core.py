@@ -334,6 +334,8 @@ class WorkerCore(Core):
         name = f"{spec.class_name}.{name}" if spec is not None else name
         call = Call(msg.task_id, name, msg.method, msg.args, msg.deps, msg.num_returns, caller, held, arg_refs)
         call.group = msg.group
+        if msg.name is not None:  # (.options(name=): its name in list_tasks and the timeline)
+            call.span, call.func = msg.name, name
         return call
 
     def on_actor_call(self, conn, msg: m.ActorCall) -> None:

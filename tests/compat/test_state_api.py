@@ -98,3 +98,18 @@ def test_a_nested_task_names_its_parent_and_its_events():
     assert inner.creation_time_ms <= inner.start_time_ms <= inner.end_time_ms
     assert [e["state"] for e in inner.events] == ["PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT",
                                                   "SUBMITTED_TO_WORKER", "RUNNING", "FINISHED"]
+
+
+def test_a_name_given_with_options_names_the_row_and_its_function_stays():
+    ray.init(num_cpus=2)
+    ref = square.options(name="squared_once").remote(5)
+    tally = Tally.remote()
+    call = tally.add.options(name="first_step").remote(1)
+    assert ray.get([ref, call]) == [25, 1]
+    task = _listed(lambda: _ended(ref))
+    assert (task.name, task.func_or_class_name) == ("squared_once", "square")
+    named = _listed(lambda: _ended(call))
+    assert (named.name, named.func_or_class_name, named.type) == ("first_step", "Tally.add", "ACTOR_TASK")
+    assert summarize_tasks()["cluster"]["summary"]["first_step"]["state_counts"] == {"FINISHED": 1}
+    with pytest.raises(TypeError):
+        tally.add.options(name=3).remote(1)
