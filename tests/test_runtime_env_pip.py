@@ -69,7 +69,7 @@ def test_a_task_and_an_actor_run_in_their_packages_environment(env_dir):
     assert meshrt.get(has_package.remote()) == (False, sys.executable)  # (the others run as before)
     assert meshrt.get(shown_env.options(runtime_env=env).remote(), timeout=60) == {
         "pip": {"packages": [PACKAGE], "pip_check": False}}  # (as Ray shows it)
-    assert len(os.listdir(env_dir)) == 2  # (the environment and its lock file)
+    assert len(os.listdir(env_dir)) == 3  # (the environment and its two lock files)
 
 
 def test_the_jobs_packages_are_every_workers(env_dir):
@@ -125,6 +125,44 @@ def test_uv_installs_them_too_and_says_when_it_is_missing(env_dir, monkeypatch):
     monkeypatch.setitem(sys.modules, "uv", None)  # (... nor the package)
     with pytest.raises(RuntimeEnvSetupError, match="pip install uv"):
         meshrt.get(has_package.options(runtime_env={"uv": ["tomli-w==1.0.1"]}).remote(), timeout=60)
+
+
+def _homes(env_dir) -> list:
+    return sorted(p.name for p in env_dir.iterdir() if p.is_dir())
+
+
+def _home_of(python: str) -> str:
+    return os.path.basename(os.path.dirname(os.path.dirname(python)))
+
+
+def test_kept_environments_stay_within_their_bound_but_one_in_use_stays(env_dir, monkeypatch):
+    from meshrt._private import pip_envs
+
+    first, second, third = (pip_envs.check("pip", {"packages": [PACKAGE], **extra}, "test")
+                            for extra in ({}, {"pip_check": True}, {"pip_install_options": ["--no-compile"]}))
+    earlier_run = pip_envs.EnvMaker()
+    try:
+        kept = _home_of(earlier_run.python(first).result(timeout=150))
+    finally:
+        earlier_run.close()  # (that runtime ended: its environment is kept, used by nobody)
+    assert _homes(env_dir) == [kept]
+    monkeypatch.setenv("MESHRT_RUNTIME_ENV_CACHE_GB", "0")  # (nothing fits: whatever may go, goes)
+    this_run, another_run = pip_envs.EnvMaker(), pip_envs.EnvMaker()
+    try:
+        in_use = _home_of(this_run.python(second).result(timeout=150))
+        assert _homes(env_dir) == [in_use]  # (the unused one went)
+        newest = _home_of(another_run.python(third).result(timeout=150))
+        assert _homes(env_dir) == sorted([in_use, newest])  # (one in use by a running runtime stays)
+    finally:
+        this_run.close()
+        another_run.close()
+    monkeypatch.setenv("MESHRT_RUNTIME_ENV_CACHE_GB", "lots")
+    bad_bound = pip_envs.EnvMaker()
+    try:
+        with pytest.raises(RuntimeEnvSetupError, match="MESHRT_RUNTIME_ENV_CACHE_GB='lots': give the gigabytes"):
+            bad_bound.python(first).result(timeout=60)
+    finally:
+        bad_bound.close()
 
 
 @pytest.fixture

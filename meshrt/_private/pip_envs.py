@@ -12,7 +12,8 @@ those workers as ``RuntimeEnvSetupError`` with the installer's last lines.
 
 The environments live under ``$MESHRT_RUNTIME_ENV_DIR`` (default
 ``~/.cache/meshrt/runtime_envs``), one directory per list, made under a file lock (two
-processes asking at once install once).
+processes asking at once install once), and kept for later runs within a size bound
+(env_cache.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import fcntl
 import functools
 import hashlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -32,12 +34,13 @@ import sysconfig
 from typing import Any
 
 from ..exceptions import RuntimeEnvSetupError
+from . import env_cache
 
 FIELDS = ("pip", "uv")
 ERROR_ENV = "MESHRT_RUNTIME_ENV_ERROR"  # (a worker whose environment failed: worker.py)
 SPEC_ENV = "MESHRT_PIP_ENV"  # (the head asks an agent to start a worker in one: agent.py)
-_READY = ".meshrt-ready"
 _TAIL = 20  # installer output lines kept in an error
+log = logging.getLogger("meshrt")
 
 
 def check(field: str, value: Any, what: str) -> dict:
@@ -136,6 +139,7 @@ class EnvMaker:
         self._threads = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="meshrt-pip")
         self._made: dict[str, concurrent.futures.Future] = {}
         self.running: set = set()  # installer processes now (subprocess.Popen)
+        self.held: list = []  # a shared lock on each environment handed out: kept while it runs (env_cache.py)
         self.closed = False
 
     def python(self, spec: dict) -> concurrent.futures.Future:
@@ -151,6 +155,9 @@ class EnvMaker:
         for proc in list(self.running):
             _kill(proc)
         self._threads.shutdown(wait=False, cancel_futures=True)
+        for fd in self.held:  # (its workers are gone: the environments may be trimmed)
+            os.close(fd)
+        self.held = []
 
 
 async def worker_env(maker: EnvMaker, spec: dict) -> dict | None:
@@ -183,18 +190,33 @@ def _python_in(spec: dict, root: str, what: str, maker: EnvMaker | None) -> str:
     os.makedirs(root, exist_ok=True)
     home = os.path.join(root, f"{spec['installer']}-{key_of(spec)}")
     python = os.path.join(home, "bin", "python")
-    with open(home + ".lock", "w") as lock:
+    limit = env_cache.limit_bytes()  # (a bad bound: said before anything is installed)
+    with open(home + ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # (released when the file closes)
-        if os.path.exists(os.path.join(home, _READY)):
-            return python
-        shutil.rmtree(home, ignore_errors=True)  # (a try that failed or was cut short)
+        made = not os.path.exists(os.path.join(home, env_cache.READY))
+        if made:
+            shutil.rmtree(home, ignore_errors=True)  # (a try that failed or was cut short)
+            try:
+                _make(spec, home, python, what, _Runner(what, spec.get("timeout", 600.0), maker))
+            except BaseException:
+                shutil.rmtree(home, ignore_errors=True)
+                raise
+            env_cache.mark_ready(home, spec)
+        else:
+            env_cache.touch(home)
+        if maker is not None:
+            maker.held.append(env_cache.hold(home))
+            if maker.closed:  # (closed meanwhile: nothing will run in it)
+                os.close(maker.held.pop())
+    if made:  # (the others, least recently used first, while all of them take more than the bound)
         try:
-            _make(spec, home, python, what, _Runner(what, spec.get("timeout", 600.0), maker))
-        except BaseException:
-            shutil.rmtree(home, ignore_errors=True)
-            raise
-        with open(os.path.join(home, _READY), "w") as f:
-            json.dump(spec, f)
+            deleted = env_cache.trim(root, home)
+        except OSError as err:  # (the environment made is fine: only the bound is not kept)
+            log.warning("meshrt: could not trim the runtime_env environments in %s: %s", root, err)
+            deleted = []
+        if deleted:
+            log.info("meshrt: deleted %d runtime_env environment(s) least recently used, to keep %s under "
+                     "%.3g GB ($%s)", len(deleted), root, limit / (1 << 30), env_cache.CACHE_ENV)
     return python
 
 
