@@ -52,10 +52,19 @@ class _Ring:
 _ring: _Ring | None = None
 _alloc = threading.Lock()
 _running: dict = {}  # id(call) -> (call, thread ident): the executor's calls running now
+_queued: dict = {}  # id(call) -> (call, time.time_ns() it arrived): actor calls waiting for their turn
+QUEUED = 0  # the thread of a row that waits for its turn (no thread runs it yet)
+
+
+def arrive(call) -> None:
+    """An actor call came to this process and waits for its turn (list_tasks shows it as
+    Ray does: SUBMITTED_TO_WORKER)."""
+    _queued[id(call)] = (call, time.time_ns())
 
 
 def begin(call) -> None:
     """An executor's call (executor.Call) starts running on this thread now."""
+    _queued.pop(id(call), None)
     call.started = time.time_ns()
     _running[id(call)] = (call, threading.get_ident())
 
@@ -94,6 +103,7 @@ def note_call(call, error=None, results: tuple = ()) -> None:
              call.func)
         call.started = 0
     _running.pop(id(call), None)
+    _queued.pop(id(call), None)  # (one that ended before it began: cancelled, say)
 
 
 def note_creation(name: str, actor_id: int, start_ns: int, error) -> None:
@@ -131,8 +141,10 @@ def _allocate() -> _Ring:
 
 def taken() -> tuple[list, dict]:
     """The spans so far, oldest first, as (start_ns, end_ns, name, task_id, kind, thread
-    ident, error, func), then the calls running now (``end_ns`` 0), and the names of the
-    threads they ran on (``error``: None, or how the call failed: see ``note``)."""
+    ident, error, func), then the calls running now (``end_ns`` 0), then the actor calls
+    waiting for their turn (``end_ns`` 0, ``start_ns`` when they arrived, thread QUEUED),
+    and the names of the threads they ran on (``error``: None, or how the call failed:
+    see ``note``)."""
     ring = _ring
     rows = []
     written = ring.written if ring is not None else 0
@@ -152,10 +164,12 @@ def taken() -> tuple[list, dict]:
         if started:
             rows.append((started, 0, call.span or call.name, call.task_id, TASK if call.is_task else ACTOR_CALL,
                          ident, None, call.func))
+    for call, arrived in list(_queued.values()):
+        rows.append((arrived, 0, call.span or call.name, call.task_id, ACTOR_CALL, QUEUED, None, call.func))
     if not rows:
         return [], {}
     names = {t.ident: t.name for t in threading.enumerate()}
-    return rows, {ident: names.get(ident, f"thread {ident}") for ident in {row[5] for row in rows}}
+    return rows, {ident: names.get(ident, f"thread {ident}") for ident in {row[5] for row in rows} if ident != QUEUED}
 
 
 def clear() -> None:
@@ -163,6 +177,7 @@ def clear() -> None:
     global _ring
     _ring = None
     _running.clear()
+    _queued.clear()
 
 
 # A process forked from this one (a zygote, a worker) has run none of these calls.

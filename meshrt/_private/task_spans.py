@@ -29,12 +29,12 @@ _ENDED = ("FINISHED", "FAILED")
 
 def with_calls(rows: list, processes: list, job_id: str) -> list:
     """``rows`` (the scheduled tasks), each with its last start where a process ran it,
-    then a row per actor call and constructor that ran or runs in ``processes``
-    (TimelineTable.calls_of_processes)."""
+    then a row per actor call and constructor that ran, runs or waits to run in
+    ``processes`` (TimelineTable.calls_of_processes)."""
     started: dict[str, int] = {}
     calls: dict[tuple, dict] = {}  # (task id, kind) -> its row: an ended call's replaces its running one
     for proc in processes:
-        for start_ns, end_ns, name, task_id, kind, _thread, error, func in proc["rows"]:
+        for start_ns, end_ns, name, task_id, kind, thread, error, func in proc["rows"]:
             if task_id <= 0:  # (meshrt's own: an actor's release)
                 continue
             if kind == call_record.TASK:
@@ -45,6 +45,9 @@ def with_calls(rows: list, processes: list, job_id: str) -> list:
             if not end_ns and (task_id, kind) in calls:
                 continue
             creation = kind == call_record.ACTOR_CREATION
+            if thread == call_record.QUEUED:  # (arrived, waiting for its turn: start_ns is its arrival)
+                calls[(task_id, kind)] = _queued_row(proc, name, func, task_id, start_ns, job_id)
+                continue
             state = "RUNNING" if not end_ns else "FAILED" if error else "FINISHED"
             events = [{"state": "RUNNING", "created_ms": start_ns // _MS}]
             if end_ns:
@@ -68,3 +71,14 @@ def with_calls(rows: list, processes: list, job_id: str) -> list:
             }
     scheduled = [_with_start(row, started[row["task_id"]]) if row["task_id"] in started else row for row in rows]
     return scheduled + list(calls.values())
+
+
+def _queued_row(proc: dict, name: str, func: str | None, task_id: int, arrived_ns: int, job_id: str) -> dict:
+    """An actor call its process has and has not started (behind others, or waiting for
+    a slot of its concurrency group)."""
+    return {
+        "task_id": ids.to_hex(task_id), "job_id": job_id, "name": name, "func_or_class_name": func or name,
+        "state": "SUBMITTED_TO_WORKER", "type": "ACTOR_TASK", "actor_id": proc.get("actor_id"),
+        "node_id": proc["node_id"], "worker_id": proc["worker_id"], "worker_pid": proc["pid"],
+        "events": [{"state": "SUBMITTED_TO_WORKER", "created_ms": arrived_ns // _MS}],
+    }

@@ -344,6 +344,7 @@ class WorkerCore(Core):
         if msg.pins and self.store is not None:
             self.store_backend.grant(msg.pins)
             call.granted = tuple(key for key, _offset, _size in msg.pins)
+        call_record.arrive(call)
         self.executor.submit(call)
 
     def on_cancel(self, conn, msg: m.CancelTask) -> None:

@@ -113,3 +113,44 @@ def test_a_name_given_with_options_names_the_row_and_its_function_stays():
     assert summarize_tasks()["cluster"]["summary"]["first_step"]["state_counts"] == {"FINISHED": 1}
     with pytest.raises(TypeError):
         tally.add.options(name=3).remote(1)
+
+
+@ray.remote
+class Gate:
+    def __init__(self):
+        self.opened = False
+
+    def open(self):
+        self.opened = True
+
+    def is_open(self):
+        return self.opened
+
+
+@ray.remote
+class Blocked:
+    def hold(self, gate):
+        while not ray.get(gate.is_open.remote()):
+            time.sleep(0.05)  # (polls the gate: a plain actor runs one call at a time)
+        return "held"
+
+    def after(self, i):
+        return i
+
+
+def test_actor_calls_waiting_behind_a_running_one_are_listed_as_submitted():
+    ray.init(num_cpus=2)
+    gate, blocked = Gate.remote(), Blocked.remote()
+    held = blocked.hold.remote(gate)
+    waiting = [blocked.after.remote(i) for i in range(2)]
+
+    def listed():
+        rows = list_tasks(filters=[("actor_id", "=", blocked._actor_id.hex()), ("type", "=", "ACTOR_TASK")])
+        states = sorted((row.name, row.state) for row in rows)
+        return states if states == [("Blocked.after", "SUBMITTED_TO_WORKER")] * 2 + [
+            ("Blocked.hold", "RUNNING")] else None
+
+    _listed(listed)
+    ray.get(gate.open.remote())
+    assert ray.get(held) == "held" and ray.get(waiting) == [0, 1]
+    assert all(_listed(lambda ref=ref: _ended(ref)).state == "FINISHED" for ref in waiting)

@@ -43,8 +43,9 @@ def list_tasks(address: str | None = None, filters: list | None = None, limit: i
                _explain: bool = False) -> list[TaskState]:
     """Tasks waiting for a worker or running now, and the last 1,000 that ended
     (FINISHED or FAILED, with ``start_time_ms`` and ``end_time_ms``); actor method calls
-    (``ACTOR_TASK``) and constructors (``ACTOR_CREATION_TASK``) running now or ended, as
-    each process keeps them (its last 10,000; task_spans.py)."""
+    (``ACTOR_TASK``) and constructors (``ACTOR_CREATION_TASK``) waiting in their process
+    (SUBMITTED_TO_WORKER), running now or ended, as each process keeps them (its last
+    10,000; task_spans.py)."""
     return _listed("tasks", TaskState, filters, limit, timeout)
 
 
