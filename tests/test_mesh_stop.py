@@ -77,15 +77,17 @@ def test_only_the_mesh_as_spawned_stops_and_the_rest_keep_serving(rt, failures):
     with pytest.raises(NotImplementedError, match=r"stop\(\) of actor mesh 'e': this is a slice of it"):
         mesh.slice(gpus=0).stop()
     stopper = this_host().spawn_procs(per_host={"one": 1}).spawn("s", Stopper)
-    with pytest.raises(ValueError, match="passed here from the process that spawned it"):
+    with pytest.raises(ValueError, match="this handle is a copy passed between processes"):
         stopper.stop_procs.call_one(procs).get(timeout=60)
-    with pytest.raises(NotImplementedError, match="or a copy passed here"):
+    with pytest.raises(NotImplementedError, match="or a copy passed between processes"):
         stopper.stop_actors.call_one(mesh).get(timeout=60)
     # nothing was stopped: both ranks answer, from here and from the actor
     assert list(mesh.slice(gpus=1).ping.call().get(timeout=30).values()) == ["pong"]
     assert list(stopper.call.call_one(mesh).get(timeout=30).values()) == ["pong", "pong"]
     mesh.stop().get(timeout=30)  # (the owner's own handle does)
-    assert procs.spawn("e2", Echo).ping.call().get(timeout=30).values()
+    renamed = procs.spawn("e2", Echo).rename(gpus="ranks")  # (all of it, under other names: still the owner's)
+    assert list(renamed.ping.call().get(timeout=30).values()) == ["pong", "pong"]
+    renamed.stop().get(timeout=30)
     procs.stop().get(timeout=30)
     _supervision_done()
     seen, _ = failures

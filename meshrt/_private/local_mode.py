@@ -173,7 +173,7 @@ class LocalCore(Core):
             self._fail(pt, error_payload(err, name, os.getpid(), skip_frames=1))
         finally:
             context.leave(token)
-            call_record.note(name, pt.task_id, kind, started)
+            call_record.note(pt.label or name, pt.task_id, kind, started, func=name if pt.label else None)
 
     def _pack(self, pt: PendingTask, result, name: str) -> list:
         n = pt.num_returns
@@ -269,9 +269,10 @@ class LocalCore(Core):
         """(``retry_exceptions``: local mode runs each call once, as it simulates no retries;
         ``concurrency_group``: and one at a time. ``name``: the call's in the timeline.)"""
         payload, deps, pins = argpack.pack(args, kwargs, f"{handle._class_name}.{method}.remote()")
-        name = name or f"{handle._class_name}.{method}"
+        label, name = name, f"{handle._class_name}.{method}"
         pt = PendingTask(ids.new_task_id(), name, payload, deps, pins, num_returns)
         pt.kind = "call"
+        pt.label = label  # (its name in the timeline: errors name the method)
         result = self._make_returns(pt, num_returns)
         self.pending[pt.task_id] = pt
         actor = self.actors.get(handle._actor_id)
@@ -322,7 +323,8 @@ class LocalCore(Core):
                 self._fail(pt, error_payload(err, name, os.getpid(), skip_frames=1))
             finally:
                 context.leave(token)
-                call_record.note(name, pt.task_id, call_record.ACTOR_CALL, started)
+                call_record.note(pt.label or name, pt.task_id, call_record.ACTOR_CALL, started,
+                                 func=name if pt.label else None)
 
         if self.io.in_loop():  # called from another async method: finish later
             self.io.loop.create_task(run())

@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import threading
 from typing import Any
 
 from ..exceptions import RuntimeEnvSetupError
@@ -140,6 +141,7 @@ class EnvMaker:
         self._made: dict[str, concurrent.futures.Future] = {}
         self.running: set = set()  # installer processes now (subprocess.Popen)
         self.held: list = []  # a shared lock on each environment handed out: kept while it runs (env_cache.py)
+        self._holding = threading.Lock()  # (held and closed: an installer thread and close() race at shutdown)
         self.closed = False
 
     def python(self, spec: dict) -> concurrent.futures.Future:
@@ -150,14 +152,23 @@ class EnvMaker:
             made = self._made[key] = self._threads.submit(python_for, spec, self)
         return made
 
+    def keep(self, fd: int) -> None:
+        """Hold an environment's lock (``fd``) until close(); closed already: let it go."""
+        with self._holding:
+            if not self.closed:
+                self.held.append(fd)
+                return
+        os.close(fd)
+
     def close(self) -> None:
-        self.closed = True
+        with self._holding:
+            self.closed = True
+            held, self.held = self.held, []
         for proc in list(self.running):
             _kill(proc)
         self._threads.shutdown(wait=False, cancel_futures=True)
-        for fd in self.held:  # (its workers are gone: the environments may be trimmed)
+        for fd in held:  # (its workers are gone: the environments may be trimmed)
             os.close(fd)
-        self.held = []
 
 
 async def worker_env(maker: EnvMaker, spec: dict) -> dict | None:
@@ -205,9 +216,7 @@ def _python_in(spec: dict, root: str, what: str, maker: EnvMaker | None) -> str:
         else:
             env_cache.touch(home)
         if maker is not None:
-            maker.held.append(env_cache.hold(home))
-            if maker.closed:  # (closed meanwhile: nothing will run in it)
-                os.close(maker.held.pop())
+            maker.keep(env_cache.hold(home))
     if made:  # (the others, least recently used first, while all of them take more than the bound)
         try:
             deleted = env_cache.trim(root, home)

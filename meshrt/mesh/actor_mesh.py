@@ -81,8 +81,10 @@ class ActorMesh(Shaped):
         return self._reshaped(self._shape.slice(**dims))
 
     def _reshaped(self, shape: Shape) -> ActorMesh:
-        return ActorMesh(self._name, self._class_name, self._endpoints, self._procs, shape, self._state,
+        mesh = ActorMesh(self._name, self._class_name, self._endpoints, self._procs, shape, self._state,
                          self._spawned, self._origin, self._hosts, self._key, self._plain)
+        mesh._owned = self._owned and len(shape) == len(self._origin)  # (renamed or flattened whole: as owned)
+        return mesh
 
     def _points(self) -> list[Point]:
         """Each addressed actor's own Point in the mesh as spawned (for errors)."""
@@ -122,9 +124,9 @@ class ActorMesh(Shaped):
             raise TypeError(f"stop(reason=...): give the reason as a str; got {reason!r}")
         if not self._owned:
             raise NotImplementedError(
-                f"stop() of actor mesh {self._name!r}: this is a slice of it or a copy passed here, and only "
-                f"the mesh that spawn() returned, in the process that called it, stops the actors (as in "
-                f"Monarch); stop it there")
+                f"stop() of actor mesh {self._name!r}: this is a slice of it or a copy passed between processes, "
+                f"and only the mesh that spawn() returned, in the process that called it, stops the actors (as "
+                f"in Monarch); stop them with that one")
         core = state.core()
         _stopped_here[self._key] = reason
         supervision.forget_failure_port(self._key)
@@ -529,7 +531,7 @@ def _unanswered_done(mesh: ActorMesh, point: Point, proc, owner, port, endpoint:
         return
     if isinstance(err, (exc.RayActorError, exc.RuntimeNotInitializedError)) and not isinstance(err, exc.TaskError):
         if (mesh._state is not None and mesh._state.stopping) or STOPPED in str(err):
-            return  # (stopped on purpose, from here or by a process the mesh was passed to)
+            return  # (stopped on purpose: from here, or by the process that spawned it and passed it here)
         core = state.core_or_none()
         if getattr(core, "closing", True):
             return  # (meshrt.shutdown() ended it: not a failure to report)

@@ -425,13 +425,13 @@ class ProcMesh(Shaped, StoppedOnExit):
         called it, stops the processes: a slice or a copy passed elsewhere would end
         processes that other holders go on calling."""
         if self._state is None:
-            raise ValueError(f"stop() of process mesh {self._name!r}: this handle was passed here from the "
-                             f"process that spawned it, and only that process stops the mesh (as in Monarch); "
-                             f"stop it there, or stop just your actors with actor_mesh.stop()")
+            raise ValueError(f"stop() of process mesh {self._name!r}: this handle is a copy passed between "
+                             f"processes (or this_proc()), and only the mesh that spawn_procs() returned, in the "
+                             f"process that called it, stops the processes (as in Monarch); stop them with that "
+                             f"one, or stop just your actors with the actor mesh that spawn() returned")
         if len(self._shape) != len(self._procs):
             raise ValueError(f"stop() of a slice of process mesh {self._name!r}: processes stop together, by "
-                             f"stop() of the mesh that spawn_procs() returned (as in Monarch); stop just the "
-                             f"actors of a slice with actor_mesh.slice(...).stop()")
+                             f"stop() of the mesh that spawn_procs() returned (as in Monarch)")
 
     def __reduce__(self):
         return (ProcMesh, (self._name, self._procs, self._shape, None, self._local, self._hosts, self._in_driver))

@@ -114,7 +114,7 @@ def _proc_died(core, mesh_state, rank: int, death, observed: bool) -> None:
     err = error_from_payload(death)
     cause = str(getattr(err, "cause", ""))
     if STOPPED in cause or SHUT_DOWN in cause or EXIT_ACTOR in cause:
-        return  # on purpose: stopped by another process (a mesh passed to an actor), its host, or exit_actor()
+        return  # on purpose: stopped with stop() by the process that spawned it, its host shut down, or exit_actor()
     if observed and (mesh_state.callers_handle_deaths or getattr(err, "creation_error", None) is not None):
         return  # (it never started, its bootstrap raised: its callers hear it, as in Monarch)
     how = str(err).split(" is dead: ", 1)[-1]  # (how it died, with the last lines of its stderr)
