@@ -4,7 +4,7 @@
     meshrt stop                                              end this host's head
     meshrt agent --address HEAD:PORT [--token-file PATH]   join a cluster as a host
     meshrt status --address HEAD:PORT [--token-file PATH]  hosts, actors, object store
-    meshrt list actors|workers|tasks|objects --address HEAD:PORT [--filter FIELD=VALUE] [--limit N]
+    meshrt list actors|workers|tasks|objects|runtime-envs --address HEAD:PORT [--filter FIELD=VALUE] [--limit N]
     meshrt timeline --address HEAD:PORT [--output PATH]     tasks and calls as a Chrome trace
     meshrt logs [FILE | --actor-id ID | --task-id ID | --pid PID] --address HEAD:PORT [--err] [--tail N] [--follow]
 """
@@ -55,9 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     status = sub.add_parser("status", help="print a running cluster's hosts, actors and object store")
     status.add_argument("--address", help="the driver's HOST:PORT (meshrt.init(address=...))")
     status.add_argument("--token-file", help="file holding the cluster token (as for agent)")
-    listing = sub.add_parser("list", help="list a running cluster's actors, workers, tasks or objects "
+    listing = sub.add_parser("list", help="list a running cluster's actors, workers, tasks, objects or runtime envs "
                              "(as `ray list`)")
-    listing.add_argument("kind", choices=["actors", "workers", "tasks", "objects"])
+    listing.add_argument("kind", choices=["actors", "workers", "tasks", "objects", "runtime-envs"])
     listing.add_argument("--address", help="the driver's HOST:PORT (meshrt.init(address=...))")
     listing.add_argument("--token-file", help="file holding the cluster token (as for agent)")
     listing.add_argument("--filter", action="append", default=[], metavar="FIELD=VALUE",
@@ -130,7 +130,7 @@ def run_list(args) -> int:
     except ValueError as err:
         print(f"meshrt list: {err}", file=sys.stderr)
         return 2
-    rows = _ask(args, "list", "state_" + args.kind)
+    rows = _ask(args, "list", "state_" + args.kind.replace("-", "_"))
     if isinstance(rows, int):
         return rows
     try:

@@ -162,6 +162,10 @@ def test_meshrt_list_on_the_command_line(monkeypatch):
         workers = subprocess.run([sys.executable, "-m", "meshrt", "list", "workers", "--address", address],
                                  capture_output=True, text=True, timeout=60)
         assert workers.returncode == 0 and str(pid) in workers.stdout
+        assert meshrt.get(quick.options(runtime_env={"env_vars": {"SHOWN": "1"}}).remote(5)) == 5
+        envs = subprocess.run([sys.executable, "-m", "meshrt", "list", "runtime-envs", "--address", address],
+                              capture_output=True, text=True, timeout=60)
+        assert envs.returncode == 0 and "{'env_vars': {'SHOWN': '1'}}  True" in envs.stdout, envs.stderr
     finally:
         meshrt.shutdown()
 

@@ -222,18 +222,22 @@ class ActorDirectory:
         rec = self.actors.get(msg.actor_id)
         if rec is None or msg.incarnation != rec.incarnation or rec.state == "dead":
             return
+        w = self.workers.get(rec.worker) if rec.worker is not None else None
         if msg.error is not None:
             err = error_from_payload(msg.error)
             cause = getattr(err, "cause", None) or err
+            if isinstance(err, exc.RuntimeEnvSetupError) and w is not None:
+                self.note_env_failed(w.host, rec.spec.runtime_env, w.spawned_ms, str(cause))
             if isinstance(err, exc.RuntimeEnvSetupError):  # (Ray's error for its calls, too)
                 self._actor_dead(rec, f"its runtime_env could not be set up: {cause}", creation_error=err,
                                  error=exc.ActorEnvSetupError)
             else:
                 self._actor_dead(rec, f"its constructor raised {type(cause).__name__}: {cause}", creation_error=err)
-            w = self.workers.get(rec.worker) if rec.worker is not None else None
             if w is not None and w.conn is not None:
                 w.conn.send(m.Exit("its actor failed to start"))
             return
+        if w is not None:
+            self.note_env_ran(w.host, rec.spec.runtime_env, w.spawned_ms)
         rec.state = "alive"
         self._publish(rec)
 

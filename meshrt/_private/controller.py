@@ -38,6 +38,7 @@ from .log_options import LogOptions
 from .metrics_table import MetricsTable
 from .placement_groups import PlacementGroups
 from .pool_upkeep import PoolUpkeep
+from .runtime_env_states import RuntimeEnvStates
 from .spawn import Zygote, end_preforked, new_tail
 from .state_tables import StateTables
 from .task_hosts import TaskHosts, TaskRecord
@@ -85,10 +86,12 @@ class WorkerRecord:
     log_stream: bool = True  # its output printed by the driver (ProcMesh.logging_option)
     log_aggregator: Any = None  # or gathered there first (log_options.py)
     giving_back: bool = False  # asked to hand back its queued tasks (task_hosts.py)
+    spawned_ms: float = field(default_factory=lambda: time.time() * 1000)  # (list_runtime_envs)
 
 
 class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHosts, PlacementGroups, ControlRequests,
-                 LogOptions, LogFiles, PoolUpkeep, StateTables, MetricsTable, TimelineTable, Jobs, WorkerSpawn):
+                 LogOptions, LogFiles, PoolUpkeep, StateTables, MetricsTable, TimelineTable, Jobs, WorkerSpawn,
+                 RuntimeEnvStates):
     def __init__(self, core, io, config: dict) -> None:
         self.core = core
         self.io = io
@@ -296,6 +299,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
         conn.send(m.Welcome(self.welcome_config(w.host)))
         self.core.worker_connected(w.id, conn)
         if w.kind == "task":
+            self.note_worker_env(w)
             self.scheduler_of(w.host).worker_started(w.pool_key)
             self._set_idle(w)
             self.schedule()
@@ -461,6 +465,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
     def _assign(self, w: WorkerRecord, rec: TaskRecord) -> None:
         rec.worker = w.id
         rec.events.append(("SUBMITTED_TO_WORKER", int(time.time() * 1000)))
+        self.note_task_env_ran(w.host, rec.spec, rec.events)
         w.tasks.append(rec)
         if len(w.tasks) == 1:
             w.label = rec.spec.name

@@ -329,7 +329,6 @@ class Executor:
 
         def terminate():
             raise ActorExit(reason)
-
         return terminate
 
     def run_call(self, call: Call) -> None:
@@ -342,7 +341,8 @@ class Executor:
                 raise runtime_env.setup_error
             with runtime_env.around_task(self.core, env):
                 self._run_call(call)
-        except exc.RuntimeEnvSetupError as err:
+        except exc.RuntimeEnvSetupError as err:  # (meshrt's, as Ray raises it: not the user's code's error)
+            err.__meshrt_plain__ = True
             self._failed(call, err)
 
     def _run_call(self, call: Call) -> None:

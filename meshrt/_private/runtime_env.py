@@ -263,7 +263,11 @@ def for_submit(core, requested: Requested | None) -> dict | None:
 def current() -> dict:
     """What ``get_runtime_context().runtime_env`` shows: the running task's or actor's
     environment, else the job's."""
-    env = _current if _current is not None else _job
+    return shown(_current if _current is not None else _job)
+
+
+def shown(env: dict | None) -> dict:
+    """A resolved environment as Ray shows it (also list_runtime_envs: runtime_env_states.py)."""
     if not env:
         return {}
     return {k: pip_envs.as_ray(v) if k in pip_envs.FIELDS else v for k, v in env.items() if not k.startswith("_")}

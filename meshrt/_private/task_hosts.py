@@ -236,6 +236,8 @@ class TaskHosts:
         if rec is not None:
             self.note_task_end(rec, w, "FAILED" if msg.retry or msg.failed else "FINISHED",
                                msg.error_type, msg.error_message)
+            self.note_task_env_end(w.host if w is not None else rec.host, rec.spec, rec.events, msg.error_type,
+                                   msg.error_message)
         if w is not None and w.state == "busy":
             if rec is not None and rec in w.tasks:
                 w.tasks.remove(rec)

@@ -14,6 +14,7 @@ from .api import (
     list_nodes,
     list_objects,
     list_placement_groups,
+    list_runtime_envs,
     list_tasks,
     list_workers,
     summarize_actors,
@@ -26,12 +27,14 @@ from .common import (
     NodeState,
     ObjectState,
     PlacementGroupState,
+    RuntimeEnvState,
     TaskState,
     WorkerState,
 )
 from .logs import get_log, list_logs
 
-__all__ = ["exception", "ActorState", "JobState", "NodeState", "ObjectState", "PlacementGroupState", "TaskState", "WorkerState",
+__all__ = ["exception", "ActorState", "JobState", "NodeState", "ObjectState", "PlacementGroupState",
+           "RuntimeEnvState", "TaskState", "WorkerState", "list_runtime_envs",
            "get_actor", "get_job", "get_log", "get_node", "get_objects", "get_placement_group", "get_task",
            "get_worker", "list_actors", "list_jobs", "list_logs", "list_nodes", "list_objects",
            "list_placement_groups", "list_tasks", "list_workers", "summarize_actors", "summarize_objects",

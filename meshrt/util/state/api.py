@@ -3,7 +3,8 @@
 Each asks the controller for a snapshot of what it knows now: every actor (dead ones
 too, with how they died), each worker process, each placement group, each host, the
 tasks waiting or running and the last 1,000 that ended, the actor calls running or
-ended (as their processes keep them), and the objects in the head host's shared-memory store. ``filters`` are ``(field, "=" or "!=", value)`` triples,
+ended (as their processes keep them), the runtime environments set up on each node,
+and the objects in the head host's shared-memory store. ``filters`` are ``(field, "=" or "!=", value)`` triples,
 compared as text (state words in any case).
 """
 
@@ -18,6 +19,7 @@ from .common import (
     NodeState,
     ObjectState,
     PlacementGroupState,
+    RuntimeEnvState,
     TaskState,
     WorkerState,
 )
@@ -74,6 +76,15 @@ def list_placement_groups(address: str | None = None, filters: list | None = Non
     rows = [{"placement_group_id": pg_id, "name": g["name"], "state": g["state"], "strategy": g["strategy"],
              "bundles": [g["bundles"][i] for i in sorted(g["bundles"])]} for pg_id, g in table.items()]
     return filtered(rows, PlacementGroupState, filters, limit)
+
+
+def list_runtime_envs(address: str | None = None, filters: list | None = None, limit: int = _DEFAULT_LIMIT,
+                      timeout: int = 30, detail: bool = False, raise_on_missing_output: bool = True,
+                      _explain: bool = False) -> list[RuntimeEnvState]:
+    """Each runtime_env that a task or actor ran with (or could not set up) on each node,
+    as Ray lists them: ``success``, ``creation_time_ms``, and with ``detail=True``
+    ``ref_cnt`` and ``error`` (runtime_env_states.py)."""
+    return filtered(_ask("state_runtime_envs", timeout, bool(detail)), RuntimeEnvState, filters, limit)
 
 
 def get_actor(id: str, address: str | None = None, timeout: int = 30) -> ActorState | None:  # noqa: A002 - Ray's name
@@ -190,7 +201,7 @@ def _filter(spec: Any, row_class: type):
         raise StateFilterError(f"filters: {row_class.__name__} has no field {key!r}; filter on one of {fields}")
     if op not in ("=", "!="):
         raise StateFilterError(f"filters: predicate {op!r} is not supported; use '=' or '!='")
-    fold = key in ("state", "worker_type", "type")  # (state words in any case)
+    fold = key in ("state", "worker_type", "type", "success")  # (state words and booleans in any case)
     want = str(value).upper() if fold else str(value)
 
     def check(row: dict) -> bool:

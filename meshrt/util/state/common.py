@@ -118,3 +118,13 @@ class JobState(_Row):
     driver_node_id: str | None = None
     runtime_env: dict = field(default_factory=dict)
     metadata: dict = field(default_factory=dict)
+
+
+@dataclass
+class RuntimeEnvState(_Row):
+    runtime_env: dict
+    success: bool
+    creation_time_ms: float | None = None  # (from the first task or actor placed with it until it ran)
+    node_id: str | None = None
+    ref_cnt: int | None = None  # (detail=True: the tasks and live actors with it on its node now)
+    error: str | None = None  # (detail=True: why it could not be set up)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from .api import filtered
-from .common import ActorState, ObjectState, TaskState, WorkerState
+from .common import ActorState, ObjectState, RuntimeEnvState, TaskState, WorkerState
 
 _KINDS = {
     "actors": (ActorState, ["actor_id", "class_name", "state", "name", "pid", "node_id", "death_cause"]),
     "workers": (WorkerState, ["worker_id", "state", "pid", "actor_id", "running", "node_id"]),
     "tasks": (TaskState, ["task_id", "name", "state", "worker_pid", "attempt_number", "node_id"]),
     "objects": (ObjectState, ["object_id", "object_size", "where", "owner_worker", "pinned_by"]),
+    "runtime-envs": (RuntimeEnvState, ["runtime_env", "success", "creation_time_ms", "node_id"]),
 }
 _WIDEST = 60  # (a long death cause is cut there)
 
