@@ -223,12 +223,15 @@ class ActorDirectory:
         if rec is None or msg.incarnation != rec.incarnation or rec.state == "dead":
             return
         w = self.workers.get(rec.worker) if rec.worker is not None else None
-        if msg.error is not None:
-            err = error_from_payload(msg.error)
+        err = error_from_payload(msg.error) if msg.error is not None else None
+        setup_failed = isinstance(err, exc.RuntimeEnvSetupError) and not isinstance(err, exc.TaskError)  # (meshrt's)
+        if w is not None and setup_failed:
+            self.note_env_failed(w.host, rec.spec.runtime_env, w.spawned_ms, str(err))
+        elif w is not None:  # (set up; a constructor that raised, even a RuntimeEnvSetupError of its own, came after)
+            self.note_env_ran(w.host, rec.spec.runtime_env, w.spawned_ms)
+        if err is not None:
             cause = getattr(err, "cause", None) or err
-            if isinstance(err, exc.RuntimeEnvSetupError) and w is not None:
-                self.note_env_failed(w.host, rec.spec.runtime_env, w.spawned_ms, str(cause))
-            if isinstance(err, exc.RuntimeEnvSetupError):  # (Ray's error for its calls, too)
+            if setup_failed:  # (Ray's error for its calls, too)
                 self._actor_dead(rec, f"its runtime_env could not be set up: {cause}", creation_error=err,
                                  error=exc.ActorEnvSetupError)
             else:
@@ -236,8 +239,6 @@ class ActorDirectory:
             if w is not None and w.conn is not None:
                 w.conn.send(m.Exit("its actor failed to start"))
             return
-        if w is not None:
-            self.note_env_ran(w.host, rec.spec.runtime_env, w.spawned_ms)
         rec.state = "alive"
         self._publish(rec)
 

@@ -20,7 +20,8 @@ from .. import exceptions as exc
 from ..objstore.serialization import system_error_payload
 from . import ids, lanes
 from . import messages as m
-from .executor import Call, Executor, _new_loop
+from .call import Call
+from .executor import Executor, _new_loop
 from .helper_thread import HelperThread
 
 MAX_CONCURRENCY = 1000  # async endpoints in flight at once, as for a worker's ProcHost

@@ -37,6 +37,7 @@ from ..objstore.serialization import deserialize, error_payload, loads_code, sys
 from . import args as argpack
 from . import call_payloads, call_record, call_streams, context, ids, lanes, runtime_env
 from . import messages as m
+from .call import Call
 from .concurrency_groups import Groups
 from .deferred import Deferred
 from .helper_thread import HelperThread
@@ -55,33 +56,6 @@ class TaskInterrupted(KeyboardInterrupt):
 
 class ActorExit(SystemExit):
     """Raised by ``exit_actor()``: the actor finishes the current call and exits."""
-
-
-class Call:
-    """One unit of work for the executor: a pool task or an actor method call."""
-
-    __slots__ = ("task_id", "name", "method", "args", "deps", "num_returns", "dest", "held", "arg_refs",
-                 "spec", "is_task", "granted", "last", "group", "borrowed", "span", "started", "func")
-
-    def __init__(self, task_id, name, method, args, deps, num_returns, dest, held, arg_refs, spec=None):
-        self.task_id = task_id
-        self.name = name
-        self.method = method
-        self.args = args
-        self.deps = deps
-        self.num_returns = num_returns
-        self.dest = dest
-        self.held = held
-        self.arg_refs = arg_refs
-        self.spec = spec
-        self.is_task = spec is not None
-        self.granted: tuple = ()  # store keys the caller pinned for us (ActorCall.pins)
-        self.last = False  # the worker's last task (its function's max_calls reached): exit after
-        self.group: str | None = None  # the concurrency group chosen for this call, if any
-        self.borrowed: tuple = ()  # (value, loan) for each large bytes argument the caller lent
-        self.span: str | None = None  # its name in the timeline, where not ``name`` (a mesh endpoint's, or .options(name=))
-        self.func: str | None = None  # ... and Class.method where .options(name=) gave the call that name
-        self.started = 0  # time.time_ns() when it began to run; 0 once noted (call_record.py)
 
 
 class Executor:
@@ -341,9 +315,8 @@ class Executor:
                 raise runtime_env.setup_error
             with runtime_env.around_task(self.core, env):
                 self._run_call(call)
-        except exc.RuntimeEnvSetupError as err:  # (meshrt's, as Ray raises it: not the user's code's error)
-            err.__meshrt_plain__ = True
-            self._failed(call, err)
+        except exc.RuntimeEnvSetupError as err:  # (meshrt's, as Ray raises it: not the user's code's error;
+            self._failed(call, err.with_traceback(None), plain=True)  # the same one each time: no traceback kept)
 
     def _run_call(self, call: Call) -> None:
         if call.task_id in self.cancel_requested:
@@ -396,19 +369,21 @@ class Executor:
         payload = system_error_payload(exc.TaskCancelledError(f"{call.task_id:x}"))
         return (payload,) * max(call.num_returns, 0), None
 
-    def _failed(self, call: Call, err: BaseException) -> None:
+    def _failed(self, call: Call, err: BaseException, plain: bool = False) -> None:
+        """``plain``: meshrt's own error (a runtime_env that could not be set up), not the
+        user's code's: the caller gets it as it is."""
         if isinstance(err, TypeError) and "cannot serialize" in str(err):
             name = self._call_name(call)
             err = TypeError(f"{name} returned a value that cannot be serialized: {err}")
             if name != call.name:
                 err.__meshrt_where__ = name
-        call_record.note_call(call, err)  # (an attempt that failed, retried or not; a stream's too)
+        plain = plain or getattr(err, "__meshrt_plain__", False)
+        payload = system_error_payload(err) if plain else None
+        call_record.note_call(call, payload if plain else err)  # (an attempt that failed, retried or not)
         if call.spec is not None and call.spec.retry_exceptions and call_payloads.may_retry(call.spec, err):
             self.core.io.post(self.core.task_retry, call)
             return
-        if getattr(err, "__meshrt_plain__", False):  # (meshrt's own error, not the user's code)
-            payload = system_error_payload(err)
-        else:  # a mesh endpoint runs inside ProcHost.call, which names the endpoint for us
+        if payload is None:  # a mesh endpoint runs inside ProcHost.call, which names the endpoint for us
             where = getattr(err, "__meshrt_where__", None)
             payload = error_payload(err, where or call.name, os.getpid(), skip_frames=2 if where else 1)
         if call.num_returns == -1:
@@ -467,7 +442,7 @@ class Executor:
         """Main thread: build the instance; then serve calls in the actor's mode."""
         self.actor_spec = spec
         context.set_actor(spec, self.core, incarnation)  # (get_runtime_context() in __init__, too)
-        error = None
+        error = cls = None
         started = time.time_ns()
         try:
             if runtime_env.setup_error is not None:
@@ -498,7 +473,10 @@ class Executor:
             if spec.concurrency_groups:
                 self.groups = Groups(spec.concurrency_groups, cls, spec.is_async)
         except BaseException as err:  # noqa: BLE001
-            error = error_payload(err, f"{spec.class_name}.__init__", os.getpid(), skip_frames=1)
+            if cls is None and isinstance(err, exc.RuntimeEnvSetupError):  # (meshrt's, before the class loads)
+                error = system_error_payload(err.with_traceback(None))
+            else:
+                error = error_payload(err, f"{spec.class_name}.__init__", os.getpid(), skip_frames=1)
             self.user_loop = None
         call_record.note_creation(f"{spec.class_name}.__init__", spec.actor_id, started, error)
         self.core.io.post(self.core.send_controller, m.ActorStarted(spec.actor_id, incarnation, error))
@@ -530,7 +508,13 @@ class Executor:
                 self._finish(call, self._cancelled(call))
                 return
             semaphore = self.groups.semaphore(call, self.semaphore) if self.groups else self.semaphore
-            async with semaphore:
+            try:
+                await semaphore.acquire()
+            except asyncio.CancelledError:  # (cancelled while it waited for its turn: answered so)
+                self.cancel_requested.discard(call.task_id)
+                self._finish(call, self._cancelled(call))
+                return
+            try:
                 fn = self._resolve_target(call)
                 kind = self._kind(lanes.split(call.method)[0])
                 if kind == "async" or (kind == "other" and (inspect.iscoroutinefunction(fn)
@@ -538,6 +522,8 @@ class Executor:
                     await self._run_coroutine(call, fn)
                 else:  # a plain method of an async actor: off the loop, on its helper thread
                     await self.user_loop.run_in_executor(self.pool, self.run_call, call)
+            finally:
+                semaphore.release()
         finally:
             self.async_tasks.pop(call.task_id, None)
 

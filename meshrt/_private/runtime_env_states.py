@@ -8,7 +8,9 @@ listed (Ray's agent never sees those). A row appears once the first task or acto
 that environment ran on that node, or failed to set it up there; ``creation_time_ms``
 is the time from when that first one was placed there until then (a package install
 and the worker's start, for ``pip`` or ``uv``). ``ref_cnt`` counts the tasks waiting or
-running with it on that node now and its live actors there.
+running with it on that node now and its live actors there. The last ``_KEPT``
+environments are kept (one per task, say by a rank in its ``env_vars``, would otherwise
+grow the controller without end; Ray drops unused ones too).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 from ..scheduler.policy import split_pool_key
 from . import runtime_env
 
+_KEPT = 1000
 _SETUP_FAILED = "RUNTIME_ENV_SETUP_FAILED"  # (exceptions.ray_error_type of a RuntimeEnvSetupError)
 
 
@@ -74,6 +77,8 @@ class RuntimeEnvStates:
         state = states.get(key)
         if state is None:
             state = states[key] = _EnvState(shown, host)
+            if len(states) > _KEPT:
+                del states[next(iter(states))]  # (the first listed: a dict keeps insertion order)
         return state
 
     def rpc_state_runtime_envs(self, caller: int, detail: bool = False) -> list:

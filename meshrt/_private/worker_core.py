@@ -23,9 +23,10 @@ from . import (
     workspace_files,
 )
 from . import messages as m
+from .call import Call
 from .channels import PeerChannel
 from .core import Core
-from .executor import Call, Executor
+from .executor import Executor
 from .lent_payloads import drop_lent, forget_lent, lend_out, lend_value, lendable, on_pulled
 from .logging_config import apply as apply_logging_config
 
@@ -502,6 +503,7 @@ class WorkerCore(Core):
         read (their readers say so at once; LOAN_GRACE_S at most), as their bytes go
         with this process."""
         rows, threads = call_record.taken()
+        rows = [row for row in rows if row[1]]  # (only those that ended: one running or waiting fails with the process)
         if rows and self.ctl is not None and not self.ctl.closed:  # (kept for meshrt.timeline())
             self.ctl.send(m.TimelineRows(0, rows, threads))
             call_record.clear()  # (sent once)

@@ -114,16 +114,16 @@ def test_the_environments_set_up_are_listed_with_how_it_went(tmp_path, monkeypat
 
     monkeypatch.setenv("MESHRT_RUNTIME_ENV_DIR", str(tmp_path / "envs"))  # (Ray ignores it)
     ray.init(num_cpus=1)
-    listed = {"env_vars": {"LISTED": "yes"}}
-    assert ray.get(variables.options(runtime_env=listed).remote("LISTED")) == {"LISTED": "yes"}
     with pytest.raises(RuntimeEnvSetupError):  # (Ray's own error, not the task's)
-        ray.get(variables.options(runtime_env={"pip": ["surely-no-such-package-meshrt==9.9.9"]}).remote("X"),
+        ray.get(variables.options(runtime_env={"pip": ["surely-no-such-package-zq==9.9.9"]}).remote("X"),
                 timeout=240)
+    listed = {"env_vars": {"LISTED": "yes"}}  # (after: Ray forgets an environment once no worker uses it)
+    assert ray.get(variables.options(runtime_env=listed).remote("LISTED")) == {"LISTED": "yes"}
     rows = list_runtime_envs(detail=True)
     (ok,) = [row for row in rows if row.runtime_env == listed]
     assert ok.success and ok.error is None and ok.creation_time_ms >= 0 and ok.ref_cnt >= 0
     (bad,) = [row for row in rows if "pip" in row.runtime_env]
-    assert not bad.success and "surely-no-such-package-meshrt" in bad.error
-    assert bad.runtime_env["pip"]["packages"] == ["surely-no-such-package-meshrt==9.9.9"]
+    assert not bad.success and "surely-no-such-package-zq" in bad.error
+    assert bad.runtime_env["pip"]["packages"] == ["surely-no-such-package-zq==9.9.9"]
     failed = list_runtime_envs(filters=[("success", "=", "False")])
     assert [row.runtime_env for row in failed] == [bad.runtime_env] and failed[0].error is None  # (detail only)

@@ -141,13 +141,14 @@ class Blocked:
 def test_actor_calls_waiting_behind_a_running_one_are_listed_as_submitted():
     ray.init(num_cpus=2)
     gate, blocked = Gate.remote(), Blocked.remote()
+    assert ray.get(blocked.after.remote(-1)) == -1  # (up: Ray lists calls sent before as waiting for ordering)
     held = blocked.hold.remote(gate)
     waiting = [blocked.after.remote(i) for i in range(2)]
 
     def listed():
         rows = list_tasks(filters=[("actor_id", "=", blocked._actor_id.hex()), ("type", "=", "ACTOR_TASK")])
         states = sorted((row.name, row.state) for row in rows)
-        return states if states == [("Blocked.after", "SUBMITTED_TO_WORKER")] * 2 + [
+        return states if states == [("Blocked.after", "FINISHED")] + [("Blocked.after", "SUBMITTED_TO_WORKER")] * 2 + [
             ("Blocked.hold", "RUNNING")] else None
 
     _listed(listed)
