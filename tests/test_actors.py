@@ -534,3 +534,35 @@ def test_a_cancelled_method_that_runs_on_is_reported_cancelled_as_in_ray(rt):
     with pytest.raises(TaskCancelledError):
         meshrt.get(ref, timeout=30)
     assert meshrt.get(actor.ok.remote(), timeout=30) == "ok"
+
+
+@meshrt.remote(max_concurrency=1)
+class OneAtATime:
+    async def hold(self, started, opened):
+        await started.open.remote()
+        await opened.wait.remote()
+        return "held"
+
+    async def quick(self):
+        return "quick"
+
+
+@pytest.mark.timeout(60)
+def test_a_call_cancelled_while_it_waits_for_its_turn_is_answered_cancelled(rt):
+    from meshrt.exceptions import TaskCancelledError
+    from meshrt.util.state import list_tasks
+
+    from .helpers import wait_until
+
+    actor, started, opened = OneAtATime.remote(), gate(), gate()
+    held = actor.hold.remote(started, opened)
+    assert meshrt.get(started.wait.remote(), timeout=30)
+    waiting = actor.quick.remote()
+    assert wait_until(lambda: any(row.state == "SUBMITTED_TO_WORKER" for row in list_tasks(
+        filters=[("actor_id", "=", actor._actor_id.hex())])), 30, 0.1)  # (its process has it, behind hold)
+    meshrt.cancel(waiting)
+    with pytest.raises(TaskCancelledError):  # (it hung: the cancel ended its wait for the actor's one slot)
+        meshrt.get(waiting, timeout=30)
+    meshrt.get(opened.open.remote())
+    assert meshrt.get(held, timeout=30) == "held"
+    assert meshrt.get(actor.quick.remote(), timeout=30) == "quick"

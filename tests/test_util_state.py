@@ -327,3 +327,33 @@ def test_task_rows_say_who_submitted_them_when_and_what_happened(rt):
     assert nested.name == "quick" and nested.label_selector == {"zone": "!b"}  # (from an actor's call)
     call = get_task(call_id)
     assert call.type == "ACTOR_TASK" and [e["state"] for e in call.events] == ["RUNNING", "FINISHED"]
+
+
+@meshrt.remote(max_concurrency=1)
+class Leaver:
+    async def leave_when_open(self, opened):
+        await opened.wait.remote()
+        meshrt.actor.exit_actor()
+
+    async def later(self):
+        return "never"
+
+
+def test_an_actor_that_exited_leaves_no_call_listed_as_running_or_waiting(rt):
+    from .helpers import gate
+
+    opened, leaver = gate(), Leaver.remote()
+    leaving = leaver.leave_when_open.remote(opened)
+    behind = [leaver.later.remote() for _ in range(2)]
+
+    def rows():
+        return sorted((row.name, row.state) for row in list_tasks(
+            filters=[("actor_id", "=", leaver._actor_id.hex()), ("type", "=", "ACTOR_TASK")]))
+
+    assert wait_until(lambda: rows() == [("Leaver.later", "SUBMITTED_TO_WORKER")] * 2 + [
+        ("Leaver.leave_when_open", "RUNNING")], 30, 0.1)
+    meshrt.get(opened.open.remote())
+    for ref in [leaving, *behind]:
+        with pytest.raises(meshrt.exceptions.ActorDiedError):
+            meshrt.get(ref, timeout=30)
+    assert wait_until(lambda: not [state for _, state in rows() if state in ("RUNNING", "SUBMITTED_TO_WORKER")], 30, 0.1)

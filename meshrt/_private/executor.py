@@ -332,6 +332,9 @@ class Executor:
             if on_main:
                 self.running = call.task_id
             try:
+                if on_main and call.task_id in self.cancel_requested:  # (cancelled since the check above:
+                    self.cancel_requested.discard(call.task_id)  # no signal came, running was not set yet)
+                    raise TaskInterrupted()
                 result = fn(*args, **kwargs)
                 if call.num_returns == -1:
                     call_streams.stream_sync(self.core, call, result, TaskInterrupted)
