@@ -26,11 +26,10 @@ _SETUP_FAILED = "RUNTIME_ENV_SETUP_FAILED"  # (exceptions.ray_error_type of a Ru
 
 
 class _EnvState:
-    __slots__ = ("shown", "host", "created_ms", "error")
+    __slots__ = ("shown", "created_ms", "error")
 
-    def __init__(self, shown: dict, host: int) -> None:
+    def __init__(self, shown: dict) -> None:
         self.shown = shown
-        self.host = host
         self.created_ms: float | None = None
         self.error: str | None = None
 
@@ -45,14 +44,14 @@ class RuntimeEnvStates:
         up there, ``since_ms`` (``time.time()`` ms) after it was first asked for."""
         state = self._env_state(host, env)
         if state is not None and state.created_ms is None:
-            state.created_ms = max(0.0, time.time() * 1000 - since_ms)
+            state.created_ms = _ms_since(since_ms)
 
     def note_env_failed(self, host: int, env: dict | None, since_ms: float, error: str) -> None:
         state = self._env_state(host, env)
         if state is not None and state.error is None:
             state.error = error or "its runtime_env could not be set up"
             if state.created_ms is None:
-                state.created_ms = max(0.0, time.time() * 1000 - since_ms)
+                state.created_ms = _ms_since(since_ms)
 
     def note_worker_env(self, w) -> None:
         """A pool worker of the job's environment is up (workers start in it: listed before
@@ -61,22 +60,30 @@ class RuntimeEnvStates:
             self.note_env_ran(w.host, None, w.spawned_ms)
 
     def note_task_env_ran(self, host: int, spec, events: list) -> None:
-        self.note_env_ran(host, spec.runtime_env, _placed_ms(events))
+        """A task is handed to a worker (every dispatch: only the first per environment and host counts)."""
+        state = self._env_state(host, spec.runtime_env)
+        if state is not None and state.created_ms is None:
+            state.created_ms = _ms_since(_placed_ms(events))
 
     def note_task_env_end(self, host: int, spec, events: list, error_type: str, error_message: str) -> None:
         """A task ended on ``host``: one that could not set up its environment marks it failed."""
         if error_type == _SETUP_FAILED:
-            self.note_env_failed(host, self.env_of(spec.runtime_env), _placed_ms(events), error_message)
+            self.note_env_failed(host, spec.runtime_env, _placed_ms(events), error_message)
 
     def _env_state(self, host: int, env: dict | None) -> _EnvState | None:
-        shown = runtime_env.shown(self.env_of(env))
+        if env is None:  # (most tasks: the job's, keyed once, not on each dispatch)
+            job = self.__dict__.get("_job_env_key")
+            if job is None:
+                job = self.__dict__["_job_env_key"] = _keyed(self.config.get("runtime_env"))
+            shown, key = job
+        else:
+            shown, key = _keyed(env)
         if not shown:
             return None
         states = self.__dict__.setdefault("env_states", {})
-        key = (host, _key_of(shown))
-        state = states.get(key)
+        state = states.get((host, key))
         if state is None:
-            state = states[key] = _EnvState(shown, host)
+            state = states[(host, key)] = _EnvState(shown)
             if len(states) > _KEPT:
                 del states[next(iter(states))]  # (the first listed: a dict keeps insertion order)
         return state
@@ -105,14 +112,19 @@ class RuntimeEnvStates:
 
 
 def _count(users: dict, host: int, env: dict | None) -> None:
-    shown = runtime_env.shown(env)
+    shown, key = _keyed(env)
     if shown:
-        key = (host, _key_of(shown))
-        users[key] = users.get(key, 0) + 1
+        users[(host, key)] = users.get((host, key), 0) + 1
 
 
-def _key_of(shown: dict) -> str:
-    return json.dumps(shown, sort_keys=True, default=repr)
+def _keyed(env: dict | None) -> tuple[dict, str]:
+    """(the environment as Ray shows it, a key naming it: the same one keys the same)."""
+    shown = runtime_env.shown(env)
+    return shown, json.dumps(shown, sort_keys=True, default=repr) if shown else ""
+
+
+def _ms_since(since_ms: float) -> float:
+    return max(0.0, time.time() * 1000 - since_ms)
 
 
 def _placed_ms(events: list) -> float:
