@@ -3,6 +3,7 @@ tests/compat/run_against_ray.sh): a task's and an actor call's rows from ``get_t
 the constructor's row, and ``summarize_tasks`` counting the calls. Ray records task
 events asynchronously, so each check waits until the row is there (and serves the
 state API from its dashboard: against Ray this needs ``pip install "ray[default]"``)."""
+import asyncio
 import time
 
 import pytest
@@ -117,21 +118,22 @@ def test_a_name_given_with_options_names_the_row_and_its_function_stays():
 
 @ray.remote
 class Gate:
+    """An async actor: ``wait_open`` waits until ``open`` is called (no polling)."""
+
     def __init__(self):
-        self.opened = False
+        self.opened = asyncio.Event()
 
-    def open(self):
-        self.opened = True
+    async def open(self):
+        self.opened.set()
 
-    def is_open(self):
-        return self.opened
+    async def wait_open(self):
+        await self.opened.wait()
 
 
 @ray.remote
 class Blocked:
     def hold(self, gate):
-        while not ray.get(gate.is_open.remote()):
-            time.sleep(0.05)  # (polls the gate: a plain actor runs one call at a time)
+        ray.get(gate.wait_open.remote(), timeout=60)  # (a plain actor: the calls behind wait)
         return "held"
 
     def after(self, i):
