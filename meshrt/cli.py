@@ -78,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     logs.add_argument("--follow", action="store_true", help="keep printing new lines until the process ends")
     logs.add_argument("--address", help="the driver's HOST:PORT (meshrt.init(address=...))")
     logs.add_argument("--token-file", help="file holding the cluster token (as for agent)")
+    sub.add_parser("debug", help="attach this terminal to a breakpoint() waiting in a task or actor on this host "
+                   "(as `ray debug`)")
     args = parser.parse_args(argv)
     if args.command == "agent":
         return run_agent(args)
@@ -95,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         return run_timeline(args)
     if args.command == "logs":
         return run_logs(args)
+    if args.command == "debug":
+        from ._private import debug_client
+
+        return debug_client.main()
     return 2
 
 

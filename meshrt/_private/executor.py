@@ -386,6 +386,10 @@ class Executor:
         if call.spec is not None and call.spec.retry_exceptions and call_payloads.may_retry(call.spec, err):
             self.core.io.post(self.core.task_retry, call)
             return
+        if payload is None and os.environ.get("MESHRT_DEBUG_POST_MORTEM", "") not in ("", "0"):
+            from ..util import rpdb  # (the failed call waits for `meshrt debug` to look at it)
+
+            rpdb.stop_at(err)
         if payload is None:  # a mesh endpoint runs inside ProcHost.call, which names the endpoint for us
             where = getattr(err, "__meshrt_where__", None)
             payload = error_payload(err, where or call.name, os.getpid(), skip_frames=2 if where else 1)

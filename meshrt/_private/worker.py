@@ -10,7 +10,7 @@ import os
 import sys
 
 from ..exceptions import RuntimeEnvSetupError
-from . import pip_envs, procutil, runtime_env, state
+from . import debug_sessions, pip_envs, procutil, runtime_env, state
 from .portal import LoopThread
 from .worker_core import WorkerCore
 
@@ -36,6 +36,7 @@ def main(worker_id: int, kind: str) -> None:
         runtime_env.start_worker(core, core.config.get("runtime_env"))
     except Exception as err:  # noqa: BLE001 - (said in the driver's output; every call here fails with it)
         print(f"meshrt: worker {worker_id}: {err}", file=sys.stderr)
+    debug_sessions.install_breakpoint_hook()  # (breakpoint() waits for `meshrt debug`: no terminal here)
     core.executor.run_forever()
 
 

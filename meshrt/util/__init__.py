@@ -8,7 +8,8 @@ from .actor_pool import ActorPool
 __all__ = ["ActorPool", "accelerators", "as_completed", "deregister_serializer", "disable_log_once_globally",
            "enable_periodic_logging", "get_current_placement_group", "get_node_ip_address", "log_once",
            "get_placement_group", "inspect_serializability", "list_named_actors", "map_unordered", "placement_group",
-           "placement_group_table", "queue", "register_serializer", "remove_placement_group", "scheduling_strategies"]
+           "placement_group_table", "pdb", "queue", "register_serializer", "remove_placement_group", "rpdb",
+           "scheduling_strategies"]
 
 
 def get_node_ip_address() -> str:
@@ -48,3 +49,13 @@ from .placement_group import (  # noqa: E402
     remove_placement_group,
 )
 from .serialization import deregister_serializer, register_serializer  # noqa: E402
+
+
+def __getattr__(name: str):
+    """``rpdb`` (and Ray's other name for it, ``pdb``), imported when first asked for:
+    pdb's modules would add milliseconds to every process's start."""
+    if name in ("rpdb", "pdb"):
+        import importlib
+
+        return importlib.import_module(f"{__name__}.rpdb")  # (`from . import` would ask this again)
+    raise AttributeError(f"module 'meshrt.util' has no attribute {name!r}")
