@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import inspect
 import pickle
@@ -193,6 +194,8 @@ class ActorClass:
         core = state.core()
         what = f"actor {self._name}"
         opts = placement.actor_options(core, placement.capture(self._opts, what), what)
+        if self._options.get("lifetime") is None and core.config.get("default_actor_lifetime") == "detached":
+            opts = dataclasses.replace(opts, detached=True)  # (JobConfig(default_actor_lifetime="detached"))
         if core.is_driver and not opts.host:  # (another host's own resources are checked as it is placed)
             core.check_feasible(opts.resources, what, actor=True)
         return core.create_actor(self, args, kwargs, opts)

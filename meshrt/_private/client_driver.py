@@ -90,7 +90,8 @@ class ClientCore(WorkerCore):
             self.io.stop()
 
 
-def attach(info: dict, namespace: str | None, job_env: dict | None, log_config, log_to_driver: bool):
+def attach(info: dict, namespace: str | None, job_env: dict | None, log_config, log_to_driver: bool,
+           job_details: dict | None = None):
     """This process, attached to the head ``info`` names (cluster_file.read())."""
     token = _token(info)
     store_fd = _open_store(info)
@@ -100,7 +101,7 @@ def attach(info: dict, namespace: str | None, job_env: dict | None, log_config, 
             "pid": os.getpid(), "entrypoint": " ".join([os.path.basename(sys.executable), *sys.argv]),
             "namespace": namespace or str(uuid.uuid4()),  # (Ray's anonymous namespace: this job's alone)
             "sys_path": [p if p else os.getcwd() for p in sys.path], "cwd": os.getcwd(),
-            "runtime_env": job_env, "logging_config": log_config,
+            "runtime_env": job_env, "logging_config": log_config, **(job_details or {}),
         }
         worker_id, job_id = io.run_sync(_ask(info["controller"], token, "attach_driver", details),
                                         ATTACH_TIMEOUT_S)
@@ -119,7 +120,7 @@ def attach(info: dict, namespace: str | None, job_env: dict | None, log_config, 
             core.request_sync("put_package", uri, data, True)
     runtime_env.set_current({**(env or {}), "_job": job})
     context.process.update(job_id=job_id, namespace=details["namespace"], worker_id=worker_id)
-    core.config.update(job_id=job_id, namespace=details["namespace"], session=info["session"])
+    core.config.update(job_id=job_id, namespace=details["namespace"], session=info["session"], **(job_details or {}))
     state.set_core(core)
     return core
 

@@ -21,6 +21,7 @@ import uuid
 import warnings
 from typing import Any
 
+from .. import job_config
 from . import (
     addresses,
     call_record,
@@ -322,9 +323,10 @@ def init(
         raise TypeError(f"init() got unexpected keyword argument(s) {', '.join(unknown)}")
     if address is None:  # (Monarch's enable_transport("tcp"), called before: mesh/bootstrap.py)
         address = auto_init_address
-    job_env = runtime_env.check(ray_args.get("runtime_env"), "meshrt.init()", job=True)
+    env, namespace, logs, job_details = job_config.merged(ray_args.get("job_config"), ray_args.get("runtime_env"),
+                                                          namespace, ray_args.get("logging_config"))
+    job_env = runtime_env.check(env, "meshrt.init()", job=True)
     node_labels = labels.node_labels(ray_args.get("labels"), "init(labels=...)")
-    logs = ray_args.get("logging_config")
     if logs is not None and not isinstance(logs, logging_config.LoggingConfig):
         raise TypeError(f"init(logging_config={logs!r}): give a meshrt.LoggingConfig(encoding=..., log_level=...)")
     with state.lock:
@@ -340,7 +342,8 @@ def init(
         if head is not None:  # (a long-running head: this process attaches to it as a job's driver)
             from .client_driver import attach
 
-            core = attach(head, namespace, job_env, logs.to_plain() if logs is not None else None, log_to_driver)
+            core = attach(head, namespace, job_env, logs.to_plain() if logs is not None else None, log_to_driver,
+                          job_details)
             logging_config.apply(logs.to_plain() if logs is not None else None)
             _register_atexit()
             return _info(core, head["address"])
@@ -370,6 +373,7 @@ def init(
             "spill_dir": ray_args.get("object_spilling_directory"),
             "logging_config": logs.to_plain() if logs is not None else None,
             "labels": node_labels,
+            **job_details,  # (metadata, default_actor_lifetime: JobConfig)
         }
         if job_env is not None and local_mode:
             warnings.warn("meshrt.init(local_mode=True): runtime_env is not applied in local mode (tasks run in "

@@ -101,6 +101,7 @@ class Jobs:
                 "driver_info": {"id": f"driver {job.driver}", "node_ip_address": self.config.get("hostname", ""),
                                 "pid": str(d["pid"])},
                 "driver_node_id": self.config["node_id"], "runtime_env": dict(d.get("runtime_env") or {}),
+                "metadata": dict(d.get("metadata") or {}),
             })
         return rows
 

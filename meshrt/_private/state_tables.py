@@ -123,6 +123,7 @@ class StateTables:
             "start_time": self.started_ms,
             "driver_info": {"id": "driver", "node_ip_address": c.get("hostname", ""), "pid": str(os.getpid())},
             "driver_node_id": c["node_id"], "runtime_env": dict(c.get("runtime_env") or {}),
+            "metadata": dict(c.get("metadata") or {}),
         }] + self.job_rows()
 
     async def rpc_state_objects(self, caller: int) -> list:
