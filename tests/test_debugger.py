@@ -106,7 +106,7 @@ def test_pythonbreakpoint_0_turns_breakpoints_off_in_workers(debug_dir, monkeypa
     assert not _waiting(debug_dir)
 
 
-def test_a_directory_others_may_open_is_refused_naming_it(tmp_path, monkeypatch):
+def test_a_directory_others_may_open_or_a_link_is_refused_naming_it(tmp_path, monkeypatch):
     folder = tmp_path / "shared"
     folder.mkdir(mode=0o755)
     os.chmod(folder, 0o755)
@@ -117,6 +117,60 @@ def test_a_directory_others_may_open_is_refused_naming_it(tmp_path, monkeypatch)
     done = subprocess.run([sys.executable, "-m", "meshrt", "debug"], input="", capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 1 and str(folder) in done.stderr
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(private)
+    monkeypatch.setenv("MESHRT_DEBUG_DIR", str(tmp_path / "link"))
+    with pytest.raises(RuntimeError, match="not a link"):
+        debug_sessions.directory()
+
+
+@meshrt.remote
+def count_to(n):
+    total = 0
+    breakpoint()
+    for i in range(n):
+        total += i  # (the line a session's `b` stops at)
+    return total
+
+
+def test_a_session_ends_with_its_call_even_when_a_breakpoint_it_set_is_not_reached_again(debug_dir):
+    meshrt.init(num_cpus=1)
+    ref = count_to.remote(1)
+    assert wait_until(lambda: _waiting(debug_dir), timeout=30)
+    line = count_to._function.__code__.co_firstlineno + 4
+    out = _debug(f"0\nb {line}\nc\nc\nlist\n")
+    assert "the call returned: this session is over" in out
+    assert meshrt.get(ref, timeout=30) == 0
+    assert "No breakpoint waits" in out.rsplit("meshrt debug>", 2)[-2]  # (the list after it)
+
+
+def test_pdbs_questions_and_prints_reach_the_terminal_and_a_cancel_ends_the_call(debug_dir):
+    meshrt.init(num_cpus=1)
+    ref = count_to.remote(2)
+    assert wait_until(lambda: _waiting(debug_dir), timeout=30)
+    line = count_to._function.__code__.co_firstlineno + 4
+    client = subprocess.Popen([sys.executable, "-m", "meshrt", "debug"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    client.stdin.write(f"0\nb {line}\ncl\ny\np print('seen', n)\n")
+    client.stdin.flush()
+    seen = []
+    for text in client.stdout:  # (until the last command's answer: the terminal is attached)
+        seen.append(text)
+        if "seen 2" in text:
+            break
+    meshrt.cancel(ref)
+    with pytest.raises(meshrt.exceptions.TaskCancelledError):
+        meshrt.get(ref, timeout=30)
+    out = "".join(seen) + client.communicate(timeout=60)[0]
+    assert "Clear all breaks? " in out and "Deleted breakpoint 1" in out
+    assert "(the call was cancelled)" in out
+
+
+def test_pythonbreakpoint_in_a_tasks_env_vars_is_read_when_it_is_hit(debug_dir):
+    meshrt.init(num_cpus=1)
+    quiet = add_one.options(runtime_env={"env_vars": {"PYTHONBREAKPOINT": "0"}})
+    assert meshrt.get(quiet.remote(1), timeout=30) == 2
 
 
 def test_a_record_left_by_a_killed_worker_is_not_listed(debug_dir):

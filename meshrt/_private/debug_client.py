@@ -2,20 +2,23 @@
 (as ``ray debug``, with Monarch's ``monarch debug`` commands for meshes).
 
 At its prompt: an index (or ``attach INDEX``, or ``attach NAME RANK`` for a mesh
-actor) attaches the terminal to that breakpoint until its call goes on (``c``;
-Ctrl-C detaches and leaves it waiting); ``list`` (or Enter) lists them again;
+actor) attaches the terminal to that breakpoint until its call goes on (``c``) or
+returns; Ctrl-C detaches, leaving it waiting on this terminal (its index attaches
+again); ``list`` (or Enter) lists them again;
 ``cast NAME ranks(...) COMMAND`` runs one pdb command in many of a mesh's actors at
 once and prints each one's answer; ``continue`` lets every breakpoint here go on;
 ``quit`` (or the end of input) lets the ones this terminal attached to go on and
 leaves the others waiting.
 
 The terminal is read with select() on its raw descriptor, one line at a time, and a
-line goes to a session only once it shows its prompt: lines typed ahead (or piped)
-stay for whatever asks next, not lost to a session that ended.
+line goes to a session only once it asks for one (debug_sessions.READY, whatever its
+prompt): lines typed ahead (or piped) stay for whatever asks next, not lost to a
+session that ended.
 """
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 import select
@@ -24,8 +27,8 @@ import sys
 import time
 
 from . import debug_sessions
+from .debug_sessions import READY
 
-PROMPT = "(Pdb) "
 _CAST_WAIT_S = 30.0  # (for a session still running the previous command)
 
 
@@ -71,22 +74,23 @@ class _Link:
         self.record = record
         self.conn = conn
         self.output = ""  # (read, not shown yet)
-        self.ready = False  # (its pdb shows its prompt: it waits for a line)
+        self.ready = False  # (its pdb asked for a line: debug_sessions.READY)
         self.open = True
-        self._tail = ""
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # (a character split between reads)
 
     def read_some(self) -> None:
         data = self.conn.recv(65536)
         if not data:
             self.open = self.ready = False
             return
-        text = data.decode(errors="replace")
+        text = self._decoder.decode(data)
+        if READY in text:
+            self.ready = text.endswith(READY)  # (nothing follows the request until it has its line)
+            text = text.replace(READY, "")
         self.output += text
-        self._tail = (self._tail + text)[-len(PROMPT):]
-        self.ready = self._tail == PROMPT
 
     def wait(self, timeout: float, for_end: bool = False) -> bool:
-        """Read until its prompt shows (or, ``for_end``, the session ends); False when
+        """Read until it asks for a line (or, ``for_end``, the session ends); False when
         ``timeout`` passes first."""
         deadline = time.monotonic() + timeout
         while self.open and (for_end or not self.ready):
@@ -97,7 +101,7 @@ class _Link:
         return for_end or self.ready
 
     def send(self, line: str) -> None:
-        self.ready, self._tail = False, ""
+        self.ready = False
         self.conn.sendall(line.encode() + b"\n")
 
     def close(self) -> None:
@@ -131,8 +135,11 @@ class Client:
                 if line is None:
                     self.say()
                     return 0
-                if not self.command(line.strip()):
-                    return 0
+                try:
+                    if not self.command(line.strip()):
+                        return 0
+                except KeyboardInterrupt:
+                    self.say("\n(interrupted)")
         except KeyboardInterrupt:
             self.say()
             return 0
@@ -226,7 +233,7 @@ class Client:
             return True
         terminal = self.terminal
         if link.ready and not link.output:
-            link.output = PROMPT  # (its prompt was read by cast: shown again)
+            link.output = "(Pdb) "  # (its prompt was read before, by cast: shown again)
         try:
             while True:
                 if link.output:
@@ -249,12 +256,13 @@ class Client:
                 if terminal.fd in readable:
                     terminal.read_more()
         except KeyboardInterrupt:
-            self.say("\nDetached: it waits for you (or anyone) to attach again.")
+            self.say("\nDetached: it waits, attached to this terminal alone; give its index to go back to it "
+                     "(quit lets it go on).")
             return True
         except OSError:
             link.close()
             self.links.pop(record["socket"], None)
-            self.say("\nThe session ended.")
+            self.say("\nThe session ended (its process went away, or another terminal took it).")
             return True
 
     def cast(self, text: str) -> None:
@@ -275,33 +283,48 @@ class Client:
             return
         sent = []
         for link in filter(None, map(self.link, targets)):
-            if link.wait(_CAST_WAIT_S):
-                link.output = ""  # (what it showed before: its stop, or an earlier answer)
-                link.send(pdb_command)
-                sent.append(link)
-            else:
-                self.say(f"[{name} {link.record['rank']}] busy or gone: not sent")
+            try:
+                if link.wait(_CAST_WAIT_S):
+                    link.output = ""  # (what it showed before: its stop, or an earlier answer)
+                    link.send(pdb_command)
+                    sent.append(link)
+                    continue
+            except OSError:  # (taken by another terminal as this one connected, or its process ended)
+                self.drop(link)
+            self.say(f"[{name} {link.record['rank']}] busy or gone: not sent")
         for link in sorted(sent, key=lambda k: k.record["rank"]):
-            link.wait(_CAST_WAIT_S)
-            answer, link.output = link.output.removesuffix(PROMPT).rstrip("\n"), ""
+            try:
+                link.wait(_CAST_WAIT_S)
+            except OSError:
+                self.drop(link)
+            answer, link.output = link.output.rstrip("\n"), ""
+            if answer.endswith("(Pdb)") or answer.endswith("(Pdb) "):
+                answer = answer.rstrip().removesuffix("(Pdb)").rstrip("\n")
             for line in answer.splitlines() or [""]:
                 self.say(f"[{name} {link.record['rank']}] {line}")
             if not link.open:
-                self.links.pop(link.record["socket"], None)
+                self.drop(link)
 
     def continue_all(self) -> None:
         """Every breakpoint on this host goes on."""
-        records = self.breakpoints()
-        for record in records:
+        went = 0
+        for record in self.breakpoints():
             link = self.link(record)
             if link is None:
                 continue
-            if link.wait(_CAST_WAIT_S):
-                link.send("c")
-                link.wait(_CAST_WAIT_S, for_end=True)  # (until its pdb lets go)
-            link.close()
-            self.links.pop(record["socket"], None)
-        self.say(f"{len(records)} breakpoint(s) went on.")
+            try:
+                if link.wait(_CAST_WAIT_S):
+                    link.send("c")
+                    link.wait(_CAST_WAIT_S, for_end=True)  # (until its pdb lets go)
+                    went += 1
+            except OSError:  # (taken by another terminal as this one connected, or its process ended)
+                pass
+            self.drop(link)
+        self.say(f"{went} breakpoint(s) went on.")
+
+    def drop(self, link: _Link) -> None:
+        link.close()
+        self.links.pop(link.record.get("socket", ""), None)
 
 
 def parse_ranks(text: str):

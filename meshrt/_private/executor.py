@@ -36,6 +36,7 @@ from .. import exceptions as exc
 from ..objstore.serialization import deserialize, error_payload, loads_code, system_error_payload
 from . import args as argpack
 from . import call_payloads, call_record, call_streams, context, ids, lanes, runtime_env
+from . import debug_sessions as debugging
 from . import messages as m
 from .call import Call
 from .concurrency_groups import Groups
@@ -386,10 +387,8 @@ class Executor:
         if call.spec is not None and call.spec.retry_exceptions and call_payloads.may_retry(call.spec, err):
             self.core.io.post(self.core.task_retry, call)
             return
-        if payload is None and os.environ.get("MESHRT_DEBUG_POST_MORTEM", "") not in ("", "0"):
-            from ..util import rpdb  # (the failed call waits for `meshrt debug` to look at it)
-
-            rpdb.stop_at(err)
+        if payload is None:  # (MESHRT_DEBUG_POST_MORTEM: the failed call waits for `meshrt debug` first)
+            debugging.failed(err)
         if payload is None:  # a mesh endpoint runs inside ProcHost.call, which names the endpoint for us
             where = getattr(err, "__meshrt_where__", None)
             payload = error_payload(err, where or call.name, os.getpid(), skip_frames=2 if where else 1)
@@ -412,6 +411,8 @@ class Executor:
             return call.name
 
     def _finish(self, call: Call, packed, error=None) -> None:
+        if debugging.active:  # (a debugger session this thread's call left open ends with it)
+            debugging.call_ended(call.task_id)
         if not call.is_task and call.task_id in self.cancel_requested:  # (cancelled while it ran: see above)
             self.cancel_requested.discard(call.task_id)
             packed, error = self._cancelled(call), None

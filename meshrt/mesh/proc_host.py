@@ -25,7 +25,7 @@ from typing import Any
 
 from .. import exceptions as exc
 from .._private import context as rt_context
-from .._private import workspace_files
+from .._private import debug_sessions, workspace_files
 from ..objstore.serialization import loads_code
 from . import distributed
 from .actor import (
@@ -532,6 +532,8 @@ def _label(err: BaseException, where: str) -> None:
     """Tell the executor how to name this failure (and to hide ProcHost's own frame)."""
     try:
         err.__meshrt_where__ = where
+        if debug_sessions.post_mortem_wanted():  # (the actor and rank, for `meshrt debug`: rpdb.stop_at)
+            err.__meshrt_actor__ = debug_sessions.mesh_actor()
     except (AttributeError, TypeError):  # an exception type that refuses attributes
         pass
 
