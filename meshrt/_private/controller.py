@@ -315,7 +315,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
             "sys_path": c["sys_path"], "cwd": c["cwd"], "session": c["session"],
             "ucx_unreached": [sorted(cut) for cut in self.ucx_unreached], "several_hosts": self.spreads_tasks,
             "runtime_env": c.get("runtime_env"), "workspace": self.workspaces.get(host_id, []),
-            "logging_config": c.get("logging_config"),
+            "logging_config": c.get("logging_config"), "default_actor_lifetime": c.get("default_actor_lifetime"),
             "head_labels": self.labels, "node_labels": self.labels_of_host(host_id),
         }
 

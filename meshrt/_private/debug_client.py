@@ -120,7 +120,8 @@ class Client:
         print(text, file=self.out, flush=True)
 
     def breakpoints(self) -> list[dict]:
-        """Those attached to here (whose records went when they were taken), then those waiting."""
+        """Those attached to here (whose records went when they were taken) and those
+        waiting, oldest first."""
         self.links = {path: link for path, link in self.links.items() if link.open}
         attached = [link.record for link in self.links.values()]
         return sorted(attached + debug_sessions.waiting(), key=lambda r: r.get("time", 0))

@@ -387,9 +387,8 @@ class Executor:
         if call.spec is not None and call.spec.retry_exceptions and call_payloads.may_retry(call.spec, err):
             self.core.io.post(self.core.task_retry, call)
             return
-        if payload is None:  # (MESHRT_DEBUG_POST_MORTEM: the failed call waits for `meshrt debug` first)
-            debugging.failed(err)
         if payload is None:  # a mesh endpoint runs inside ProcHost.call, which names the endpoint for us
+            debugging.failed(err)  # (MESHRT_DEBUG_POST_MORTEM: the call waits for `meshrt debug` first)
             where = getattr(err, "__meshrt_where__", None)
             payload = error_payload(err, where or call.name, os.getpid(), skip_frames=2 if where else 1)
         if call.num_returns == -1:

@@ -22,6 +22,11 @@ class Probe:
         return ray.get_runtime_context().namespace
 
 
+@ray.remote
+def make_probe():
+    return Probe.options(name="made-by-a-task").remote()
+
+
 def test_a_job_config_sets_the_jobs_environment_namespace_metadata_and_actor_lifetime():
     config = JobConfig(runtime_env={"env_vars": {"JOB_CONFIG_PROBE": "from-job-config"}}, metadata={"team": "ml"},
                        ray_namespace="job-config-ns", default_actor_lifetime="detached")
@@ -36,9 +41,14 @@ def test_a_job_config_sets_the_jobs_environment_namespace_metadata_and_actor_lif
     ray.get(short_lived.namespace.remote())
     (row,) = [a for a in list_actors(detail=True) if a.name == "short"]
     assert row.is_detached is False
+    made_by_a_task = ray.get(make_probe.remote())
+    ray.get(made_by_a_task.namespace.remote())
+    (row,) = [a for a in list_actors(detail=True) if a.name == "made-by-a-task"]
+    assert row.is_detached is True
     jobs = [job for job in list_jobs(detail=True) if job.job_id == ray.get_runtime_context().get_job_id()]
     assert jobs and jobs[0].metadata.get("team") == "ml"
     ray.kill(probe)
+    ray.kill(made_by_a_task)
 
 
 def test_inits_own_runtime_env_and_namespace_win_over_the_job_configs():
