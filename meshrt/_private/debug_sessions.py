@@ -24,6 +24,8 @@ import tempfile
 import threading
 import time
 
+from . import log_files
+
 _SOCKET_PATH_MAX = 107  # (sun_path holds 108 bytes with its terminating NUL)
 _numbers = itertools.count(1)
 READY = "\x00"  # (a session asks for a line: debug_client.py shows nothing for it)
@@ -107,7 +109,7 @@ def waiting() -> list[dict]:
             continue  # (went meanwhile)
         if record.get("host") != host:
             continue  # (a directory shared between hosts: another host's, whose pids are not ours)
-        if not _alive(record.get("pid")):
+        if not isinstance(record.get("pid"), int) or not log_files.alive(record["pid"]):
             forget(record, entry.path)
             continue
         found.append(record)
@@ -125,18 +127,6 @@ def forget(record: dict, record_path: str | None = None) -> None:
                 os.unlink(path)
             except OSError:
                 pass
-
-
-def _alive(pid) -> bool:
-    if not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def mesh_actor() -> dict:
