@@ -100,14 +100,16 @@ class _SocketPdb(pdb.Pdb):
         self.thread = threading.get_ident()
         self.task_id = getattr(context.current_call(), "task_id", None)  # (its call: debug_sessions.call_ended)
         self._saved = (sys.stdin, sys.stdout)
+        self.detached = False
         sys.stdin, sys.stdout = self.wire, self.wire  # (input(), print(), interact: the terminal's)
         debug_sessions.active[self.thread] = self
 
     def detach(self) -> None:
         """The terminal is let go: breakpoints set in this session are forgotten (pdb
         keeps them for the whole process) and the process's stdio is its own again."""
-        if self.wire.closed and not self.breaks:
+        if self.detached:
             return
+        self.detached = True
         self.clear_all_breaks()
         if sys.stdin is self.wire:
             sys.stdin = self._saved[0]
