@@ -12,6 +12,7 @@ import pytest
 
 import meshrt
 from meshrt.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from meshrt.util.state import list_nodes
 
 from .helpers import wait_until
 from .test_multihost import TOKEN, AgentProcesses, stop_agent
@@ -69,6 +70,7 @@ def test_nodes_and_resources_span_every_host(two_nodes):
     head, other, *_ = two_nodes
     nodes = {n["NodeID"]: n for n in meshrt.nodes()}
     assert set(nodes) == {head, other["NodeID"]} and all(n["Alive"] for n in nodes.values())
+    assert all(n["DeathReason"] == 0 and n["DeathReasonMessage"] == "" for n in nodes.values())
     assert other["NodeName"] == "trainhost"
     assert other["Resources"]["CPU"] == 2.0 and other["Resources"]["trainer"] == 1.0
     total = meshrt.cluster_resources()
@@ -189,7 +191,11 @@ def test_an_actor_waiting_for_room_on_a_host_that_goes_away_fails(two_nodes):
     agent.kill()
     with pytest.raises(meshrt.exceptions.ActorDiedError, match="before it had room for it"):
         meshrt.get(answer, timeout=60)
-    assert not next(n for n in meshrt.nodes() if n["NodeID"] == other["NodeID"])["Alive"]
+    gone = next(n for n in meshrt.nodes() if n["NodeID"] == other["NodeID"])
+    assert not gone["Alive"] and gone["DeathReason"] == 2  # (Ray's UNEXPECTED_TERMINATION)
+    assert "trainhost" in gone["DeathReasonMessage"] and "went away" in gone["DeathReasonMessage"]
+    (row,) = list_nodes(filters=[("node_id", "=", other["NodeID"])])
+    assert row.state == "DEAD" and row.state_message == gone["DeathReasonMessage"]
     assert "trainer" not in meshrt.cluster_resources()
 
 

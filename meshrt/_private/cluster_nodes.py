@@ -30,7 +30,7 @@ class ClusterNodes:
             if host.checking:
                 continue  # (not in the cluster until its UCX check is done: meshrt.hosts() agrees)
             nodes.append(_node(host.node_id, host.alive, host.listen_host, host.name, host.node.as_floats("total"),
-                               f"host {host.id}", host.labels))
+                               f"host {host.id}", host.labels, _death(host)))
         return nodes
 
     def node_ip(self) -> str:
@@ -106,12 +106,26 @@ class ClusterNodes:
 
 
 def _node(node_id: str, alive: bool, address: str, name: str, resources: dict, meshrt_address: str,
-          labels: dict) -> dict:
+          labels: dict, death: tuple = (0, "")) -> dict:
     return {
         "NodeID": node_id, "Alive": alive, "NodeManagerAddress": address,
         "NodeManagerHostname": name, "NodeName": name, "Resources": resources,
         "MeshrtAddress": meshrt_address, "alive": alive, "Labels": dict(labels),
+        "DeathReason": death[0], "DeathReasonMessage": death[1],
     }
+
+
+# Ray's NodeDeathInfo reasons, as nodes() gives them
+_EXPECTED_TERMINATION, _UNEXPECTED_TERMINATION = 1, 2
+
+
+def _death(host) -> tuple:
+    """(Ray's DeathReason, a sentence) for a host that left; (0, "") while it is alive."""
+    if host.alive:
+        return 0, ""
+    if host.leaving:
+        return _EXPECTED_TERMINATION, f"its agent {host.name!r} was shut down"
+    return _UNEXPECTED_TERMINATION, f"its agent {host.name!r} {host.went or 'went away'}"
 
 
 def _summed(tables: list) -> dict:

@@ -90,7 +90,8 @@ class LocalCore(Core):
             return self.node.as_floats("total")
         if method == "nodes":
             return [{"NodeID": self.config["node_id"], "Alive": True, "NodeManagerAddress": "127.0.0.1",
-                     "Resources": self.node.as_floats("total"), "alive": True,
+                     "Resources": self.node.as_floats("total"), "alive": True, "DeathReason": 0,
+                     "DeathReasonMessage": "",
                      "Labels": labels.of_node(self.config.get("labels", {}), self.config["node_id"],
                                               self.config["resources"])}]
         if method == "host_of_node":  # (one node here: another is one that is not in the cluster)

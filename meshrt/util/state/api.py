@@ -64,7 +64,8 @@ def list_nodes(address: str | None = None, filters: list | None = None, limit: i
                _explain: bool = False) -> list[NodeState]:
     rows = [{"node_id": n["NodeID"], "node_ip": n["NodeManagerAddress"], "is_head_node": i == 0,
              "state": "ALIVE" if n["Alive"] else "DEAD", "node_name": n["NodeName"],
-             "resources_total": dict(n["Resources"])}
+             "resources_total": dict(n["Resources"]), "state_message": n.get("DeathReasonMessage") or None,
+             "labels": dict(n.get("Labels") or {})}
             for i, n in enumerate(_ask("nodes", timeout))]
     return filtered(rows, NodeState, filters, limit)
 

@@ -41,6 +41,8 @@ class NodeState(_Row):
     state: str  # ALIVE | DEAD
     node_name: str = ""
     resources_total: dict = field(default_factory=dict)
+    state_message: str | None = None  # (DEAD: why, as nodes()' DeathReasonMessage)
+    labels: dict = field(default_factory=dict)
 
 
 @dataclass
