@@ -75,6 +75,7 @@ class _Link:
         self.conn = conn
         self.output = ""  # (read, not shown yet)
         self.ready = False  # (its pdb asked for a line: debug_sessions.READY)
+        self.prompt = ""  # (what it showed as it asked: shown again when a terminal attaches after cast)
         self.open = True
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # (a character split between reads)
 
@@ -88,6 +89,8 @@ class _Link:
             self.ready = text.endswith(READY)  # (nothing follows the request until it has its line)
             text = text.replace(READY, "")
         self.output += text
+        if self.ready:
+            self.prompt = self.output.rpartition("\n")[2]
 
     def wait(self, timeout: float, for_end: bool = False) -> bool:
         """Read until it asks for a line (or, ``for_end``, the session ends); False when
@@ -234,7 +237,7 @@ class Client:
             return True
         terminal = self.terminal
         if link.ready and not link.output:
-            link.output = "(Pdb) "  # (its prompt was read before, by cast: shown again)
+            link.output = link.prompt  # (read before, by cast: shown again)
         try:
             while True:
                 if link.output:
@@ -298,9 +301,10 @@ class Client:
                 link.wait(_CAST_WAIT_S)
             except OSError:
                 self.drop(link)
-            answer, link.output = link.output.rstrip("\n"), ""
-            if answer.endswith("(Pdb)") or answer.endswith("(Pdb) "):
-                answer = answer.rstrip().removesuffix("(Pdb)").rstrip("\n")
+            answer, link.output = link.output, ""
+            if link.ready:  # (its prompt for the next command ends the answer)
+                answer = answer.removesuffix(link.prompt)
+            answer = answer.rstrip("\n")
             for line in answer.splitlines() or [""]:
                 self.say(f"[{name} {link.record['rank']}] {line}")
             if not link.open:

@@ -110,15 +110,15 @@ def waiting() -> list[dict]:
         if record.get("host") != host:
             continue  # (a directory shared between hosts: another host's, whose pids are not ours)
         if not isinstance(record.get("pid"), int) or not log_files.alive(record["pid"]):
-            forget(record, entry.path)
+            forget(record, entry.path, folder)
             continue
         found.append(record)
     return sorted(found, key=lambda r: r.get("time", 0))
 
 
-def forget(record: dict, record_path: str | None = None) -> None:
+def forget(record: dict, record_path: str | None = None, folder: str | None = None) -> None:
     """Remove a record left by a process that was killed while it waited, and its socket."""
-    folder = directory()
+    folder = folder or directory()
     socket_path = str(record.get("socket") or "")
     record_path = record_path or socket_path.removesuffix(".sock") + ".json"
     for path in (record_path, socket_path):
