@@ -27,7 +27,7 @@ from ._private.id_types import (
 )
 from ._private.logging_config import LoggingConfig
 from ._private.memory import memory_summary
-from ._private.refs import ObjectRef, ObjectRefGenerator
+from ._private.refs import DynamicObjectRefGenerator, ObjectRef, ObjectRefGenerator
 from ._private.refs import ObjectRef as ObjectID  # (Ray's old name, the same class)
 from ._private.timeline import timeline
 from ._private.toplevel import (
@@ -108,6 +108,7 @@ __all__ = [
     "memory_summary",
     "ObjectRef",
     "ObjectRefGenerator",
+    "DynamicObjectRefGenerator",
     "ObjectID",
     "ActorClassID",
     "ActorID",

@@ -10,7 +10,7 @@ import meshrt.util.queue
 EXPECTED = {
     "init", "shutdown", "is_initialized", "remote", "method", "get", "put", "wait", "kill",
     "cancel", "get_actor", "get_runtime_context", "get_gpu_ids", "available_resources",
-    "cluster_resources", "nodes", "timeline", "LoggingConfig", "memory_summary", "ObjectRef", "ObjectRefGenerator", "ActorHandle", "ActorClass",
+    "cluster_resources", "nodes", "timeline", "LoggingConfig", "memory_summary", "ObjectRef", "ObjectRefGenerator", "DynamicObjectRefGenerator", "ActorHandle", "ActorClass",
     "ActorMethod", "RemoteFunction", "RuntimeContext", "exceptions", "actor", "runtime_env", "util", "dag",
     # Ray's id classes (ObjectID is ObjectRef, as in Ray)
     "ObjectID", "ActorClassID", "ActorID", "ClusterID", "FunctionID", "JobID", "NodeID", "PlacementGroupID",

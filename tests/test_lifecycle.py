@@ -168,6 +168,10 @@ def test_local_mode_runs_in_the_driver_process():
     assert meshrt.get(one.remote()) == 1
     with pytest.raises(ZeroDivisionError):
         meshrt.get(_zero.remote())
+    values = list(meshrt.get(_halves.options(num_returns="dynamic").remote(3)))
+    assert meshrt.get(values[:3]) == [0.0, 0.5, 1.0]
+    with pytest.raises(ZeroDivisionError):
+        meshrt.get(values[3])
     assert psutil.Process().children() == []
     meshrt.shutdown()
 
@@ -175,6 +179,12 @@ def test_local_mode_runs_in_the_driver_process():
 @meshrt.remote
 def _zero():
     return 1 / 0
+
+
+@meshrt.remote
+def _halves(n):
+    yield from (i / 2 for i in range(n))
+    yield 1 / 0
 
 
 def test_a_killed_zygote_is_replaced_and_work_continues(rt):

@@ -15,7 +15,7 @@ from .. import exceptions as exc
 from ..objstore.serialization import dumps_code
 from . import concurrency_groups, id_types, ids, placement, state
 from .args import CallChecker
-from .options import ActorOptions, TaskOptions, retry_exceptions_value
+from .options import ActorOptions, TaskOptions, num_returns_value, retry_exceptions_value
 from .refs import ObjectRef
 
 _METHOD_OPTIONS = concurrency_groups.METHOD_OPTIONS
@@ -102,6 +102,7 @@ class MethodMeta:
     checker: CallChecker
     is_async: bool
     retry_exceptions: Any = False  # (as options.retry_exceptions_value gives it)
+    is_generator: bool = False
 
 
 @dataclass
@@ -129,15 +130,11 @@ def _method_meta(cls: type, class_name: str) -> tuple[dict, bool]:
         is_async = inspect.iscoroutinefunction(member) or inspect.isasyncgenfunction(member)
         is_gen = inspect.isgeneratorfunction(member) or inspect.isasyncgenfunction(member)
         any_async = any_async or is_async
-        num_returns = opts.get("num_returns")
-        if num_returns == "streaming" or (num_returns is None and is_gen):
-            nr = -1
-        else:
-            nr = 1 if num_returns is None else num_returns
+        nr = num_returns_value(opts.get("num_returns"), f"{class_name}.{name}", is_gen)
         checker = CallChecker.for_callable(member, f"{class_name}.{name}",
                                            drop_self=not static and not inspect.ismethod(member))
         retry = retry_exceptions_value(opts.get("retry_exceptions"), f"{class_name}.{name}")
-        methods[name] = MethodMeta(nr, checker, is_async, retry)
+        methods[name] = MethodMeta(nr, checker, is_async, retry, is_gen)
     for builtin in ("__ray_ready__", "__ray_terminate__"):
         methods.setdefault(builtin, MethodMeta(1,  # (a ref: Ray's terminate call has one too)
                                                CallChecker(builtin, inspect.Signature()), False))
@@ -366,10 +363,11 @@ class ActorMethod:
             raise ValueError(f"{self._handle._class_name}.{self._name}.options(concurrency_group={group!r}): the "
                              f"actor defines no such group (it defines {defined}); pass concurrency_groups="
                              f"{{{group!r}: N, ...}} to @meshrt.remote or .options() of the class")
-        from .options import num_returns_value
         from .options import task_name as task_name_value
 
-        nr = self._num_returns if num_returns is None else num_returns_value(num_returns, self._name, False)
+        meta = self._handle._meta.methods.get(self._name)
+        nr = self._num_returns if num_returns is None else num_returns_value(
+            num_returns, f"{self._handle._class_name}.{self._name}", getattr(meta, "is_generator", None))
         retry = (self._retry if "retry_exceptions" not in other
                  else retry_exceptions_value(other["retry_exceptions"], f"{self._handle._class_name}.{self._name}"))
         task_name = (self._task_name if "name" not in other

@@ -68,6 +68,6 @@ def _as_iterator(obj, name: str):
         return iter(obj)
     except TypeError:
         raise TypeError(
-            f"{name} was called with num_returns='streaming' but returned "
+            f"{name} was called with num_returns='streaming' (or 'dynamic') but returned "
             f"{type(obj).__name__}, not a generator or iterable"
         ) from None

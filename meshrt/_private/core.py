@@ -196,9 +196,9 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls, InlineReads):
     def _make_returns(self, pt: PendingTask, num_returns: int) -> Any:
         me = self.worker_id
         deltas = self.table.deltas
-        if num_returns == -1:
+        if num_returns < 0:  # -1: "streaming"; -2: "dynamic", streamed as well (Stream.as_dynamic)
             pt.stream = self.open_stream(pt.task_id)
-            return ObjectRefGenerator(pt.task_id, self)
+            return ObjectRefGenerator(pt.task_id, self) if num_returns == -1 else pt.stream.as_dynamic(pt)
         if num_returns == 0:
             return None
         refs = []

@@ -156,15 +156,24 @@ def fallback_labels(options: dict, what: str) -> tuple:
     return tuple(out)
 
 
-def num_returns_value(value: Any, what: str, is_generator: bool) -> int:
+STREAMING = -1  # num_returns="streaming": the call gives an ObjectRefGenerator
+DYNAMIC = -2  # num_returns="dynamic": one ref, to a DynamicObjectRefGenerator (streams.py)
+
+
+def num_returns_value(value: Any, what: str, is_generator: bool | None) -> int:
+    """``is_generator``: whether the function is one; None where that is not known here
+    (an actor method's ``.options()``: its worker names a non-generator instead)."""
     if value is None:
-        return -1 if is_generator else 1
+        return STREAMING if is_generator else 1
     if value == "streaming":
-        return -1
+        return STREAMING
     if value == "dynamic":
-        raise ValueError(f"{what}: num_returns='dynamic' is not supported; use num_returns='streaming'")
+        if is_generator is False:  # (Ray refuses it here too)
+            raise ValueError(f"{what}: num_returns='dynamic' can only be used with a generator function "
+                             "(one that uses 'yield'); return a list with num_returns=N instead")
+        return DYNAMIC
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{what}: num_returns must be an int >= 0 or 'streaming', got {value!r}")
+        raise ValueError(f"{what}: num_returns must be an int >= 0, 'streaming' or 'dynamic', got {value!r}")
     return value
 
 

@@ -8,6 +8,7 @@ loop. Refs have no public constructor: ``.remote()`` and ``put`` make them.
 from __future__ import annotations
 
 import asyncio
+import collections
 from typing import Any
 
 from ..objstore.serialization import ref_sink
@@ -125,6 +126,26 @@ class _NoCount:
 
 
 _NO_COUNT = _NoCount()
+
+
+class DynamicObjectRefGenerator:
+    """What the ref of a ``num_returns="dynamic"`` call resolves to (Ray's form, which it
+    has deprecated for "streaming"): a ref for each value the generator yielded, once it
+    has finished; if it raised, the last ref raises that error. Each ref is handed out
+    once, as Ray's is; ``len()`` counts those not yet handed out."""
+
+    def __init__(self, refs) -> None:
+        self._refs = collections.deque(refs)
+
+    def __iter__(self):
+        while self._refs:
+            yield self._refs.popleft()
+
+    def __len__(self) -> int:
+        return len(self._refs)
+
+    def __repr__(self) -> str:
+        return f"DynamicObjectRefGenerator({len(self._refs)} refs)"
 
 
 class ObjectRefGenerator:

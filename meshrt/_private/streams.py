@@ -9,7 +9,7 @@ import time
 from .. import exceptions as exc
 from . import ids
 from .portal import AsyncWaiter, Wakeup, bridge_for
-from .refs import ObjectRef
+from .refs import DynamicObjectRefGenerator, ObjectRef
 
 
 class Stream:
@@ -19,7 +19,7 @@ class Stream:
     popleft) and waiters follow the same publish-then-fire rule as object entries.
     """
 
-    __slots__ = ("task_id", "items", "finished", "next_index", "waiters", "closed", "done_ref")
+    __slots__ = ("task_id", "items", "finished", "next_index", "waiters", "closed", "done_ref", "dynamic")
 
     def __init__(self, task_id: int) -> None:
         self.task_id = task_id
@@ -29,6 +29,16 @@ class Stream:
         self.waiters: list = []
         self.closed = False
         self.done_ref: ObjectRef | None = None
+        self.dynamic = False
+
+    def as_dynamic(self, pending) -> ObjectRef:
+        """A ``num_returns="dynamic"`` call (Ray's older generator form): its worker streams
+        the values as for "streaming", and the caller gets one ref, the completion ref,
+        which the end resolves to a DynamicObjectRefGenerator of them (``_end_dynamic``)."""
+        self.dynamic = True
+        pending.num_returns = -1  # (what the worker is asked for)
+        ref, self.done_ref = self.done_ref, None  # (held by the caller only: dropping it frees it)
+        return ref
 
     def _fire(self) -> None:
         waiters, self.waiters = self.waiters, []
@@ -44,6 +54,9 @@ class Stream:
         """Loop thread: no more items; an error becomes one last ref that raises it."""
         if self.finished:
             return
+        if self.dynamic:
+            self._end_dynamic(core, error)
+            return
         if error is not None and not self.closed:
             oid = ids.object_id(self.task_id, self.next_index + 1)
             entry = core.table.owned(oid)
@@ -55,6 +68,24 @@ class Stream:
             core.table.resolve(done, error if error is not None else _none_payload())
             core._check.append(done)
         self._fire()
+
+    def _end_dynamic(self, core, error) -> None:
+        """What the generator raised is its last ref's value, as in Ray; meshrt's own
+        errors (its worker died, the call was cancelled) are the call's ref's instead."""
+        from ..objstore.serialization import is_system_error, serialize
+
+        own = error is not None and is_system_error(error)
+        if error is not None and not own:
+            oid = ids.object_id(self.task_id, self.next_index + 1)
+            core.table.resolve(core.table.owned(oid), error)
+            self.items.append(ObjectRef(oid, core.worker_id, core.table.deltas))
+        self.finished = True
+        done = core.table.entries.get(ids.object_id(self.task_id, 0))
+        if done is not None:
+            payload, held = (error, None) if own else serialize(DynamicObjectRefGenerator(self.items))
+            core.table.resolve(done, payload, held)
+            core._check.append(done)
+        core.close_stream(self)  # (the refs now live in the value, or go with the error)
 
     def next_blocking(self, core, timeout: float | None) -> ObjectRef | None:
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -446,6 +446,11 @@ def system_error_payload(exc: BaseException) -> Payload:
     return Payload(pickle.dumps(("sys", _try_dumps(exc), repr(exc)), protocol=5), is_error=True)
 
 
+def is_system_error(payload: Payload) -> bool:
+    """An error payload of meshrt's own (``system_error_payload``), not one the user's code raised."""
+    return pickle.loads(payload.data)[0] == "sys"
+
+
 def error_from_payload(payload: Payload) -> BaseException:
     """The exception a ``get`` of this error payload raises."""
     from ..exceptions import MeshrtError, TaskError
