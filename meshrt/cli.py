@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     start.add_argument("--resources", help="custom resources to offer, as JSON: '{\"trainer\": 2}'")
     start.add_argument("--labels", help="this node's labels, as JSON: '{\"zone\": \"us-east1\"}'")
     start.add_argument("--block", action="store_true", help="run the head in this process until Ctrl-C")
+    start.add_argument("--temp-dir", help="where the head's processes keep their logs, spills and unpacked packages "
+                                          "(an absolute path; default: $MESHRT_TEMP_DIR, else the system's temp dir)")
     sub.add_parser("stop", help="stop this host's long-running head (and the cluster's processes with it)")
     status = sub.add_parser("status", help="print a running cluster's hosts, actors and object store")
     status.add_argument("--address", help="the driver's HOST:PORT (meshrt.init(address=...))")
@@ -269,11 +271,13 @@ def _node_labels(text: str | None) -> dict:
 
 
 def run_start(args) -> int:
-    from ._private import head
+    from ._private import head, temp_root
 
     try:
         resources = _custom_resources(args.resources)
         node_labels = _node_labels(args.labels)
+        if args.temp_dir is not None:  # (the head's process and all it starts inherit it)
+            os.environ[temp_root.ENV] = temp_root.checked(args.temp_dir, "--temp-dir")
     except (TypeError, ValueError) as err:
         print(f"meshrt start: {err}", file=sys.stderr)
         return 2

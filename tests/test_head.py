@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -70,14 +71,16 @@ def _ended(pid: int) -> bool:
 
 
 @pytest.fixture
-def head(tmp_path):
+def head(tmp_path, request):
     """A head started from the command line, in a temp dir of its own (its cluster file,
-    sockets and logs there, out of the way of anything else on this machine)."""
+    sockets and logs there, out of the way of anything else on this machine); a test's
+    ``head`` parameter: more arguments for `meshrt start` ("TMP" standing for tmp_path)."""
     temp = tmp_path / "t"
     temp.mkdir()
     env = dict(os.environ, TMPDIR=str(temp), MESHRT_TOKEN=TOKEN)
+    more = [arg.replace("TMP", str(tmp_path)) for arg in getattr(request, "param", ())]
     started = _meshrt(env, "start", "--head", "--port", "0", "--num-cpus", "2", "--object-store-memory",
-                      str(128 << 20))
+                      str(128 << 20), *more)
     assert started.returncode == 0, started.stderr
     with open(temp / "meshrt-sessions" / "cluster.json") as f:
         info = json.load(f)
@@ -234,6 +237,32 @@ def test_attaching_without_a_head_and_starting_two_say_what_to_do(head, tmp_path
             print("refused:", err)
     """)
     assert "refused:" in lonely.stdout and "meshrt start --head" in lonely.stdout, lonely.stdout + lonely.stderr
+
+
+@pytest.mark.parametrize("head", [("--temp-dir", "TMP/logs")], indirect=True)
+def test_a_head_started_with_a_temp_dir_keeps_its_logs_there(head, tmp_path):
+    env, work, info = head
+    logs = tmp_path / "logs" / "meshrt-sessions"
+    assert (logs / "head.log").exists() and not (tmp_path / "t" / "meshrt-sessions" / "head.log").exists()
+    driver = _driver(env, work, """
+        import sys
+        import meshrt
+
+        meshrt.init(address="auto")  # (found where it always is, without saying where its logs are)
+
+        @meshrt.remote
+        def hello():
+            print("a line for the log")
+
+        meshrt.get(hello.remote())
+        assert sys.stdout.wait_for("a line for the log")
+        print("TEMP", meshrt.get_runtime_context().get_temp_dir())
+    """)
+    assert driver.returncode == 0, driver.stdout + driver.stderr
+    session = driver.stdout.split("TEMP ")[1].split()[0]
+    assert session.startswith(str(logs / "session_"))
+    files = [pathlib.Path(session, "logs", name) for name in os.listdir(os.path.join(session, "logs"))]
+    assert any("a line for the log" in path.read_text() for path in files), files
 
 
 def test_an_agent_joins_the_head_and_serves_its_drivers(head):

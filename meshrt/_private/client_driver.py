@@ -120,7 +120,8 @@ def attach(info: dict, namespace: str | None, job_env: dict | None, log_config, 
             core.request_sync("put_package", uri, data, True)
     runtime_env.set_current({**(env or {}), "_job": job})
     context.process.update(job_id=job_id, namespace=details["namespace"], worker_id=worker_id)
-    core.config.update(job_id=job_id, namespace=details["namespace"], session=info["session"], **(job_details or {}))
+    core.config.update(job_id=job_id, namespace=details["namespace"], session=info["session"],
+                       temp_dir=info.get("temp_dir"), **(job_details or {}))
     state.set_core(core)
     return core
 

@@ -2,27 +2,34 @@
 ``/tmp/ray/ray_current_cluster`` does: ``<temp dir>/meshrt-sessions/cluster.json`` and
 the cluster token beside it (both readable by their owner only). Drivers started with
 ``init(address="auto")`` and the command line read them; ``meshrt stop`` ends the head
-they name."""
+they name. Always under the system's temp dir, even for a head started with
+``--temp-dir`` (its logs go there): found without saying where, as ``ray stop`` finds
+its head."""
 
 from __future__ import annotations
 
 import json
 import os
+import tempfile
 
+from .log_files import SESSIONS
 from .log_files import alive as _alive
-from .log_files import sessions_root
+
+
+def _root() -> str:
+    return os.path.join(tempfile.gettempdir(), SESSIONS)
 
 
 def path() -> str:
-    return os.path.join(sessions_root(), "cluster.json")
+    return os.path.join(_root(), "cluster.json")
 
 
 def token_path() -> str:
-    return os.path.join(sessions_root(), "cluster.token")
+    return os.path.join(_root(), "cluster.token")
 
 
 def write(info: dict, token: bytes) -> None:
-    os.makedirs(sessions_root(), exist_ok=True)
+    os.makedirs(_root(), exist_ok=True)
     _write_private(token_path(), token.hex())
     _write_private(path(), json.dumps(dict(info, token_file=token_path()), indent=1))
 

@@ -313,6 +313,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
             "job_id": c["job_id"], "node_id": self.node_id_of_host(host_id), "head_node_id": c["node_id"],
             "head_resources": dict(self.node.total), "namespace": c["namespace"],
             "sys_path": c["sys_path"], "cwd": c["cwd"], "session": c["session"],
+            "temp_dir": c.get("temp_dir") if not host_id else None,  # (another host's: its own)
             "ucx_unreached": [sorted(cut) for cut in self.ucx_unreached], "several_hosts": self.spreads_tasks,
             "runtime_env": c.get("runtime_env"), "workspace": self.workspaces.get(host_id, []),
             "logging_config": c.get("logging_config"), "default_actor_lifetime": c.get("default_actor_lifetime"),

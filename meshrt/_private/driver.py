@@ -33,6 +33,7 @@ from . import (
     runtime_env,
     spin,
     state,
+    temp_root,
 )
 from . import messages as m
 from .controller import Controller
@@ -48,11 +49,13 @@ log = logging.getLogger("meshrt")
 
 _atexit_registered = False
 
-# Ray's init() arguments that mean nothing here; accepted so Ray programs run unchanged.
+# Ray's init() arguments accepted as keywords: most mean nothing here (so Ray programs run
+# unchanged); the few that do are read where noted.
 _IGNORED_INIT_ARGS = {
     "include_dashboard", "dashboard_host", "dashboard_port", "configure_logging",
     "logging_format", "log_to_driver_level", "runtime_env", "job_config", "_system_config",
-    "_temp_dir", "_plasma_directory", "_metrics_export_port", "storage", "_enable_object_reconstruction",
+    "_temp_dir",  # (used: temp_root.py)
+    "_plasma_directory", "_metrics_export_port", "storage", "_enable_object_reconstruction",
     "_node_ip_address", "logging_config", "enable_resource_isolation",
     "labels", "_memory", "_redis_password", "_tracing_startup_hook",
     "object_spilling_directory",  # (used: where spilled and fallback objects go)
@@ -338,6 +341,9 @@ def init(
                 "meshrt.init() was already called in this process; call meshrt.shutdown() "
                 "first, or pass ignore_reinit_error=True"
             )
+        temp_root.restore()  # (an earlier init's, which failed)
+        if ray_args.get("_temp_dir") is not None:
+            temp_root.use(ray_args["_temp_dir"], "init(_temp_dir=...)")
         head = None if local_mode else _running_head(address or os.environ.get("MESHRT_ADDRESS"))
         if head is not None:  # (a long-running head: this process attaches to it as a job's driver)
             from .client_driver import attach
@@ -371,6 +377,7 @@ def init(
             "hostname": socket.gethostname(),
             "tcp_address": tcp,
             "spill_dir": ray_args.get("object_spilling_directory"),
+            "temp_dir": temp_root.root(),
             "logging_config": logs.to_plain() if logs is not None else None,
             "labels": node_labels,
             **job_details,  # (metadata, default_actor_lifetime: JobConfig)
@@ -564,6 +571,7 @@ def shutdown() -> None:
             core.shutdown()
         finally:
             context.process.update(actor_id=None)
+            temp_root.restore()
 
 
 def _register_atexit() -> None:

@@ -25,6 +25,7 @@ import zipfile
 import pathspec
 
 from ..exceptions import RuntimeEnvSetupError
+from . import temp_root
 
 SCHEME = "meshrt-pkg://"
 MAX_PACKAGE_BYTES = 512 << 20  # (Ray's limit on an uploaded package, too)
@@ -128,7 +129,7 @@ def new_host_dir() -> str:
     """Where this host's processes unpack packages; its owner removes it as it stops. Made
     by the first process that needs it (``host_dir``), so a host that never unpacks
     anything leaves nothing behind, even if it is killed."""
-    return os.path.join(tempfile.gettempdir(), f"meshrt-env-{uuid.uuid4().hex[:16]}")
+    return os.path.join(temp_root.root(), f"meshrt-env-{uuid.uuid4().hex[:16]}")
 
 
 def host_dir() -> str:

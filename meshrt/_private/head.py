@@ -17,7 +17,7 @@ import threading
 def main(argv: list[str]) -> int:
     import meshrt
 
-    from . import cluster_file, state
+    from . import cluster_file, state, temp_root
 
     options = json.loads(argv[0])
     ready_fd = int(argv[1]) if len(argv) > 1 else None  # (meshrt start waits on it)
@@ -34,6 +34,7 @@ def main(argv: list[str]) -> int:
         "store_fd": controller.store.fd,
         "store_size": controller.store.capacity,
         "session": info["session"],
+        "temp_dir": temp_root.root(),  # (where its sessions' logs are: get_temp_dir() in attached drivers)
         "node_id": info["node_id"],
         "job_id": info["job_id"],
         "bind": options["address"],

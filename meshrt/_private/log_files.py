@@ -18,8 +18,9 @@ import os
 import shutil
 import tempfile
 
-from . import ids
+from . import ids, temp_root
 
+SESSIONS = "meshrt-sessions"  # (the directory of the sessions' logs, under temp_root.root())
 SESSIONS_KEPT = 5
 MAX_FILE_BYTES = 256 << 20  # a worker's log past this starts over (the old one kept as <name>.1)
 SUFFIXES = ("out", "err")
@@ -29,7 +30,7 @@ def sessions_root() -> str:
     # Not "<temp dir>/meshrt": a directory of that name would be taken for the meshrt
     # package (an empty namespace package) by a program started in the temp directory
     # where meshrt is installed in editable mode.
-    return os.path.join(tempfile.gettempdir(), "meshrt-sessions")
+    return os.path.join(temp_root.root(), SESSIONS)
 
 
 def _remove_legacy_root() -> None:

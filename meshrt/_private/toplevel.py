@@ -230,9 +230,11 @@ class RuntimeContext:
         """Where this session keeps its files (the workers' logs: meshrt.util.state.get_log)."""
         import os
 
-        from .log_files import sessions_root
+        from . import temp_root
+        from .log_files import SESSIONS
 
-        return os.path.join(sessions_root(), f"session_{self.get_session_name()}")
+        root = getattr(state.core_or_none(), "config", {}).get("temp_dir") or temp_root.root()
+        return os.path.join(root, SESSIONS, f"session_{self.get_session_name()}")
 
     def get_node_labels(self) -> dict:
         """The labels of the node this runs on (init(labels=...), meshrt agent --labels,

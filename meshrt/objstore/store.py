@@ -33,6 +33,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from .._private import temp_root
 from ..exceptions import ObjectLostError, ObjectStoreFullError
 from .allocator import Allocator, round_up
 from .arena import Arena, ArenaFullError, create_arena_fd
@@ -364,7 +365,7 @@ class SharedStore:
 
     def spill_dir(self) -> str:
         if self._spill_dir is None:
-            root = self._spill_root or tempfile.gettempdir()
+            root = self._spill_root or temp_root.root()
             os.makedirs(root, exist_ok=True)
             self._spill_dir = tempfile.mkdtemp(prefix="meshrt-spill-", dir=root)
         return self._spill_dir
