@@ -212,6 +212,29 @@ def test_cancel_force_kills_worker(rt):
         meshrt.get(ref, timeout=30)
 
 
+def test_cancel_force_takes_the_tasks_the_killed_task_submitted_along(rt):
+    """As Ray stops a dead owner's tasks: the children of a task killed by
+    cancel(force=True) are cancelled too, and the CPUs they held come back."""
+    @meshrt.remote(num_cpus=0.5)
+    def child(g):
+        g.open.remote()
+        time.sleep(60)
+
+    @meshrt.remote(num_cpus=0.5)
+    def parent(g1, g2):
+        return meshrt.get([child.remote(g1), child.remote(g2)])
+
+    total = meshrt.cluster_resources()["CPU"]
+    gates = [gate(), gate()]
+    ref = parent.remote(*gates)
+    assert meshrt.get([g.wait.remote() for g in gates]) == [True, True]  # (both children run)
+    assert meshrt.available_resources().get("CPU", 0) <= total - 1  # (the parent lends its CPU while it waits)
+    meshrt.cancel(ref, force=True)
+    with pytest.raises(TaskCancelledError):
+        meshrt.get(ref, timeout=30)
+    assert wait_until(lambda: meshrt.available_resources().get("CPU") == total, timeout=30)
+
+
 def test_cancel_async_actor_call(rt):
     @meshrt.remote
     class Slow:

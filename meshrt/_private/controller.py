@@ -566,10 +566,19 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
                 f"no retries left (max_retries={spec.max_retries}){detail}")))
 
     def _owner_died(self, worker_id: int) -> None:
-        """Tasks still queued for a dead owner have nobody to return to: drop them."""
-        for task_id in [t for t, rec in self.tasks.items() if rec.spec.owner == worker_id and rec.worker is None]:
-            if self.scheduler_of(self.tasks[task_id].host).remove_task(task_id):
-                del self.tasks[task_id]
+        """Tasks of a dead owner have nobody to return to: those queued are dropped, those
+        running are cancelled, with the tasks they submitted (as Ray stops a dead owner's
+        workers; a parent killed by cancel(force=True) so takes its children along)."""
+        for task_id in [t for t, rec in self.tasks.items() if rec.spec.owner == worker_id]:
+            rec = self.tasks[task_id]
+            if rec.worker is None:
+                if self.scheduler_of(rec.host).remove_task(task_id):
+                    del self.tasks[task_id]
+                continue
+            w = self.workers.get(rec.worker)
+            if not rec.cancelled and w is not None and w.conn is not None and not w.conn.closed:
+                rec.cancelled = True
+                w.conn.send(m.CancelTask(task_id, False, True))
         self.drop_waiting_tasks_of(worker_id)
         self.owner_died_actors(worker_id)
 
