@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 import warnings
 from contextlib import contextmanager
@@ -351,6 +352,16 @@ def around_task(core, env: dict):
                 pass
 
 
+_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def expanded(env_vars: dict) -> dict:
+    """``env_vars`` with each ``${NAME}`` replaced by that variable as the process has it
+    (empty where unset), as Ray does: ``{"PATH": "/opt/bin:${PATH}"}`` adds to the PATH."""
+    return {name: _REFERENCE.sub(lambda match: os.environ.get(match.group(1), ""), value)
+            for name, value in env_vars.items()}
+
+
 def _enter(core, env: dict) -> None:
     job = _job or {}
     if _job_paths and ("working_dir" in env or "py_modules" in env) and \
@@ -366,7 +377,7 @@ def _enter(core, env: dict) -> None:
         raise
     except Exception as err:  # noqa: BLE001 - (the caller sees what broke, as Ray's setup error)
         raise RuntimeEnvSetupError(f"runtime_env could not be set up on this host: {err!r}") from err
-    os.environ.update(env.get("env_vars", {}))
+    os.environ.update(expanded(env.get("env_vars", {})))
     for path in reversed(modules):
         if path not in sys.path:
             sys.path.insert(0, path)

@@ -4,7 +4,7 @@
   ``env_vars``, given to ``ray.init``: tasks and actors import the module, read
   the file by a relative path and see the variables.
 * A task's own ``env_vars``, merged with the job's (its own win), and inherited
-  by the task it submits.
+  by the task it submits; ``${PATH}`` in a value is the worker's own PATH.
 * An actor's ``env_vars`` for the actor's whole life.
 * ``get_runtime_context().runtime_env`` inside a task.
 * ``pip`` packages for a task and an actor (installed from the package registry).
@@ -76,6 +76,19 @@ def test_an_actor_keeps_its_variables():
     ray.init(num_cpus=2, runtime_env={"env_vars": {"STAGE": "train"}})
     actor = Configured.options(runtime_env={"env_vars": {"LEVEL": "actor"}}).remote()
     assert ray.get([actor.level.remote() for _ in range(3)]) == [("actor", "train")] * 3
+
+
+def test_variables_refer_to_the_workers_own_with_dollar_braces():
+    ray.init(num_cpus=1)
+    tools = variables.options(runtime_env={"env_vars": {
+        "PATH": "/opt/mytools/bin:${PATH}", "NOTHING": "[${SURELY_NOT_SET_ANYWHERE_42}]"}})
+    for _ in range(2):  # (the same worker again: its own PATH, not the one the last task had)
+        got = ray.get(tools.remote("PATH", "NOTHING"))
+        assert got["NOTHING"] == "[]"
+        assert got["PATH"].startswith("/opt/mytools/bin:") and "${" not in got["PATH"]
+        assert got["PATH"].count("/opt/mytools/bin") == 1
+    plain = ray.get(variables.remote("PATH"))["PATH"]
+    assert "/opt/mytools/bin" not in plain and got["PATH"] == "/opt/mytools/bin:" + plain
 
 
 @ray.remote
