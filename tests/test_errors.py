@@ -195,6 +195,9 @@ def test_bad_options_fail_at_decoration(rt):
         meshrt.remote(num_cpus=-1)(lambda: 1)
     with pytest.raises(TypeError, match="keyword"):
         meshrt.remote(1, 2)
+    with pytest.raises(ValueError, match="'num_return'.* num_returns"):
+        meshrt.method(num_return=2)
+    meshrt.method(max_task_retries=1, enable_task_events=False)  # (Ray's, accepted)
     with pytest.warns(RuntimeWarning, match=r"runtime_env\['conda'\] is not supported by meshrt yet") as seen:
         meshrt.remote(runtime_env={"conda": "myenv"})(lambda: 1)
     assert seen[0].filename == __file__  # (at the user's line)

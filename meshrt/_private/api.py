@@ -384,11 +384,21 @@ class ActorMethod:
         return f"<meshrt actor method {self._handle._class_name}.{self._name}>"
 
 
+# Ray's other @ray.method keywords: accepted so Ray programs run unchanged, not applied
+_METHOD_OPTIONS_ACCEPTED = {"max_task_retries", "_generator_backpressure_num_objects", "_num_objects_per_yield",
+                            "enable_task_events", "tensor_transport"}
+
+
 def method(*, num_returns: Any = None, concurrency_group: str | None = None, retry_exceptions: Any = None,
            **_ray_options: Any):
     """Set per-method options: ``@meshrt.method(num_returns=2)``; ``retry_exceptions=True``
     (or a list of exception classes) retries the call when the method raises, up to the
     actor's ``max_task_retries``, as in Ray."""
+    unknown = sorted(set(_ray_options) - _METHOD_OPTIONS_ACCEPTED)
+    if unknown:  # (a typo, num_return=2, would otherwise surface far away)
+        raise ValueError(f"@meshrt.method() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; "
+                        f"it takes num_returns, concurrency_group, retry_exceptions (and Ray's "
+                        f"{', '.join(sorted(_METHOD_OPTIONS_ACCEPTED))}, accepted and not applied)")
     if concurrency_group is not None and (not isinstance(concurrency_group, str) or not concurrency_group):
         raise ValueError(f"@meshrt.method(concurrency_group=...): give a group name, got {concurrency_group!r}")
     retry_exceptions_value(retry_exceptions, "@meshrt.method(retry_exceptions=...)")  # (bad values: here)
