@@ -35,7 +35,7 @@ from typing import Any
 from .. import exceptions as exc
 from ..objstore.serialization import deserialize, error_payload, loads_code, system_error_payload
 from . import args as argpack
-from . import call_payloads, call_record, call_streams, context, ids, lanes, runtime_env
+from . import actor_exit, call_payloads, call_record, call_streams, context, ids, lanes, runtime_env
 from . import debug_sessions as debugging
 from . import messages as m
 from .call import Call
@@ -576,6 +576,7 @@ class Executor:
         if self._replies and threading.get_ident() == self.loop_ident:
             self._send_replies()  # (calls that finished before this one are answered)
         self.exiting = True
+        actor_exit.run_hooks(self.instance)  # (__ray_shutdown__, atexit)
         self.core.io.post(self.core.exit_actor, reason)
 
 

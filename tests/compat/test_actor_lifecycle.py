@@ -6,12 +6,15 @@
 * ``ray.kill`` of a wedged actor: the stuck call and every later call fail
   with ``RayActorError`` / ``ActorDiedError``.
 * Graceful shutdown: a worker that calls ``ray.actor.exit_actor()`` after
-  flushing, and ``__ray_terminate__`` letting already-queued calls finish.
+  flushing, and ``__ray_terminate__`` letting already-queued calls finish; the
+  ``__ray_shutdown__`` and ``atexit`` hooks of actors that end gracefully (not killed).
 * ``ray.get_runtime_context()`` inside the driver, tasks and actors.
 * A threaded actor (``max_concurrency``) serving blocking I/O-style calls
   concurrently, with a lock around its shared state.
 """
+import atexit
 import threading
+import time
 
 import pytest
 
@@ -133,6 +136,55 @@ def test_exit_actor_and_ray_terminate():
         ray.get(terminated, timeout=60)  # (its ref says the actor is gone)
     with pytest.raises(RayActorError):
         ray.get(writer2.write.remote("after terminate"), timeout=60)
+
+
+@ray.remote
+class CleansUp:
+    """Writes which of its cleanup hooks ran into a file of the test's."""
+
+    def __init__(self, path, tag):
+        self.path, self.tag = path, tag
+        atexit.register(self.mark, "atexit")
+
+    def mark(self, hook):
+        with open(self.path, "a") as f:
+            f.write(f"{hook}:{self.tag}\n")
+
+    def __ray_shutdown__(self):
+        self.mark("ray_shutdown")
+
+    def ping(self):
+        return self.tag
+
+    def quit(self):
+        ray.actor.exit_actor()
+
+
+def _marks(path, expected: int, timeout: float = 60) -> list:
+    """The marks in ``path`` once there are ``expected`` of them (polled: they come from
+    processes as they end, with nothing else to wait on)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        marks = path.read_text().split() if path.exists() else []
+        if len(marks) >= expected or time.monotonic() > deadline:
+            return sorted(marks)
+        threading.Event().wait(0.05)
+
+
+def test_cleanup_hooks_run_when_an_actor_ends_gracefully(tmp_path):
+    ray.init(num_cpus=2)
+    path = tmp_path / "marks.txt"
+    dropped, terminated, quitting, killed = (CleansUp.remote(str(path), tag)
+                                             for tag in ("dropped", "terminated", "quit", "killed"))
+    assert ray.get([a.ping.remote() for a in (dropped, terminated, quitting, killed)]) == [
+        "dropped", "terminated", "quit", "killed"]
+    del dropped
+    terminated.__ray_terminate__.remote()
+    with pytest.raises(RayActorError):
+        ray.get(quitting.quit.remote())
+    ray.kill(killed)  # (no hooks: as a crash)
+    assert _marks(path, 6) == sorted(f"{hook}:{tag}" for hook in ("ray_shutdown", "atexit")
+                                     for tag in ("dropped", "terminated", "quit"))
 
 
 @ray.remote
