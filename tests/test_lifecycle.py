@@ -234,3 +234,42 @@ def test_the_zygote_lets_go_of_the_drivers_files_without_freeing_their_numbers()
     done = run_python(_LET_GO, 30)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["ok", "True"]
+
+
+_DRIVER_HOOKS = """
+import atexit, os, sys
+import psutil
+import meshrt
+from tests.helpers import wait_until
+
+marks = sys.argv[1]
+atexit.register(lambda: open(marks, "a").write(f"driver {os.getpid()}\\n"))
+meshrt.init(num_cpus=1)
+meshrt.shutdown()
+meshrt.init(num_cpus=1)  # (its workers' zygote is forked from this process, handlers and all)
+
+@meshrt.remote
+class Ends:
+    def __ray_shutdown__(self):
+        open(marks, "a").write(f"actor {os.getpid()}\\n")
+
+    def pid(self):
+        return os.getpid()
+
+actor = Ends.remote()
+pid = meshrt.get(actor.pid.remote())
+actor.__ray_terminate__.remote()
+assert wait_until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 30)
+print("PIDS", os.getpid(), pid)
+"""
+
+
+def test_an_actor_that_ends_runs_its_own_exit_hooks_not_the_drivers(tmp_path):
+    marks = tmp_path / "marks.txt"
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = run_python(_DRIVER_HOOKS.replace("sys.argv[1]", repr(str(marks))), 60,
+                      env=dict(os.environ, PYTHONPATH=repo))
+    assert done.returncode == 0, done.stderr
+    driver, actor = done.stdout.split("PIDS ")[1].split()
+    assert sorted(marks.read_text().split("\n")) == ["", f"actor {actor}", f"driver {driver}"]
+    assert "Exception ignored in atexit" not in done.stdout + done.stderr
