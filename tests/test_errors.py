@@ -239,3 +239,59 @@ def test_ray_exception_aliases():
     assert exceptions.RayError is exceptions.MeshrtError
     assert issubclass(exceptions.GetTimeoutError, TimeoutError)
     assert issubclass(exceptions.ObjectStoreFullError, exceptions.MeshrtError)
+
+
+_UNHANDLED = """
+import meshrt
+
+meshrt.init(num_cpus=1)
+
+@meshrt.remote
+def fail(message):
+    raise ValueError(message)
+
+@meshrt.remote
+def passes_on(value):
+    return value
+
+fail.remote("dropped without a look")  # (the ref goes at once: reported as its error arrives)
+read = fail.remote("read by get")
+try:
+    meshrt.get(read)
+except ValueError:
+    pass
+del read
+handed = fail.remote("handed to another task")
+try:
+    meshrt.get(passes_on.remote(handed))
+except ValueError:
+    pass
+del handed
+cancelled = fail.options(num_cpus=1).remote("never runs")
+meshrt.cancel(cancelled)
+del cancelled  # (meshrt's own error: not reported)
+meshrt.shutdown()
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("quiet", [False, True])
+def test_an_error_nobody_read_is_reported_as_its_ref_goes(quiet):
+    """Ray's "Unhandled error" line: a failed task fired and forgotten is not lost silently."""
+    import os
+
+    from tests.helpers import run_python
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=repo)
+    if quiet:
+        env["RAY_IGNORE_UNHANDLED_ERRORS"] = "1"
+    done = run_python(_UNHANDLED, 60, env=env)
+    assert done.returncode == 0, done.stderr
+    reports = done.stderr.count("meshrt: unhandled error")
+    if quiet:
+        assert reports == 0, done.stderr
+        return
+    assert reports == 1, done.stderr
+    assert "ValueError: dropped without a look" in done.stderr and "fail (pid=" in done.stderr
+    assert "read by get" not in done.stderr and "handed to another task" not in done.stderr

@@ -93,8 +93,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls, InlineReads):
         self.closed = False
         self.closing = False  # shutdown has begun: deaths from here on are expected
 
-    # ===================================================================================
-    # routing (subclasses)
+    # == routing (subclasses) =============================================================
 
     def send_controller(self, msg) -> None:
         raise NotImplementedError
@@ -137,8 +136,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls, InlineReads):
         self._drain_wait = DRAIN_INTERVAL_S if busy else min(self._drain_wait * 2, DRAIN_IDLE_S)
         self._drain_timer = self.io.loop.call_later(self._drain_wait, self._periodic_drain)
 
-    # ===================================================================================
-    # user-thread API
+    # == user-thread API ==================================================================
 
     def put(self, value: Any) -> ObjectRef:
         if isinstance(value, ObjectRef):
@@ -220,6 +218,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls, InlineReads):
             entry = entries.get(ref._id)
             if entry is None:
                 entry = self._entry_for_unknown(ref)
+            entry.seen = True
             found.append(entry)
         # (each entry once: a list may name a ref twice, and an entry wakes a waiter once)
         not_ready = list({id(e): e for e in found if e.payload is None}.values())
@@ -265,6 +264,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls, InlineReads):
             self.on_block(False)
 
     def value_of(self, entry: ObjectEntry) -> Any:
+        entry.seen = True
         payload = entry.payload
         if payload.is_error:
             raise error_from_payload(payload)
@@ -357,8 +357,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls, InlineReads):
 
         return context.process.get("namespace") or "default"
 
-    # ===================================================================================
-    # loop side: submission
+    # == loop side: submission ============================================================
 
     def _start_pending(self, pt: PendingTask) -> None:
         """Wait for the top-level ref arguments, then run ``pt.then``."""
@@ -368,6 +367,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls, InlineReads):
         missing = []
         for _, ref in pt.deps:
             entry = entries.get(ref._id) or self._entry_for_unknown(ref)
+            entry.seen = True  # (its value, or its error, is the call's now)
             if entry.payload is None:
                 missing.append(entry)
         if not missing:
@@ -440,8 +440,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls, InlineReads):
             return
         self.send_controller(m.CancelTask(pt.task_id, force, recursive))
 
-    # ===================================================================================
-    # loop side: incoming
+    # == loop side: incoming ==============================================================
 
     def on_messages(self, conn, msgs: list) -> None:
         self.take_messages(conn, msgs)
@@ -541,8 +540,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls, InlineReads):
         if stream is not None:
             stream.end(self, msg.error)
 
-    # ===================================================================================
-    # streams
+    # == streams ==========================================================================
 
     def open_stream(self, task_id: int) -> Stream:
         stream = self.streams.get(task_id)

@@ -34,8 +34,8 @@ from typing import Any
 
 from .. import exceptions as exc
 from ..objstore.serialization import deserialize, error_payload, loads_code, system_error_payload
-from . import args as argpack
 from . import actor_exit, call_payloads, call_record, call_streams, context, ids, lanes, runtime_env
+from . import args as argpack
 from . import debug_sessions as debugging
 from . import messages as m
 from .call import Call

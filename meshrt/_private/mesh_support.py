@@ -67,6 +67,7 @@ class MeshSupport:
         missing = []
         for ref in refs:
             entry = entries.get(ref._id) or self._entry_for_unknown(ref)
+            entry.seen = True  # (a mesh call reads the first failure only: the others count as read)
             if entry.payload is None:
                 missing.append(entry)
             elif fail_fast and failed(entry):

@@ -13,7 +13,7 @@ import logging
 from .. import exceptions as exc
 from ..objstore.serialization import Payload, inline_copy, system_error_payload
 from ..objstore.table import ObjectEntry
-from . import ids
+from . import ids, unhandled_errors
 from . import messages as m
 from .portal import in_background
 from .refs import ObjectRef
@@ -44,6 +44,7 @@ class Ownership:
             entry.add_waiter(_FetchWaiter(self, borrower))
 
     def send_value(self, entry: ObjectEntry, borrower: int) -> None:
+        entry.seen = True
         payload = entry.payload
         self.account_outgoing(payload, borrower)
         if payload.shm is not None and self.remote_peer(borrower):
@@ -195,6 +196,8 @@ class Ownership:
         """The value is freed: copies other hosts keep of it must go too."""
 
     def _release_owned(self, entry: ObjectEntry) -> None:
+        if not entry.seen and entry.payload is not None and entry.payload.is_error:
+            unhandled_errors.report(entry.payload)
         self.forget_copies(entry.id)
         self.release_payload(entry.payload)
         if entry.on_release is not None:

@@ -66,6 +66,7 @@ class Stream:
         done = core.table.entries.get(ids.object_id(self.task_id, 0))
         if done is not None:
             core.table.resolve(done, error if error is not None else _none_payload())
+            done.seen = True  # (an error is read as the last item: completed() need not be asked)
             core._check.append(done)
         self._fire()
 

@@ -26,7 +26,7 @@ from .serialization import Payload
 class ObjectEntry:
     __slots__ = (
         "id", "owner", "payload", "waiters", "local", "borrowers", "receipts",
-        "held", "pending", "fetching", "last_access", "on_release",
+        "held", "pending", "fetching", "last_access", "on_release", "seen",
     )
 
     def __init__(self, oid: int, owner: int, pending: bool = False):
@@ -44,6 +44,7 @@ class ObjectEntry:
         # Owned: called on the core loop once no process holds a ref any more (an actor
         # handle's entry ends its actor; a handed-on response port's fails its call).
         self.on_release = None
+        self.seen = False  # (owned: its value was read or handed on; unhandled_errors.py)
 
     def remove_waiter(self, waiter) -> None:
         """Forget a waiter that gave up (timeout), so polling callers do not pile up."""
