@@ -422,8 +422,9 @@ ActorHandleNotFoundError = ActorNotFoundError
 # or for features meshrt does not have (runtime envs, placement groups). They exist so
 # that Ray code naming them in ``except`` still imports and runs.
 class RaySystemError(MeshrtError):
-    """Ray's internal system error; meshrt raises it only for a compiled graph that was
-    torn down or lost an actor (meshrt.dag), as Ray does."""
+    """Ray's internal system error; meshrt raises it, as Ray does, for a compiled graph
+    that was torn down or lost an actor (meshrt.dag), and for ``cluster_resources()``,
+    ``available_resources()`` or ``nodes()`` asked before ``init()``."""
 
 
 class NodeDiedError(MeshrtError):

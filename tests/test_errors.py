@@ -295,3 +295,12 @@ def test_an_error_nobody_read_is_reported_as_its_ref_goes(quiet):
     assert reports == 1, done.stderr
     assert "ValueError: dropped without a look" in done.stderr and "fail (pid=" in done.stderr
     assert "read by get" not in done.stderr and "handed to another task" not in done.stderr
+
+
+@pytest.mark.timeout(30)
+def test_asking_about_the_cluster_before_init_does_not_start_one():
+    assert not meshrt.is_initialized()
+    for question in (meshrt.cluster_resources, meshrt.available_resources, meshrt.nodes):
+        with pytest.raises(exceptions.RaySystemError, match=r"call meshrt.init\(\) first"):
+            question()
+    assert not meshrt.is_initialized()

@@ -7,6 +7,7 @@ import asyncio
 import warnings
 from typing import Any
 
+from .. import exceptions as exc
 from ..scheduler import bundles
 from . import context, id_types, runtime_env, state
 from .api import ActorHandle
@@ -131,15 +132,24 @@ def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
 
 
 def available_resources() -> dict:
-    return state.core().request_sync("available_resources")
+    return _started("available_resources()").request_sync("available_resources")
 
 
 def cluster_resources() -> dict:
-    return state.core().request_sync("cluster_resources")
+    return _started("cluster_resources()").request_sync("cluster_resources")
 
 
 def nodes() -> list:
-    return state.core().request_sync("nodes")
+    return _started("nodes()").request_sync("nodes")
+
+
+def _started(what: str):
+    """The runtime, for a question about it: asking does not start one, as in Ray (a
+    cluster started just to be described would describe nothing of the program's)."""
+    core = state.core_or_none()
+    if core is None:
+        raise exc.RaySystemError(f"{what}: meshrt is not running in this process; call meshrt.init() first")
+    return core
 
 
 def get_gpu_ids() -> list:
