@@ -566,3 +566,15 @@ def test_a_call_cancelled_while_it_waits_for_its_turn_is_answered_cancelled(rt):
     meshrt.get(opened.open.remote())
     assert meshrt.get(held, timeout=30) == "held"
     assert meshrt.get(actor.quick.remote(), timeout=30) == "quick"
+
+
+def test_a_call_on_a_handle_dropped_at_once_still_runs(rt):
+    """``Cls.remote().method.remote()``: the handle goes before the call has left; the
+    actor ends after answering it (it was killed first when the handle went quickly)."""
+    @meshrt.remote(num_cpus=0)
+    class Echo:
+        def echo(self, x):
+            return x
+
+    # (many at once: this thread makes and drops handles faster than the loop sends)
+    assert meshrt.get([Echo.remote().echo.remote(i) for i in range(40)], timeout=120) == list(range(40))

@@ -212,6 +212,9 @@ class Ownership:
 
     def actor_handle_released(self, actor_id: int) -> None:
         """The last handle to an actor we created is gone: let it finish and exit."""
+        if self.unsubmitted_calls(actor_id):  # (calls made with the handle just before: posted ahead of us)
+            self.io.post(self.actor_handle_released, actor_id)  # (after them: `Cls.remote().f.remote()`)
+            return
         client = self.actor_clients.get(actor_id)
         if client is not None:
             client.release()
