@@ -50,6 +50,28 @@ def test_worker_output_is_prefixed(rt, capsys):
     assert f"(shout pid={pid}) task speaking" in _collect(capsys, "task speaking")
 
 
+def test_an_actor_with_its_own_repr_is_named_by_it(rt, capsys):
+    """As in Ray: a class's __repr__ tells the actors of a pool apart in the output."""
+    @meshrt.remote
+    class Shard:
+        def __init__(self, index):
+            self.index = index
+
+        def __repr__(self):
+            return f"Shard(index={self.index})"
+
+        def say(self, text):
+            import os
+
+            print(text)
+            return os.getpid()
+
+    pids = meshrt.get([Shard.remote(i).say.remote(f"shard {i} here") for i in range(2)])
+    out = _collect(capsys, "shard 1 here") + _collect(capsys, "shard 0 here")
+    assert f"(Shard(index=0) pid={pids[0]}) shard 0 here" in out
+    assert f"(Shard(index=1) pid={pids[1]}) shard 1 here" in out
+
+
 def test_log_to_driver_false_keeps_output_away(capsys):
     meshrt.init(num_cpus=1, log_to_driver=False)
 

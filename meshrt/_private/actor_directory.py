@@ -239,6 +239,8 @@ class ActorDirectory:
             if w is not None and w.conn is not None:
                 w.conn.send(m.Exit("its actor failed to start"))
             return
+        if msg.label and w is not None and not rec.spec.label:  # (a mesh's processes keep theirs)
+            w.label = msg.label
         rec.state = "alive"
         self._publish(rec)
 

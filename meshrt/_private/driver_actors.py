@@ -21,8 +21,9 @@ from ..objstore.serialization import system_error_payload
 from . import ids, lanes
 from . import messages as m
 from .call import Call
-from .executor import Executor, _new_loop
+from .executor import Executor
 from .helper_thread import HelperThread
+from .portal import new_loop
 
 MAX_CONCURRENCY = 1000  # async endpoints in flight at once, as for a worker's ProcHost
 STOP_GRACE_S = 2.0  # how long cancelled async endpoints get to unwind when their actor ends
@@ -49,7 +50,7 @@ class _Hosted:
 
     def serve(self, make, started: threading.Event, failed: list) -> None:
         ex = self.executor
-        loop = ex.user_loop = _new_loop()
+        loop = ex.user_loop = new_loop()
         asyncio.set_event_loop(loop)
         ex.loop_ident = threading.get_ident()
         ex.semaphore = asyncio.Semaphore(MAX_CONCURRENCY)

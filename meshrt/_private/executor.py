@@ -3,21 +3,21 @@
 The core loop (a daemon thread) does the I/O; user code never runs on it. Where user
 code runs:
 
-- pool tasks and plain actors: the main thread, one call at a time, in arrival
-  order. Being the main thread, a running call can be interrupted by a signal,
-  which is how ``cancel()`` stops a task blocked in ``time.sleep`` or C code (a
-  method running on another thread runs on, but its caller hears it was cancelled). A
-  plain actor's main thread also reads a direct lane of its own (direct_lanes.py),
-  so a call from the driver on its host wakes it without a turn of the core loop;
+- pool tasks and plain actors: the main thread, one call at a time, in arrival order.
+  Being the main thread, a running call can be interrupted by a signal, which is how
+  ``cancel()`` stops a task blocked in ``time.sleep`` or C code (a method running on
+  another thread runs on, but its caller hears it was cancelled). A plain actor's main
+  thread also reads a direct lane of its own (direct_lanes.py), so a call from the
+  driver on its host wakes it without a turn of the core loop;
 - actors with ``max_concurrency > 1``: a thread pool of that size;
 - async actors (any ``async def`` method): an asyncio loop on the main thread, with
-  ``max_concurrency`` coroutines at once; their plain ``def`` methods go to a
-  helper thread, so a slow sync method never stalls the loop (a process of a mesh
-  has one per actor it hosts: lanes.py).
+  ``max_concurrency`` coroutines at once; their plain ``def`` methods go to a helper
+  thread, so a slow sync method never stalls the loop (a process of a mesh has one per
+  actor it hosts: lanes.py).
 
-Results are serialized on the executing thread. A plain reply (no refs, no store
-blocks) is written to the caller's connection from that thread (``reply_now``);
-anything else is handed to the core loop, which settles refs and pins first.
+Results are serialized on the executing thread. A plain reply (no refs, no store blocks)
+is written to the caller's connection from that thread (``reply_now``); anything else is
+handed to the core loop, which settles refs and pins first.
 """
 
 from __future__ import annotations
@@ -34,7 +34,16 @@ from typing import Any
 
 from .. import exceptions as exc
 from ..objstore.serialization import deserialize, error_payload, loads_code, system_error_payload
-from . import actor_exit, call_payloads, call_record, call_streams, context, ids, lanes, runtime_env
+from . import (
+    actor_hooks,
+    call_payloads,
+    call_record,
+    call_streams,
+    context,
+    ids,
+    lanes,
+    runtime_env,
+)
 from . import args as argpack
 from . import debug_sessions as debugging
 from . import messages as m
@@ -43,6 +52,7 @@ from .concurrency_groups import Groups
 from .deferred import Deferred
 from .helper_thread import HelperThread
 from .inbox import Inbox
+from .portal import new_loop
 
 _CANCEL_SIGNAL = signal.SIGUSR1
 _REPLIES_AT_ONCE = 64  # (a long queue of calls: the caller gets replies on the way)
@@ -458,7 +468,7 @@ class Executor:
             cls = self.load(spec.code_id)
             args, kwargs = argpack.unpack(spec.args, spec.deps, deserialize)
             if spec.is_async:
-                self.user_loop = _new_loop()
+                self.user_loop = new_loop()
                 asyncio.set_event_loop(self.user_loop)
                 self.semaphore = asyncio.Semaphore(spec.max_concurrency)
                 self.use_helper(HelperThread("meshrt-sync-method"), "meshrt-sync")
@@ -486,7 +496,8 @@ class Executor:
                 error = error_payload(err, f"{spec.class_name}.__init__", os.getpid(), skip_frames=1)
             self.user_loop = None
         call_record.note_creation(f"{spec.class_name}.__init__", spec.actor_id, started, error)
-        self.core.io.post(self.core.send_controller, m.ActorStarted(spec.actor_id, incarnation, error))
+        label = actor_hooks.own_repr(self.instance) if error is None else None
+        self.core.io.post(self.core.send_controller, m.ActorStarted(spec.actor_id, incarnation, error, label))
 
     def _offer_main_lane(self) -> None:
         """A plain actor runs every call on this thread: let the driver (or the host's
@@ -576,19 +587,10 @@ class Executor:
         if self._replies and threading.get_ident() == self.loop_ident:
             self._send_replies()  # (calls that finished before this one are answered)
         self.exiting = True
-        actor_exit.run_hooks(self.instance)  # (__ray_shutdown__, atexit)
+        actor_hooks.run_exit_hooks(self.instance)  # (__ray_shutdown__, atexit)
         self.core.io.post(self.core.exit_actor, reason)
 
 
 def _set_if_pending(fut: asyncio.Future) -> None:
     if not fut.done():
         fut.set_result(None)
-
-
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-
-        return uvloop.new_event_loop()
-    except ImportError:  # pragma: no cover
-        return asyncio.new_event_loop()

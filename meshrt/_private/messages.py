@@ -242,6 +242,7 @@ class ActorStarted(NamedTuple):
     actor_id: int
     incarnation: int
     error: Payload | None = None
+    label: str | None = None  # the instance's own __repr__, where its class has one: its output's prefix
 
 
 class ActorCall(NamedTuple):

@@ -18,16 +18,16 @@ from typing import Any
 try:  # uvloop is a hard dependency on POSIX; fall back quietly elsewhere.
     import uvloop
 
-    _new_loop = uvloop.new_event_loop
+    new_loop = uvloop.new_event_loop
 except ImportError:  # pragma: no cover
-    _new_loop = asyncio.new_event_loop
+    new_loop = asyncio.new_event_loop
 
 
 class LoopThread:
     """An event loop running forever in a daemon thread, fed through a batched inbox."""
 
     def __init__(self, name: str) -> None:
-        self.loop = _new_loop()
+        self.loop = new_loop()
         self._inbox: collections.deque = collections.deque()
         self._wake_pending = False
         self._draining = False

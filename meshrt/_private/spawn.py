@@ -239,7 +239,7 @@ def _become_zygote(channel_fd: int, parent: int, keep: int, probe: bool = True) 
     _let_go_of_driver_files(channel_fd)
     import atexit
 
-    atexit._clear()  # (the driver's handlers are not its workers': an actor that ends runs its own, actor_exit.py)
+    atexit._clear()  # (the driver's handlers are not its workers': an actor that ends runs its own, actor_hooks.py)
     # The driver's log handlers may write to files just closed: workers start clean.
     import logging
 
