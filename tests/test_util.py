@@ -68,6 +68,9 @@ def test_queue_nonblocking_and_batches(rt):
     assert q.get_nowait_batch(2) == ["a", "b"]
     with pytest.raises(Empty):
         q.get(block=False)
+    unbounded = Queue(maxsize=-1)  # (0 or less: no limit, as in Ray and queue.Queue)
+    unbounded.put_nowait_batch(list(range(50)))
+    assert len(unbounded) == 50 and not unbounded.full()
     with pytest.raises(Empty):
         q.get(timeout=0.05)
     q.put_nowait_batch([1, 2])

@@ -83,11 +83,12 @@ def _plain(err: BaseException) -> BaseException:
 
 
 class Queue:
-    """``Queue(maxsize=0, actor_options=None)``: put/get from anywhere, blocking or not."""
+    """``Queue(maxsize=0, actor_options=None)``: put/get from anywhere, blocking or not;
+    a ``maxsize`` of 0 or less is no limit, as in Ray and the standard library."""
 
     def __init__(self, maxsize: int = 0, actor_options: dict | None = None) -> None:
-        if not isinstance(maxsize, int) or maxsize < 0:
-            raise ValueError(f"Queue(maxsize=...) must be an int >= 0, got {maxsize!r}")
+        if not isinstance(maxsize, int) or isinstance(maxsize, bool):
+            raise TypeError(f"Queue(maxsize=...) must be an int (0 or less: no limit), got {maxsize!r}")
         self.maxsize = maxsize
         options = {"num_cpus": 0, **(actor_options or {})}
         self.actor = api.ActorClass(_QueueActor, options).remote(maxsize)
