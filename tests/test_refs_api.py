@@ -9,6 +9,7 @@ import threading
 import time
 
 import numpy as np
+import psutil
 import pytest
 
 import meshrt
@@ -233,6 +234,32 @@ def test_cancel_force_takes_the_tasks_the_killed_task_submitted_along(rt):
     with pytest.raises(TaskCancelledError):
         meshrt.get(ref, timeout=30)
     assert wait_until(lambda: meshrt.available_resources().get("CPU") == total, timeout=30)
+
+
+def test_the_tasks_of_an_actor_that_ends_as_asked_run_on(rt):
+    """Only an owner that crashed or was killed takes its running tasks along: an actor
+    whose handles are all dropped lets the task it started finish, as in Ray."""
+    @meshrt.remote
+    def background(started, release, finished):
+        started.open.remote()
+        assert meshrt.get(release.wait.remote())
+        meshrt.get(finished.open.remote())
+
+    @meshrt.remote
+    class Starter:
+        def start(self, *gates):
+            self.ref = background.remote(*gates)  # (never waited on)
+            return os.getpid()
+
+    started, release, finished = gate(), gate(), gate()
+    starter = Starter.remote()
+    pid = meshrt.get(starter.start.remote(started, release, finished))
+    assert meshrt.get(started.wait.remote())
+    del starter  # (the actor ends: it owned the running task)
+    assert wait_until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
+                      timeout=30)
+    release.open.remote()
+    assert meshrt.get(finished.wait.remote(), timeout=60) is True
 
 
 def test_cancel_async_actor_call(rt):

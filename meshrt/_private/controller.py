@@ -374,6 +374,8 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
             key = (w.host, w.pool_key)  # (a pool of workers in a broken environment fails alone)
             self.startup_failures[key] = self.startup_failures.get(key, 0) + 1
         cause = w.lost_reason or exc.describe_exit(None if w.exit_code is _UNSET else w.exit_code)
+        crashed = (w.lost_reason is not None or any(rec.force_killed for rec in w.tasks)  # (not a worker that
+                   or w.exit_code not in (_UNSET, 0, None))  # ended as asked: its tasks' children go on)
         self.core.direct_lanes.drop(w.id)  # (before its calls fail: no caller sees a dead lane)
         if w.tasks:
             self._release_worker_alloc(w)
@@ -386,7 +388,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
             self._fail_queued_startup(w, cause)
         if w.kind == "driver":
             self.driver_gone(w)
-        self._owner_died(w.id)
+        self._owner_died(w.id, crashed)
         self.head_owner_gone(w.id)  # copies the head host keeps of what it owned
         self.store_service.run(functools.partial(self.store.worker_died, w.id), w.id)
         gone = m.PeerGone(w.id)
@@ -565,15 +567,19 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
                 f"the worker running {spec.name} (pid {w.pid}) died: {cause}; "
                 f"no retries left (max_retries={spec.max_retries}){detail}")))
 
-    def _owner_died(self, worker_id: int) -> None:
-        """Tasks of a dead owner have nobody to return to: those queued are dropped, those
-        running are cancelled, with the tasks they submitted (as Ray stops a dead owner's
-        workers; a parent killed by cancel(force=True) so takes its children along)."""
+    def _owner_died(self, worker_id: int, crashed: bool) -> None:
+        """Tasks of a dead owner have nobody to return to: those queued are dropped; where
+        it crashed or was killed, those running are cancelled too, with the tasks they
+        submitted (as Ray stops the workers of an owner that died; a parent killed by
+        cancel(force=True) so takes its children along). An owner that ended as asked (an
+        actor's exit, a retired worker) lets them finish, as in Ray."""
         for task_id in [t for t, rec in self.tasks.items() if rec.spec.owner == worker_id]:
             rec = self.tasks[task_id]
             if rec.worker is None:
                 if self.scheduler_of(rec.host).remove_task(task_id):
                     del self.tasks[task_id]
+                continue
+            if not crashed:
                 continue
             w = self.workers.get(rec.worker)
             if not rec.cancelled and w is not None and w.conn is not None and not w.conn.closed:
