@@ -273,3 +273,66 @@ def test_an_actor_that_ends_runs_its_own_exit_hooks_not_the_drivers(tmp_path):
     driver, actor = done.stdout.split("PIDS ")[1].split()
     assert sorted(marks.read_text().split("\n")) == ["", f"actor {actor}", f"driver {driver}"]
     assert "Exception ignored in atexit" not in done.stdout + done.stderr
+
+
+_HOOKS_THAT_MISBEHAVE = """
+import os, sys, tempfile, threading
+import psutil
+import meshrt
+from tests.helpers import wait_until
+
+kept = tempfile.TemporaryDirectory()  # (the driver's own finalizer: not its workers' to run)
+meshrt.init(num_cpus=1)
+
+@meshrt.remote
+class Exits:
+    def __init__(self):
+        self.scratch = tempfile.TemporaryDirectory()  # (removed by its finalizer at a graceful end)
+
+    def __ray_shutdown__(self):
+        sys.exit(3)
+
+    def where(self):
+        return os.getpid(), self.scratch.name
+
+    def quit(self):
+        meshrt.actor.exit_actor()
+
+@meshrt.remote
+class Hangs:
+    def __ray_shutdown__(self):
+        threading.Event().wait()
+
+    def pid(self):
+        return os.getpid()
+
+def gone(pid):
+    return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+exits = Exits.remote()
+pid, scratch = meshrt.get(exits.where.remote())
+try:
+    meshrt.get(exits.quit.remote(), timeout=30)
+except meshrt.exceptions.ActorDiedError:
+    print("QUIT ANSWERED")
+assert wait_until(lambda: gone(pid), 30)
+print("SCRATCH REMOVED", not os.path.exists(scratch))
+hangs = Hangs.remote()
+pid = meshrt.get(hangs.pid.remote())
+del hangs
+print("HANGING HOOK ENDED", wait_until(lambda: gone(pid), 30))
+print("DRIVER DIR KEPT", os.path.isdir(kept.name))
+meshrt.shutdown()
+"""
+
+
+def test_exit_hooks_that_exit_or_hang_still_end_the_actor():
+    """sys.exit() in __ray_shutdown__ ends the actor (its caller hears it died); a hook
+    that hangs is cut off after MESHRT_ACTOR_SHUTDOWN_TIMEOUT_S; the actor's own
+    finalizers run, the driver's do not."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=repo, MESHRT_ACTOR_SHUTDOWN_TIMEOUT_S="1")
+    done = run_python(_HOOKS_THAT_MISBEHAVE, 90, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for line in ("QUIT ANSWERED", "SCRATCH REMOVED True", "HANGING HOOK ENDED True", "DRIVER DIR KEPT True"):
+        assert line in done.stdout, done.stdout + done.stderr

@@ -2,29 +2,63 @@
 prints (``own_repr``). As it ends gracefully (its handles all dropped,
 ``__ray_terminate__``, ``exit_actor()``, ``sys.exit()`` in a method), its
 ``__ray_shutdown__()`` runs, then the ``atexit`` handlers of its process (meshrt's
-workers leave with ``os._exit``, which skips them): ``run_exit_hooks``. Not on
-``kill()`` or a crash, where Ray runs nothing either."""
+workers leave with ``os._exit``, which skips them): ``end_gracefully``. Not on
+``kill()`` or a crash, where Ray runs nothing either. The process leaves once they
+return, or raise (even ``sys.exit()``), or after ``MESHRT_ACTOR_SHUTDOWN_TIMEOUT_S``
+(30 s) if they hang: its resources are not held for ever (Ray's graceful shutdown has
+a timeout too)."""
 
 from __future__ import annotations
 
 import atexit
+import os
 import sys
+import threading
 import traceback
+from collections.abc import Callable
 
 
-def run_exit_hooks(instance) -> None:
+def end_gracefully(instance, leave: Callable[[], None]) -> None:
+    """Run the hooks, then ``leave()`` (once, whichever comes first: they end or time out)."""
     from ..mesh.proc_host import ProcHost
 
-    if isinstance(instance, ProcHost):
-        return  # (a mesh's process: its actors' __cleanup__ is Monarch's hook, run as they stop)
-    hook = getattr(type(instance), "__ray_shutdown__", None) if instance is not None else None
-    if hook is not None:
-        try:
-            hook(instance)
-        except Exception:  # noqa: BLE001 - the actor ends anyway; its log says why the hook failed
-            print(f"{type(instance).__name__}.__ray_shutdown__() raised:", file=sys.stderr)
-            traceback.print_exc()
-    atexit._run_exitfuncs()  # (each handler's error is printed by atexit itself)
+    lock, left = threading.Lock(), []
+
+    def leave_once() -> None:
+        with lock:
+            if left:
+                return
+            left.append(True)
+        leave()
+
+    if isinstance(instance, ProcHost) or instance is None:  # (a mesh's process: its actors' __cleanup__
+        leave_once()  # is Monarch's hook, run as they stop)
+        return
+    timer = threading.Timer(_timeout_s(), leave_once)
+    timer.daemon = True
+    timer.start()
+    try:
+        hook = getattr(type(instance), "__ray_shutdown__", None)
+        if hook is not None:
+            try:
+                hook(instance)
+            except BaseException:  # noqa: BLE001 - the actor ends anyway (sys.exit() there too); its log says why
+                print(f"{type(instance).__name__}.__ray_shutdown__() raised:", file=sys.stderr)
+                traceback.print_exc()
+        atexit._run_exitfuncs()  # (each handler's error is printed by atexit itself)
+    finally:
+        timer.cancel()
+        leave_once()
+
+
+def _timeout_s() -> float:
+    text = os.environ.get("MESHRT_ACTOR_SHUTDOWN_TIMEOUT_S", "30")
+    try:
+        return max(float(text), 0.0)
+    except ValueError:
+        print(f"meshrt: MESHRT_ACTOR_SHUTDOWN_TIMEOUT_S={text!r} is not a number of seconds; using 30",
+              file=sys.stderr)
+        return 30.0
 
 
 def own_repr(instance) -> str | None:

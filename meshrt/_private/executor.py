@@ -586,9 +586,8 @@ class Executor:
             return
         if self._replies and threading.get_ident() == self.loop_ident:
             self._send_replies()  # (calls that finished before this one are answered)
-        self.exiting = True
-        actor_hooks.run_exit_hooks(self.instance)  # (__ray_shutdown__, atexit)
-        self.core.io.post(self.core.exit_actor, reason)
+        self.exiting = True  # (__ray_shutdown__ and atexit first)
+        actor_hooks.end_gracefully(self.instance, lambda: self.core.io.post(self.core.exit_actor, reason))
 
 
 def _set_if_pending(fut: asyncio.Future) -> None:

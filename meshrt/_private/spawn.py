@@ -228,6 +228,23 @@ def _gpu_driver_started() -> bool:
     return nvml is not None and nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 1  # NVML_ERROR_UNINITIALIZED
 
 
+def _forget_driver_exit_handlers() -> None:
+    """The driver's atexit handlers and finalizers are not its workers' to run (an actor
+    that ends runs its own: actor_hooks.py); the standard library's own go on working."""
+    import atexit
+    import logging
+    import weakref
+
+    atexit._clear()
+    try:  # (weakref.finalize registers its atexit runner once per process: again, for the workers')
+        for info in weakref.finalize._registry.values():
+            info.atexit = False  # (the driver's objects: not finalized at a worker's exit)
+        weakref.finalize._registered_with_atexit = False
+    except AttributeError:  # pragma: no cover - (another Python's internals: finalizers run as before)
+        pass
+    atexit.register(logging.shutdown)
+
+
 def _become_zygote(channel_fd: int, parent: int, keep: int, probe: bool = True) -> None:
     os.setsid()  # Ctrl-C in the terminal reaches the driver only
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
@@ -237,9 +254,7 @@ def _become_zygote(channel_fd: int, parent: int, keep: int, probe: bool = True) 
     os.close(devnull)
     os.close(keep)
     _let_go_of_driver_files(channel_fd)
-    import atexit
-
-    atexit._clear()  # (the driver's handlers are not its workers': an actor that ends runs its own, actor_hooks.py)
+    _forget_driver_exit_handlers()
     # The driver's log handlers may write to files just closed: workers start clean.
     import logging
 
