@@ -267,6 +267,9 @@ try:
 except ValueError:
     pass
 del handed
+waited = fail.remote("waited on")
+meshrt.wait([waited], timeout=60)
+del waited  # (as in Ray: waited on is not unhandled)
 cancelled = fail.options(num_cpus=1).remote("never runs")
 meshrt.cancel(cancelled)
 del cancelled  # (meshrt's own error: not reported)
@@ -295,6 +298,7 @@ def test_an_error_nobody_read_is_reported_as_its_ref_goes(quiet):
     assert reports == 1, done.stderr
     assert "ValueError: dropped without a look" in done.stderr and "fail (pid=" in done.stderr
     assert "read by get" not in done.stderr and "handed to another task" not in done.stderr
+    assert "waited on" not in done.stderr
 
 
 @pytest.mark.timeout(30)

@@ -19,7 +19,8 @@ class ActorCalls:
 
     def call_actor(self, handle, method: str, args: tuple, kwargs: dict, num_returns: int,
                    inline: bool = False, packed=None, retry_exceptions: Any = False,
-                   concurrency_group: str | None = None, name: str | None = None) -> Any:
+                   concurrency_group: str | None = None, name: str | None = None,
+                   max_retries: int | None = None) -> Any:
         """``inline``: the actor is on another host, so large arguments are lent
         (lent_payloads.py) instead of placed in this host's store. ``packed``: ``args``
         already serialized, with no refs or store blocks (reused by every call). The call
@@ -31,6 +32,8 @@ class ActorCalls:
                                                  lend=not inline)
         pt, result = self.pending_call(handle, method, payload, deps, pins, num_returns, inline, name)
         pt.retry = retry_exceptions
+        if max_retries is not None:  # (the method's own max_task_retries)
+            pt.retries_left = max_retries
         pt.group = concurrency_group
         pt.label = name
         self.count_call(pt.actor_id, 1)

@@ -103,6 +103,7 @@ class MethodMeta:
     is_async: bool
     retry_exceptions: Any = False  # (as options.retry_exceptions_value gives it)
     is_generator: bool = False
+    max_task_retries: int | None = None  # (@meshrt.method's; None: the actor's)
 
 
 @dataclass
@@ -134,7 +135,7 @@ def _method_meta(cls: type, class_name: str) -> tuple[dict, bool]:
         checker = CallChecker.for_callable(member, f"{class_name}.{name}",
                                            drop_self=not static and not inspect.ismethod(member))
         retry = retry_exceptions_value(opts.get("retry_exceptions"), f"{class_name}.{name}")
-        methods[name] = MethodMeta(nr, checker, is_async, retry, is_gen)
+        methods[name] = MethodMeta(nr, checker, is_async, retry, is_gen, opts.get("max_task_retries"))
     for builtin in ("__ray_ready__", "__ray_terminate__"):
         methods.setdefault(builtin, MethodMeta(1,  # (a ref: Ray's terminate call has one too)
                                                CallChecker(builtin, inspect.Signature()), False))
@@ -259,7 +260,8 @@ class ActorHandle:
             raise AttributeError(f"actor {self._class_name} has no method {name!r}{extra}")
         # Not cached on the handle: a method pointing back at its handle would make a
         # cycle, and the actor must end as soon as its last handle is dropped.
-        return ActorMethod(self, name, meta.num_returns, meta.checker, meta.retry_exceptions)
+        return ActorMethod(self, name, meta.num_returns, meta.checker, meta.retry_exceptions,
+                           max_retries=getattr(meta, "max_task_retries", None))
 
     def __dir__(self):
         """The actor's methods too (tab completion finds them, as on Ray's handles)."""
@@ -312,10 +314,11 @@ def _rebuild_handle(actor_id: int, meta_blob: bytes, handle_ref) -> ActorHandle:
 class ActorMethod:
     """``handle.method``: call ``.remote(...)`` on it."""
 
-    __slots__ = ("_handle", "_name", "_num_returns", "_checker", "_retry", "_group", "_task_name")
+    __slots__ = ("_handle", "_name", "_num_returns", "_checker", "_retry", "_group", "_task_name", "_max_retries")
 
     def __init__(self, handle: ActorHandle, name: str, num_returns: int, checker: CallChecker,
-                 retry_exceptions: Any = False, group: str | None = None, task_name: str | None = None):
+                 retry_exceptions: Any = False, group: str | None = None, task_name: str | None = None,
+                 max_retries: int | None = None):
         self._handle = handle
         self._name = name
         self._num_returns = num_returns
@@ -323,6 +326,7 @@ class ActorMethod:
         self._retry = retry_exceptions  # (retried up to the actor's max_task_retries, as in Ray)
         self._group = group  # (.options(concurrency_group=): else the method's own)
         self._task_name = task_name  # (.options(name=): the calls' name in list_tasks and the timeline)
+        self._max_retries = max_retries  # (the method's max_task_retries; None: the actor's)
 
     def remote(self, *args, **kwargs):
         self._checker.check(args, kwargs)
@@ -338,9 +342,10 @@ class ActorMethod:
             # another host, large arguments are lent to it, not put in this host's store
             return core.call_actor(self._handle, self._name, args, kwargs, self._num_returns, inline=True,
                                    retry_exceptions=self._retry, concurrency_group=self._group,
-                                   name=self._task_name)
+                                   name=self._task_name, max_retries=self._max_retries)
         return core.call_actor(self._handle, self._name, args, kwargs, self._num_returns,
-                               retry_exceptions=self._retry, concurrency_group=self._group, name=self._task_name)
+                               retry_exceptions=self._retry, concurrency_group=self._group, name=self._task_name,
+                               max_retries=self._max_retries)
 
     def bind(self, *args, **kwargs):
         """A node of a lazy call graph (``meshrt.dag``): this method call, made when
@@ -372,7 +377,9 @@ class ActorMethod:
                  else retry_exceptions_value(other["retry_exceptions"], f"{self._handle._class_name}.{self._name}"))
         task_name = (self._task_name if "name" not in other
                      else task_name_value(other["name"], f"{self._handle._class_name}.{self._name}.options(name=...)"))
-        return ActorMethod(self._handle, self._name, nr, self._checker, retry, group, task_name)
+        retries = (self._max_retries if "max_task_retries" not in other else _retries_value(
+            other["max_task_retries"], f"{self._handle._class_name}.{self._name}.options(max_task_retries=...)"))
+        return ActorMethod(self._handle, self._name, nr, self._checker, retry, group, task_name, retries)
 
     def __call__(self, *args, **kwargs):
         raise TypeError(
@@ -385,30 +392,38 @@ class ActorMethod:
 
 
 # Ray's other @ray.method keywords: accepted so Ray programs run unchanged, not applied
-_METHOD_OPTIONS_ACCEPTED = {"max_task_retries", "_generator_backpressure_num_objects", "_num_objects_per_yield",
-                            "enable_task_events", "tensor_transport"}
+_METHOD_OPTIONS_ACCEPTED = {"_generator_backpressure_num_objects", "_num_objects_per_yield", "enable_task_events",
+                            "tensor_transport"}
 
 
-def method(*, num_returns: Any = None, concurrency_group: str | None = None, retry_exceptions: Any = None,
-           **_ray_options: Any):
+def method(fn: Callable | None = None, *, num_returns: Any = None, concurrency_group: str | None = None,
+           retry_exceptions: Any = None, max_task_retries: int | None = None, **_ray_options: Any):
     """Set per-method options: ``@meshrt.method(num_returns=2)``; ``retry_exceptions=True``
-    (or a list of exception classes) retries the call when the method raises, up to the
-    actor's ``max_task_retries``, as in Ray."""
+    (or a list of exception classes) retries the call when the method raises, up to
+    ``max_task_retries`` (the method's, else the actor's), as in Ray. ``@meshrt.method``
+    alone changes nothing."""
     unknown = sorted(set(_ray_options) - _METHOD_OPTIONS_ACCEPTED)
     if unknown:  # (a typo, num_return=2, would otherwise surface far away)
         raise ValueError(f"@meshrt.method() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; "
-                        f"it takes num_returns, concurrency_group, retry_exceptions (and Ray's "
+                        f"it takes num_returns, concurrency_group, retry_exceptions, max_task_retries (and Ray's "
                         f"{', '.join(sorted(_METHOD_OPTIONS_ACCEPTED))}, accepted and not applied)")
     if concurrency_group is not None and (not isinstance(concurrency_group, str) or not concurrency_group):
         raise ValueError(f"@meshrt.method(concurrency_group=...): give a group name, got {concurrency_group!r}")
     retry_exceptions_value(retry_exceptions, "@meshrt.method(retry_exceptions=...)")  # (bad values: here)
+    _retries_value(max_task_retries, "@meshrt.method(max_task_retries=...)")
 
     def decorate(fn):
         setattr(fn, _METHOD_OPTIONS, {"num_returns": num_returns, "retry_exceptions": retry_exceptions,
-                                      "concurrency_group": concurrency_group})
+                                      "concurrency_group": concurrency_group, "max_task_retries": max_task_retries})
         return fn
 
-    return decorate
+    return decorate if fn is None else decorate(fn)
+
+
+def _retries_value(value: Any, what: str) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < -1):
+        raise ValueError(f"{what}: give an int >= 0, or -1 to retry for ever, got {value!r}")
+    return value
 
 
 def remote(*args, **options):

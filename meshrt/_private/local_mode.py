@@ -266,8 +266,8 @@ class LocalCore(Core):
 
     def call_actor(self, handle, method: str, args: tuple, kwargs: dict, num_returns: int,
                    retry_exceptions: Any = False, concurrency_group: str | None = None,
-                   name: str | None = None) -> Any:
-        """(``retry_exceptions``: local mode runs each call once, as it simulates no retries;
+                   name: str | None = None, max_retries: int | None = None) -> Any:
+        """(``retry_exceptions``, ``max_retries``: local mode runs each call once, as it simulates no retries;
         ``concurrency_group``: and one at a time. ``name``: the call's in the timeline.)"""
         payload, deps, pins = argpack.pack(args, kwargs, f"{handle._class_name}.{method}.remote()")
         label, name = name, f"{handle._class_name}.{method}"

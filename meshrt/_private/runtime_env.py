@@ -352,14 +352,25 @@ def around_task(core, env: dict):
                 pass
 
 
-_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_REFERENCE = re.compile(r"\$(\w+|\{([^}]*)\})")  # ($NAME or ${NAME}, as os.path.expandvars reads them)
+_base_env: dict | None = None  # the process's own variables, before any runtime_env's
 
 
 def expanded(env_vars: dict) -> dict:
-    """``env_vars`` with each ``${NAME}`` replaced by that variable as the process has it
-    (empty where unset), as Ray does: ``{"PATH": "/opt/bin:${PATH}"}`` adds to the PATH."""
-    return {name: _REFERENCE.sub(lambda match: os.environ.get(match.group(1), ""), value)
-            for name, value in env_vars.items()}
+    """``env_vars`` with ``${NAME}`` (and ``$NAME``) replaced by that variable as the
+    process had it before any runtime_env (an unset ``${NAME}`` is empty), as Ray does:
+    ``{"PATH": "/opt/bin:${PATH}"}`` adds to the worker's own PATH, once, whether the
+    job's variables were applied already or not."""
+    global _base_env
+    if _base_env is None:
+        _base_env = dict(os.environ)
+    base = _base_env
+
+    def value_of(match) -> str:
+        name = match.group(2) if match.group(2) is not None else match.group(1)
+        return base.get(name, "" if match.group(2) is not None else match.group(0))
+
+    return {name: _REFERENCE.sub(value_of, value) for name, value in env_vars.items()}
 
 
 def _enter(core, env: dict) -> None:

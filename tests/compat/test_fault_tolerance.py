@@ -11,7 +11,8 @@
   new process, and once restarts are exhausted calls raise ``ActorDiedError``.
 * A supervisor restarting a wedged actor with ``ray.kill(no_restart=False)``,
   then retiring it for good with a plain ``ray.kill``.
-* ``max_task_retries`` making an actor crash invisible to the caller.
+* ``max_task_retries`` making an actor crash invisible to the caller, and a method's
+  own ``@ray.method(max_task_retries=...)`` (and ``.options()``) retrying its errors.
 * A task whose worker process dies: ``WorkerCrashedError`` without retries,
   transparent recovery with them.
 * An actor whose constructor fails.
@@ -249,6 +250,34 @@ def test_actor_task_retries_hide_crash(tmp_path):
     assert (tmp_path / "seen-21").exists()
     # Still usable afterwards.
     assert ray.get(worker.process.remote(str(tmp_path / "seen-21"), 5))[0] == 10
+
+
+@ray.remote
+class FlakyClient:
+    """An actor with no max_task_retries of its own: one method asks for retries."""
+
+    def __init__(self):
+        self.attempts = 0
+
+    @ray.method(max_task_retries=3, retry_exceptions=[ConnectionError])
+    def fetch(self, failures):
+        self.attempts += 1
+        if self.attempts <= failures:
+            raise ConnectionError(f"attempt {self.attempts} dropped")
+        return self.attempts
+
+    @ray.method
+    def attempts_so_far(self):
+        return self.attempts
+
+
+def test_a_method_retries_by_its_own_max_task_retries():
+    ray.init(num_cpus=2)
+    client = FlakyClient.remote()
+    assert ray.get(client.fetch.remote(2)) == 3
+    with pytest.raises(ConnectionError):
+        ray.get(client.fetch.options(max_task_retries=0).remote(10))  # (per call: no retries)
+    assert ray.get(client.attempts_so_far.remote()) == 4
 
 
 @ray.remote

@@ -91,6 +91,14 @@ def test_variables_refer_to_the_workers_own_with_dollar_braces():
     assert "/opt/mytools/bin" not in plain and got["PATH"] == "/opt/mytools/bin:" + plain
 
 
+def test_the_jobs_variables_refer_to_the_workers_own_once():
+    ray.init(num_cpus=1, runtime_env={"env_vars": {"JOB_PATH": "/job/bin:${PATH}"}})
+    plain = ray.get(variables.remote("JOB_PATH", "PATH"))
+    assert plain["JOB_PATH"].startswith("/job/bin:") and plain["JOB_PATH"].count("/job/bin") == 1
+    own = ray.get(variables.options(runtime_env={"env_vars": {"TASK": "1"}}).remote("JOB_PATH", "TASK"))
+    assert own == {"JOB_PATH": plain["JOB_PATH"], "TASK": "1"}  # (merged with the job's, not expanded twice)
+
+
 @ray.remote
 def toml_of(data):
     try:
