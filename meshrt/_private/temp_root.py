@@ -1,9 +1,9 @@
-"""The directory under which meshrt keeps a host's files: the sessions' logs, the head's
-record (``meshrt-sessions/``), spilled objects and unpacked packages. ``MESHRT_TEMP_DIR``
-where set, else the system's temp dir. ``init(_temp_dir=...)`` (Ray's argument) and
-``meshrt start --head --temp-dir`` set it for their processes, whose children inherit it,
-so a small or shared ``/tmp`` can be avoided; tools that look for a head started that way
-(``init(address="auto")``, ``meshrt stop``) need the same setting, as Ray's do."""
+"""The directory under which meshrt keeps a host's files: the sessions' logs
+(``meshrt-sessions/``), spilled objects and unpacked packages. ``MESHRT_TEMP_DIR`` where
+set, else the system's temp dir. ``init(_temp_dir=...)`` (Ray's argument) and ``meshrt
+start --head --temp-dir`` set it for their processes, whose children inherit it, so a
+small or shared ``/tmp`` can be avoided. The head's record stays in the system's temp dir
+(cluster_file.py): drivers and ``meshrt stop`` find the head without the setting."""
 
 from __future__ import annotations
 
