@@ -21,6 +21,17 @@ def wait_until(predicate, timeout: float = 5.0, interval: float = 0.01):
         time.sleep(interval)
 
 
+def ended(pid: int) -> bool:
+    """The process has exited (a zombie not yet reaped counts): asked once, so that one
+    exiting between two questions is not taken for an error."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 @meshrt.remote
 class Gate:
     """An event a test opens, so that 'slow' work ends exactly when the test says."""

@@ -238,9 +238,8 @@ def test_the_zygote_lets_go_of_the_drivers_files_without_freeing_their_numbers()
 
 _DRIVER_HOOKS = """
 import atexit, os, sys
-import psutil
 import meshrt
-from tests.helpers import wait_until
+from tests.helpers import ended, wait_until
 
 marks = sys.argv[1]
 atexit.register(lambda: open(marks, "a").write(f"driver {os.getpid()}\\n"))
@@ -259,7 +258,7 @@ class Ends:
 actor = Ends.remote()
 pid = meshrt.get(actor.pid.remote())
 actor.__ray_terminate__.remote()
-assert wait_until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 30)
+assert wait_until(lambda: ended(pid), 30)
 print("PIDS", os.getpid(), pid)
 """
 
@@ -277,9 +276,8 @@ def test_an_actor_that_ends_runs_its_own_exit_hooks_not_the_drivers(tmp_path):
 
 _HOOKS_THAT_MISBEHAVE = """
 import os, sys, tempfile, threading
-import psutil
 import meshrt
-from tests.helpers import wait_until
+from tests.helpers import ended, wait_until
 
 kept = tempfile.TemporaryDirectory()  # (the driver's own finalizer: not its workers' to run)
 meshrt.init(num_cpus=1)
@@ -306,8 +304,7 @@ class Hangs:
     def pid(self):
         return os.getpid()
 
-def gone(pid):
-    return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+gone = ended
 
 exits = Exits.remote()
 pid, scratch = meshrt.get(exits.where.remote())

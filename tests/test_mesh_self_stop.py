@@ -12,7 +12,7 @@ import pytest
 from meshrt import Actor, Channel, concurrent_endpoint, context, endpoint, this_host
 from meshrt.exceptions import ActorDiedError
 
-from .helpers import wait_until
+from .helpers import ended, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -145,8 +145,7 @@ async def test_an_actor_that_stops_ends_the_process_meshes_it_spawned(rt, failur
     pids = list(await shard.spawn_children.call_one())
     assert all(psutil.pid_exists(p) for p in pids)
     await shard.end.call_one("stop", "done")
-    assert wait_until(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
-                                      for p in pids), timeout=30)
+    assert wait_until(lambda: all(ended(p) for p in pids), timeout=30)
     seen, _ = failures
     assert seen == []  # (its children stopping is no failure either)
     await procs.stop()

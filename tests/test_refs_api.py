@@ -9,12 +9,11 @@ import threading
 import time
 
 import numpy as np
-import psutil
 import pytest
 
 import meshrt
 from meshrt.exceptions import GetTimeoutError, TaskCancelledError
-from tests.helpers import gate, wait_until
+from tests.helpers import ended, gate, wait_until
 
 
 @meshrt.remote
@@ -256,8 +255,7 @@ def test_the_tasks_of_an_actor_that_ends_as_asked_run_on(rt):
     pid = meshrt.get(starter.start.remote(started, release, finished))
     assert meshrt.get(started.wait.remote())
     del starter  # (the actor ends: it owned the running task)
-    assert wait_until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
-                      timeout=30)
+    assert wait_until(lambda: ended(pid), timeout=30)
     release.open.remote()
     assert meshrt.get(finished.wait.remote(), timeout=60) is True
 

@@ -78,7 +78,8 @@ def wait(core, refs: list, num_returns: int, timeout: float | None) -> tuple[lis
     for ref, e in zip(refs, found, strict=True):
         if e.payload is not None and len(ready) < num_returns:
             ready.append(ref)
-            e.seen = True  # (as in Ray, an error waited on is not reported unhandled: unhandled_errors.py)
+            if type(e) is not _NextOf:  # (as in Ray, an error waited on is not reported unhandled)
+                e.seen = True
         else:
             not_ready.append(ref)
     return ready, not_ready
