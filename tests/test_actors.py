@@ -11,7 +11,7 @@ import pytest
 
 import meshrt
 from meshrt.exceptions import ActorDiedError, ActorNameTakenError, ActorNotFoundError
-from tests.helpers import gate
+from tests.helpers import ended, gate
 
 
 @meshrt.remote
@@ -443,7 +443,7 @@ def test_dropping_last_handle_ends_the_actor(rt):
     del c
     proc = psutil.Process(worker_pid)
     proc.wait(timeout=10)  # returns once the worker exits
-    assert not psutil.pid_exists(worker_pid) or proc.status() == psutil.STATUS_ZOMBIE
+    assert ended(worker_pid)
 
 
 def test_calls_from_many_threads(rt):

@@ -11,13 +11,12 @@ import sys
 import textwrap
 import threading
 
-import psutil
 import pytest
 
 import meshrt
 from meshrt import Actor, Channel, Point, endpoint, this_host
 
-from .helpers import wait_until
+from .helpers import ended, wait_until
 
 
 class Fragile(Actor):
@@ -294,7 +293,7 @@ async def test_stop_ends_processes_and_hosts_can_spawn_again(rt, failures):
     pids = list((await mesh.pid.call()).values())
     await procs.stop()
     for pid in pids:
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        assert ended(pid)
     with pytest.raises(meshrt.exceptions.MeshActorDiedError, match="stopped"):  # (Ray's and Monarch's classes)
         mesh.ok.call()
     again = this_host().spawn_procs(per_host={"gpus": 2}).spawn("frag", Fragile)
@@ -317,7 +316,7 @@ async def test_stop_kills_a_process_still_busy_after_its_timeout(rt, failures):
     with pytest.raises(meshrt.exceptions.ActorDiedError):
         await within(stuck)
     for pid in pids:
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        assert ended(pid)
     seen, _ = failures
     assert seen == []  # a process killed by stop() is no failure to supervise
 

@@ -15,7 +15,13 @@ from .. import exceptions as exc
 from ..objstore.serialization import dumps_code
 from . import concurrency_groups, id_types, ids, placement, state
 from .args import CallChecker
-from .options import ActorOptions, TaskOptions, num_returns_value, retry_exceptions_value
+from .options import (
+    ActorOptions,
+    TaskOptions,
+    int_option,
+    num_returns_value,
+    retry_exceptions_value,
+)
 from .refs import ObjectRef
 
 _METHOD_OPTIONS = concurrency_groups.METHOD_OPTIONS
@@ -377,8 +383,8 @@ class ActorMethod:
                  else retry_exceptions_value(other["retry_exceptions"], f"{self._handle._class_name}.{self._name}"))
         task_name = (self._task_name if "name" not in other
                      else task_name_value(other["name"], f"{self._handle._class_name}.{self._name}.options(name=...)"))
-        retries = (self._max_retries if "max_task_retries" not in other else _retries_value(
-            other["max_task_retries"], f"{self._handle._class_name}.{self._name}.options(max_task_retries=...)"))
+        retries = (self._max_retries if "max_task_retries" not in other else int_option(
+            other, "max_task_retries", None, f"{self._handle._class_name}.{self._name}.options()"))
         return ActorMethod(self._handle, self._name, nr, self._checker, retry, group, task_name, retries)
 
     def __call__(self, *args, **kwargs):
@@ -410,7 +416,7 @@ def method(fn: Callable | None = None, *, num_returns: Any = None, concurrency_g
     if concurrency_group is not None and (not isinstance(concurrency_group, str) or not concurrency_group):
         raise ValueError(f"@meshrt.method(concurrency_group=...): give a group name, got {concurrency_group!r}")
     retry_exceptions_value(retry_exceptions, "@meshrt.method(retry_exceptions=...)")  # (bad values: here)
-    _retries_value(max_task_retries, "@meshrt.method(max_task_retries=...)")
+    int_option({"max_task_retries": max_task_retries}, "max_task_retries", None, "@meshrt.method()")
 
     def decorate(fn):
         setattr(fn, _METHOD_OPTIONS, {"num_returns": num_returns, "retry_exceptions": retry_exceptions,
@@ -419,11 +425,6 @@ def method(fn: Callable | None = None, *, num_returns: Any = None, concurrency_g
 
     return decorate if fn is None else decorate(fn)
 
-
-def _retries_value(value: Any, what: str) -> int | None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < -1):
-        raise ValueError(f"{what}: give an int >= 0, or -1 to retry for ever, got {value!r}")
-    return value
 
 
 def remote(*args, **options):

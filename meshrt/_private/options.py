@@ -197,7 +197,7 @@ def task_name(value: Any, what: str) -> str | None:
     return value or None
 
 
-def _int_option(options: dict, key: str, default: int, what: str, minimum: int = -1) -> int:
+def int_option(options: dict, key: str, default: int, what: str, minimum: int = -1) -> int:
     value = options.get(key)
     if value is None:
         return default
@@ -236,9 +236,9 @@ class TaskOptions:
             name=options.get("name") or default_name,
             num_returns=num_returns_value(options.get("num_returns"), what, is_generator),
             resources=resources,
-            max_retries=_int_option(options, "max_retries", DEFAULT_TASK_RETRIES, what),
+            max_retries=int_option(options, "max_retries", DEFAULT_TASK_RETRIES, what),
             retry_exceptions=retry_exceptions_value(options.get("retry_exceptions"), what),
-            max_calls=_int_option(options, "max_calls", 0, what, minimum=0),
+            max_calls=int_option(options, "max_calls", 0, what, minimum=0),
             affinity=affinity,
             spread=options.get("scheduling_strategy") == "SPREAD",
             runtime_env=runtime_env_option(options.get("runtime_env"), what),
@@ -296,9 +296,9 @@ class ActorOptions:
         hard, soft = wanted_labels(options, what)
         return cls(
             resources=resources,
-            max_restarts=_int_option(options, "max_restarts", 0, what),
-            max_task_retries=_int_option(options, "max_task_retries", 0, what),
-            max_concurrency=_int_option(options, "max_concurrency", default_concurrency, what, 1),
+            max_restarts=int_option(options, "max_restarts", 0, what),
+            max_task_retries=int_option(options, "max_task_retries", 0, what),
+            max_concurrency=int_option(options, "max_concurrency", default_concurrency, what, 1),
             name=name,
             namespace=namespace,
             detached=lifetime == "detached",
@@ -307,7 +307,7 @@ class ActorOptions:
             host_given=options.get("_host") is not None,
             label=str(options.get("_label") or ""),
             python=str(options.get("_python") or ""),
-            max_pending_calls=_int_option(options, "max_pending_calls", -1, what),
+            max_pending_calls=int_option(options, "max_pending_calls", -1, what),
             concurrency_groups=concurrency_groups.check(options.get("concurrency_groups"), what),
             affinity=affinity,
             spread=options.get("scheduling_strategy") == "SPREAD",

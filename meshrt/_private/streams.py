@@ -58,10 +58,7 @@ class Stream:
             self._end_dynamic(core, error)
             return
         if error is not None and not self.closed:
-            oid = ids.object_id(self.task_id, self.next_index + 1)
-            entry = core.table.owned(oid)
-            core.table.resolve(entry, error)
-            self.items.append(ObjectRef(oid, core.worker_id, core.table.deltas))
+            self._push_error(core, error)
         self.finished = True
         done = core.table.entries.get(ids.object_id(self.task_id, 0))
         if done is not None:
@@ -70,6 +67,12 @@ class Stream:
             core._check.append(done)
         self._fire()
 
+    def _push_error(self, core, error) -> None:
+        """The generator's error, as one more ref after its last value."""
+        oid = ids.object_id(self.task_id, self.next_index + 1)
+        core.table.resolve(core.table.owned(oid), error)
+        self.items.append(ObjectRef(oid, core.worker_id, core.table.deltas))
+
     def _end_dynamic(self, core, error) -> None:
         """What the generator raised is its last ref's value, as in Ray; meshrt's own
         errors (its worker died, the call was cancelled) are the call's ref's instead."""
@@ -77,9 +80,7 @@ class Stream:
 
         own = error is not None and is_system_error(error)
         if error is not None and not own:
-            oid = ids.object_id(self.task_id, self.next_index + 1)
-            core.table.resolve(core.table.owned(oid), error)
-            self.items.append(ObjectRef(oid, core.worker_id, core.table.deltas))
+            self._push_error(core, error)
         self.finished = True
         done = core.table.entries.get(ids.object_id(self.task_id, 0))
         if done is not None:
