@@ -6,6 +6,7 @@ import asyncio
 import os
 import sys
 import threading
+import warnings
 
 import pytest
 
@@ -66,27 +67,30 @@ def test_async_actor_interleaves_at_await(rt):
     assert meshrt.get([r.meet.remote(5) for _ in range(5)], timeout=60) == [5] * 5
 
 
-def test_async_actor_sync_methods_run_off_the_event_loop(rt):
+def test_async_actor_plain_methods_run_on_its_event_loop_as_in_ray(rt):
     @meshrt.remote
-    class Mixed:
+    class Mailbox:
+        """Plain methods touch the loop's objects, as Ray's async actors may."""
+
         def __init__(self):
-            self.event = threading.Event()
+            self.letters = asyncio.Queue()
 
-        def blocking_wait(self):
-            return self.event.wait(30)  # would stall the loop if run on it
+        def post(self, letter):  # (put_nowait wakes a waiting get() only from the loop's thread)
+            self.letters.put_nowait(letter)
+            return asyncio.get_running_loop() is not None
 
-        async def release(self):
-            self.event.set()
-            return "released"
+        async def receive(self):
+            return await self.letters.get()
 
         def thread_name(self):
             return threading.current_thread().name
 
-    m = Mixed.remote()
-    waiting = m.blocking_wait.remote()
-    assert meshrt.get(m.release.remote(), timeout=30) == "released"
-    assert meshrt.get(waiting, timeout=30) is True
-    assert meshrt.get(m.thread_name.remote()) != "MainThread"
+    box = Mailbox.remote()
+    waiting = box.receive.remote()
+    assert meshrt.wait([waiting], timeout=0.2)[0] == []  # (it waits for a letter)
+    assert meshrt.get(box.post.remote("hello"), timeout=30) is True
+    assert meshrt.get(waiting, timeout=30) == "hello"
+    assert meshrt.get(box.thread_name.remote()) == "MainThread"
 
 
 def test_max_concurrency_threaded_actor(rt):
@@ -190,13 +194,14 @@ def test_named_actors_namespaces_and_get_if_exists(rt):
 
 
 def test_get_actor_from_a_task(rt):
-    Counter.options(name="shared").remote(5)
+    shared = Counter.options(name="shared").remote(5)  # (kept: a name alone does not keep it, as in Ray)
 
     @meshrt.remote
     def use():
         return meshrt.get(meshrt.get_actor("shared").incr.remote())
 
     assert meshrt.get(use.remote()) == 6
+    assert meshrt.get(shared.incr.remote()) == 7
 
 
 def test_a_kill_right_after_creation_is_not_lost(rt):
@@ -499,7 +504,7 @@ def test_a_class_sent_by_value_that_starts_itself_keeps_its_methods(rt):
 
 @meshrt.remote
 class Mixed:
-    """An async actor: its plain methods run on a helper thread, which no cancel interrupts."""
+    """An async actor: its plain methods run on its loop, where no cancel interrupts them."""
 
     async def swallows_cancel(self, started):
         await started.open.remote()
@@ -509,8 +514,10 @@ class Mixed:
             return "swallowed"
 
     def blocks(self, started, gate):
-        meshrt.get(started.open.remote())
-        return meshrt.get(gate.wait.remote())
+        with warnings.catch_warnings():  # (that get() blocks the loop: said, and meant here)
+            warnings.simplefilter("ignore", RuntimeWarning)
+            meshrt.get(started.open.remote())
+            return meshrt.get(gate.wait.remote())
 
     def ok(self):
         return "ok"

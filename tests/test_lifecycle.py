@@ -44,7 +44,7 @@ class Holder:
 def test_a_handle_from_before_shutdown_fails_at_once():
     meshrt.init(num_cpus=1)
     stale = Holder.remote()
-    Holder.options(name="kept").remote()
+    kept = Holder.options(name="kept").remote()  # noqa: F841 - (what keeps the actor)
     named = meshrt.get_actor("kept")  # (a handle without a ref of its own)
     assert meshrt.get([stale.value.remote(), named.value.remote()]) == [1, 1]
     meshrt.shutdown()

@@ -119,8 +119,9 @@ class ActorCalls:
                 return ActorHandle(existing, pickle.loads(meta_blob), None, meta_blob)
         handle_oid = ids.object_id(actor_id, 0)
         handle_ref = None
-        if opts.name is None and not opts.detached:
-            # Unnamed actors live while some handle to them does (Ray's rule).
+        if not opts.detached:
+            # An actor lives while some handle to it does, named or not (Ray's rule: the
+            # handles get_actor() gives are not counted, so a name alone does not keep it).
             entry = self.table.owned(handle_oid)
             entry.on_release = functools.partial(self.actor_handle_released, actor_id)
             handle_ref = ObjectRef(handle_oid, self.worker_id, self.table.deltas)

@@ -11,9 +11,11 @@ code runs:
   driver on its host wakes it without a turn of the core loop;
 - actors with ``max_concurrency > 1``: a thread pool of that size;
 - async actors (any ``async def`` method): an asyncio loop on the main thread, with
-  ``max_concurrency`` coroutines at once; their plain ``def`` methods go to a helper
-  thread, so a slow sync method never stalls the loop (a process of a mesh has one per
-  actor it hosts: lanes.py).
+  ``max_concurrency`` coroutines at once. Their plain ``def`` methods run on the loop
+  too, as in Ray, so they may touch the loop's objects (set an ``asyncio.Event``, put
+  to an ``asyncio.Queue``) and never race an async method between its ``await``s. A
+  mesh's process (Monarch's endpoints) and the driver's own actors run plain
+  endpoints on a helper thread per actor instead, so one may block (lanes.py).
 
 Results are serialized on the executing thread. A plain reply (no refs, no store blocks)
 is written to the caller's connection from that thread (``reply_now``); anything else is
@@ -58,6 +60,7 @@ _CANCEL_SIGNAL = signal.SIGUSR1
 _REPLIES_AT_ONCE = 64  # (a long queue of calls: the caller gets replies on the way)
 _QUICK_NS = 1_000_000  # a method whose last run took less may run while replies wait
 _SLOW = 1 << 62
+_GRACEFUL_ENDS = ("__ray_terminate__", "__meshrt_release__")  # (after the calls already running)
 
 
 class TaskInterrupted(KeyboardInterrupt):
@@ -96,6 +99,10 @@ class Executor:
         self._turns: dict[int, tuple] = {}  # async calls waiting for a lane's turn: (lane, future)
         self._turn_lock = threading.Lock()
         self.exiting = False
+        # Calls handed to a concurrent actor's threads or loop that have not ended: a
+        # graceful end (handles dropped, __ray_terminate__) waits for them, as Ray's does.
+        self._unfinished = 0
+        self._unfinished_changed = threading.Condition()
 
     # -- main thread -----------------------------------------------------------------------
 
@@ -163,15 +170,18 @@ class Executor:
             if self._runs_on_helper(target):
                 # A plain method of an async actor: straight to its lane's helper thread
                 # (one hop, not two through the loop), in arrival order like every call.
+                self._count_in()
                 self.lanes.post(lane, self._run_on_helper, call)
                 return
+            self._count_in()
             self._async_inbox.append(call)
             if not self._async_wake:
                 self._async_wake = True
                 self.user_loop.call_soon_threadsafe(self._drain_async)
         elif self.pool is not None:
             pool = self.groups.pool(call, self.pool) if self.groups is not None else self.pool
-            pool.submit(self.run_call, call)
+            self._count_in()
+            pool.submit(self._run_counted, call)
         else:
             self.queue.put(call)
 
@@ -187,6 +197,7 @@ class Executor:
         if key != lane.key or self.user_loop is None or not self._runs_on_helper(target):
             return False
         self.lanes.count_in(lane)
+        self._count_in()
         self._run_on_helper(call, lane)
         return True
 
@@ -195,6 +206,28 @@ class Executor:
             self.run_call(call)
         finally:
             lane.done += 1  # only this thread writes it
+            self._count_out()
+
+    def _run_counted(self, call: Call) -> None:
+        try:
+            self.run_call(call)
+        finally:
+            self._count_out()
+
+    def _count_in(self) -> None:
+        with self._unfinished_changed:
+            self._unfinished += 1
+
+    def _count_out(self) -> None:
+        with self._unfinished_changed:
+            self._unfinished -= 1
+            if self._unfinished <= 1:
+                self._unfinished_changed.notify_all()
+
+    def _wait_for_other_calls(self) -> None:
+        """Block until the calls this concurrent actor runs, but the one asking, have ended."""
+        with self._unfinished_changed:
+            self._unfinished_changed.wait_for(lambda: self._unfinished <= 1)
 
     def helper_busy(self, lane: str = "") -> bool:
         """Plain-method calls for ``lane`` that arrived before now have not all finished."""
@@ -205,8 +238,8 @@ class Executor:
         those of them waiting for that lane's turn (``helper_turn``) start now, since
         the lane cannot finish first (a plain endpoint waiting on an async endpoint of
         its own actor)."""
-        if self._replies and self.user_loop is None and threading.get_ident() == self.main_ident:
-            self._send_replies()  # (what it waits for may wait for one of those first)
+        if self._replies and threading.get_ident() == self.loop_ident:  # (a plain actor's main thread,
+            self._send_replies()  # an async one's loop: what it waits for may wait for one of those first)
         lane = self.lanes.current() if self.lanes is not None else None
         if lane is None:
             return
@@ -252,7 +285,7 @@ class Executor:
         return kind
 
     def _runs_on_helper(self, method: str) -> bool:
-        return self._kind(method) == "sync"
+        return self.lanes is not None and self._kind(method) == "sync"
 
     def runs_after_me(self, actor_id: int, method: str) -> bool:
         """Whether a call to ``method`` of ``actor_id`` can only start once the calling
@@ -304,15 +337,20 @@ class Executor:
             return lambda: True
         if method == "__ray_call__":
             return lambda fn, *a, **kw: fn(self.instance, *a, **kw)
-        if method in ("__ray_terminate__", "__meshrt_release__"):
+        if method in _GRACEFUL_ENDS:
             return self._terminate_fn(method)
         return getattr(self.instance, method)
 
     def _terminate_fn(self, method: str):
         reason = ("all handles to it went out of scope" if method == "__meshrt_release__"
                   else "it was terminated with __ray_terminate__()")
+        if method == "__meshrt_release__" and self.actor_spec is not None and self.actor_spec.name:
+            reason += ("; its name does not keep it, nor do handles from get_actor(): keep a handle "
+                       "its creator made, or create it with lifetime=\"detached\"")
 
         def terminate():
+            if self.pool is not None and self.user_loop is None:  # a threaded actor: its other
+                self._wait_for_other_calls()  # calls finish first (an async one's: _run_async)
             raise ActorExit(reason)
         return terminate
 
@@ -406,12 +444,14 @@ class Executor:
             return
         self._finish(call, ((payload,) * max(call.num_returns, 1) if call.num_returns else (), None), error=payload)
 
+    def _hosts_a_mesh(self) -> bool:
+        """A mesh's process (its actors stop with the mesh: Monarch's way, not Ray's)."""
+        return _hosts_a_mesh(type(self.instance))
+
     def _call_name(self, call: Call) -> str:
         """The call as its caller named it: a mesh endpoint by mesh, endpoint and point
         (ProcHost runs it), anything else by its own name."""
-        from ..mesh.proc_host import ProcHost
-
-        if not isinstance(self.instance, ProcHost) or lanes.split(call.method)[0] not in ("call", "call_sync"):
+        if not self._hosts_a_mesh() or lanes.split(call.method)[0] not in ("call", "call_sync"):
             return call.name
         try:
             args, kwargs = argpack.unpack(call.args, call.deps, deserialize)
@@ -471,7 +511,8 @@ class Executor:
                 self.user_loop = new_loop()
                 asyncio.set_event_loop(self.user_loop)
                 self.semaphore = asyncio.Semaphore(spec.max_concurrency)
-                self.use_helper(HelperThread("meshrt-sync-method"), "meshrt-sync")
+                if _hosts_a_mesh(cls):  # (Ray's async actors run plain methods on the loop)
+                    self.use_helper(HelperThread("meshrt-sync-method"), "meshrt-sync")
 
                 async def construct():
                     if inspect.iscoroutinefunction(getattr(cls, "__init__", None)):  # (Ray runs it)
@@ -534,16 +575,24 @@ class Executor:
                 return
             try:
                 fn = self._resolve_target(call)
-                kind = self._kind(lanes.split(call.method)[0])
+                target = lanes.split(call.method)[0]
+                if target in _GRACEFUL_ENDS and not self._hosts_a_mesh():
+                    await self.user_loop.run_in_executor(None, self._wait_for_other_calls)
+                    if self._replies:
+                        self._send_replies()  # (the replies of those that just ended leave first)
+                kind = self._kind(target)
                 if kind == "async" or (kind == "other" and (inspect.iscoroutinefunction(fn)
                                                              or inspect.isasyncgenfunction(fn))):
                     await self._run_coroutine(call, fn)
-                else:  # a plain method of an async actor: off the loop, on its helper thread
+                elif self.pool is None:  # a plain method of Ray's async actor: on the loop, as in Ray
+                    self.run_call(call)
+                else:  # (a mesh's, or the driver's: off the loop, on its helper thread)
                     await self.user_loop.run_in_executor(self.pool, self.run_call, call)
             finally:
                 semaphore.release()
         finally:
             self.async_tasks.pop(call.task_id, None)
+            self._count_out()
 
     async def _run_coroutine(self, call: Call, fn) -> None:
         call_record.begin(call)
@@ -588,6 +637,12 @@ class Executor:
             self._send_replies()  # (calls that finished before this one are answered)
         self.exiting = True  # (__ray_shutdown__ and atexit first)
         actor_hooks.end_gracefully(self.instance, lambda: self.core.io.post(self.core.exit_actor, reason))
+
+
+def _hosts_a_mesh(cls: type) -> bool:
+    from ..mesh.proc_host import ProcHost
+
+    return isinstance(cls, type) and issubclass(cls, ProcHost)
 
 
 def _set_if_pending(fut: asyncio.Future) -> None:

@@ -7,11 +7,14 @@
   with ``RayActorError`` / ``ActorDiedError``.
 * Graceful shutdown: a worker that calls ``ray.actor.exit_actor()`` after
   flushing, and ``__ray_terminate__`` letting already-queued calls finish; the
-  ``__ray_shutdown__`` and ``atexit`` hooks of actors that end gracefully (not killed).
+  ``__ray_shutdown__`` and ``atexit`` hooks of actors that end gracefully (not killed);
+  a named actor ends with its last handle; a threaded or async actor ends gracefully only
+  once the calls it is running have finished.
 * ``ray.get_runtime_context()`` inside the driver, tasks and actors.
 * A threaded actor (``max_concurrency``) serving blocking I/O-style calls
   concurrently, with a lock around its shared state.
 """
+import asyncio
 import atexit
 import threading
 import time
@@ -185,6 +188,101 @@ def test_cleanup_hooks_run_when_an_actor_ends_gracefully(tmp_path):
     ray.kill(killed)  # (no hooks: as a crash)
     assert _marks(path, 6) == sorted(f"{hook}:{tag}" for hook in ("ray_shutdown", "atexit")
                                      for tag in ("dropped", "terminated", "quit"))
+
+
+def test_a_named_actor_ends_with_its_last_handle(tmp_path):
+    ray.init(num_cpus=2)
+    path = tmp_path / "marks.txt"
+    named = CleansUp.options(name="scratch").remote(str(path), "named")
+    by_name = ray.get_actor("scratch")
+    assert ray.get(by_name.ping.remote()) == "named"
+    del named  # (what get_actor() gives does not count: a name alone does not keep it, as in Ray)
+    assert _marks(path, 2) == ["atexit:named", "ray_shutdown:named"]
+    with pytest.raises(RayActorError):  # (a handle from get_actor() fails as it is used)
+        ray.get(by_name.ping.remote(), timeout=60)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # (its name is freed as the process is seen gone)
+        try:
+            ray.get_actor("scratch")
+        except ValueError:
+            break
+        threading.Event().wait(0.05)
+    again = CleansUp.options(name="scratch").remote(str(path), "again")
+    assert ray.get(again.ping.remote()) == "again"
+
+
+@ray.remote
+class Gate:
+    """Holds callers until opened, and tells how many are held (so a test waits for them)."""
+
+    def __init__(self):
+        self.opened = asyncio.Event()
+        self.held = asyncio.Condition()
+        self.count = 0
+
+    async def wait(self):
+        async with self.held:
+            self.count += 1
+            self.held.notify_all()
+        await self.opened.wait()
+
+    async def holding(self, n):
+        async with self.held:
+            await self.held.wait_for(lambda: self.count >= n)
+
+    def open(self):
+        self.opened.set()
+
+
+class _Job:
+    def __init__(self, gate, path):
+        self.gate, self.path = gate, path
+
+    def mark(self, text):
+        with open(self.path, "a") as f:
+            f.write(text + "\n")
+
+    def __ray_shutdown__(self):
+        self.mark("shutdown")
+
+
+@ray.remote(max_concurrency=4)
+class ThreadedJob(_Job):
+    def work(self, i):
+        ray.get(self.gate.wait.remote())
+        self.mark(f"done:{i}")
+        return i * 10
+
+
+@ray.remote(max_concurrency=4)
+class AsyncJob(_Job):
+    async def work(self, i):
+        await self.gate.wait.remote()
+        self.mark(f"done:{i}")
+        return i * 10
+
+
+@pytest.mark.parametrize("how", ["handles_dropped", "ray_terminate"])
+@pytest.mark.parametrize("job_class", [ThreadedJob, AsyncJob], ids=["threaded", "async"])
+def test_concurrent_actor_ends_after_the_calls_it_is_running(job_class, how, tmp_path):
+    ray.init(num_cpus=2)
+    path = tmp_path / "marks.txt"
+    gate = Gate.remote()
+    job = job_class.remote(gate, str(path))
+    running = [job.work.remote(i) for i in range(3)]
+    ray.get(gate.holding.remote(3))  # all three are running, held at the gate
+    if how == "handles_dropped":
+        del job
+    else:
+        terminated = job.__ray_terminate__.remote()
+    gate.open.remote()
+    assert ray.get(running, timeout=60) == [0, 10, 20]
+    if how == "ray_terminate":
+        with pytest.raises(RayActorError):
+            ray.get(terminated, timeout=60)
+    marks = _marks(path, 4)
+    assert marks == sorted(["done:0", "done:1", "done:2", "shutdown"])
+    assert path.read_text().split()[-1] == "shutdown"  # (its cleanup ran after them)
 
 
 @ray.remote
