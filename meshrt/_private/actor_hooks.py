@@ -51,6 +51,17 @@ def end_gracefully(instance, leave: Callable[[], None]) -> None:
         leave_once()
 
 
+def end_reason(method: str, spec) -> str:
+    """Why the actor ended, for its callers' ActorDiedError (``__meshrt_release__``: its
+    handles were all dropped; a named one's callers learn why the name did not keep it)."""
+    if method != "__meshrt_release__":
+        return "it was terminated with __ray_terminate__()"
+    if spec is None or not spec.name:
+        return "all handles to it went out of scope"
+    return ("all handles to it went out of scope; its name does not keep it, nor do handles from "
+            "get_actor(): keep a handle its creator made, or create it with lifetime=\"detached\"")
+
+
 def _timeout_s() -> float:
     text = os.environ.get("MESHRT_ACTOR_SHUTDOWN_TIMEOUT_S", "30")
     try:

@@ -53,14 +53,16 @@ from .call import Call
 from .concurrency_groups import Groups
 from .deferred import Deferred
 from .helper_thread import HelperThread
+from .helper_turns import HelperTurns
 from .inbox import Inbox
 from .portal import new_loop
+from .unfinished_calls import UnfinishedCalls
 
 _CANCEL_SIGNAL = signal.SIGUSR1
 _REPLIES_AT_ONCE = 64  # (a long queue of calls: the caller gets replies on the way)
 _QUICK_NS = 1_000_000  # a method whose last run took less may run while replies wait
 _SLOW = 1 << 62
-_GRACEFUL_ENDS = ("__ray_terminate__", "__meshrt_release__")  # (after the calls already running)
+_GRACEFUL_ENDS = ("__ray_terminate__", "__meshrt_release__")  # (once the calls running have ended)
 
 
 class TaskInterrupted(KeyboardInterrupt):
@@ -96,13 +98,9 @@ class Executor:
         self._kinds: dict[str, str] = {}  # method name -> "async", "sync" or "other" (_kind)
         self.lanes: lanes.Lanes | None = None  # an async actor's helper threads (lanes.py)
         self.groups: Groups | None = None  # Ray's concurrency groups, when the actor has some
-        self._turns: dict[int, tuple] = {}  # async calls waiting for a lane's turn: (lane, future)
-        self._turn_lock = threading.Lock()
+        self.turns = HelperTurns()  # a mesh actor's async calls waiting for their lane's turn
         self.exiting = False
-        # Calls handed to a concurrent actor's threads or loop that have not ended: a
-        # graceful end (handles dropped, __ray_terminate__) waits for them, as Ray's does.
-        self._unfinished = 0
-        self._unfinished_changed = threading.Condition()
+        self.unfinished = UnfinishedCalls()  # (a concurrent actor's: its graceful end waits for them)
 
     # -- main thread -----------------------------------------------------------------------
 
@@ -170,17 +168,17 @@ class Executor:
             if self._runs_on_helper(target):
                 # A plain method of an async actor: straight to its lane's helper thread
                 # (one hop, not two through the loop), in arrival order like every call.
-                self._count_in()
+                self.unfinished.add()
                 self.lanes.post(lane, self._run_on_helper, call)
                 return
-            self._count_in()
+            self.unfinished.add()
             self._async_inbox.append(call)
             if not self._async_wake:
                 self._async_wake = True
                 self.user_loop.call_soon_threadsafe(self._drain_async)
         elif self.pool is not None:
             pool = self.groups.pool(call, self.pool) if self.groups is not None else self.pool
-            self._count_in()
+            self.unfinished.add()
             pool.submit(self._run_counted, call)
         else:
             self.queue.put(call)
@@ -197,7 +195,7 @@ class Executor:
         if key != lane.key or self.user_loop is None or not self._runs_on_helper(target):
             return False
         self.lanes.count_in(lane)
-        self._count_in()
+        self.unfinished.add()
         self._run_on_helper(call, lane)
         return True
 
@@ -206,28 +204,13 @@ class Executor:
             self.run_call(call)
         finally:
             lane.done += 1  # only this thread writes it
-            self._count_out()
+            self.unfinished.done()
 
     def _run_counted(self, call: Call) -> None:
         try:
             self.run_call(call)
         finally:
-            self._count_out()
-
-    def _count_in(self) -> None:
-        with self._unfinished_changed:
-            self._unfinished += 1
-
-    def _count_out(self) -> None:
-        with self._unfinished_changed:
-            self._unfinished -= 1
-            if self._unfinished <= 1:
-                self._unfinished_changed.notify_all()
-
-    def _wait_for_other_calls(self) -> None:
-        """Block until the calls this concurrent actor runs, but the one asking, have ended."""
-        with self._unfinished_changed:
-            self._unfinished_changed.wait_for(lambda: self._unfinished <= 1)
+            self.unfinished.done()
 
     def helper_busy(self, lane: str = "") -> bool:
         """Plain-method calls for ``lane`` that arrived before now have not all finished."""
@@ -243,32 +226,11 @@ class Executor:
         lane = self.lanes.current() if self.lanes is not None else None
         if lane is None:
             return
-        task_ids = frozenset(ids.task_of(e.id) for e in entries)  # (only on a lane's thread)
-        with self._turn_lock:
-            lane.waits_on = task_ids
-            ready = [self._turns.pop(t)[1] for t in task_ids if self._turns.get(t, (None,))[0] is lane]
-        for fut in ready:
-            self.user_loop.call_soon_threadsafe(_set_if_pending, fut)
+        self.turns.lane_blocks(lane, frozenset(ids.task_of(e.id) for e in entries), self.user_loop)
 
     async def helper_turn(self, task_id: int, lane_key: str = "") -> None:
-        """Loop: return once the plain calls for ``lane_key`` that arrived before call
-        ``task_id`` have run, or as soon as that lane's thread blocks waiting on the call."""
-        loop = self.user_loop
-        lane = self.lanes.route(lane_key)
-        with self._turn_lock:
-            if task_id in lane.waits_on:
-                return
-            skip = loop.create_future()
-            self._turns[task_id] = (lane, skip)
-        # (a marker through the lane's queue: the waiting calls resume in arrival order)
-        drained = asyncio.wrap_future(self.lanes.marker(lane_key), loop=loop)
-        lane.turns_waiting += 1
-        try:
-            await asyncio.wait((skip, drained), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            lane.turns_waiting -= 1
-            with self._turn_lock:
-                self._turns.pop(task_id, None)
+        """Loop: wait until call ``task_id`` may run after its lane's plain calls (helper_turns.py)."""
+        await self.turns.wait(self.lanes, lane_key, task_id, self.user_loop)
 
     def _kind(self, method: str) -> str:
         """What the actor's class defines under ``method``, remembered: "async" (an
@@ -342,15 +304,11 @@ class Executor:
         return getattr(self.instance, method)
 
     def _terminate_fn(self, method: str):
-        reason = ("all handles to it went out of scope" if method == "__meshrt_release__"
-                  else "it was terminated with __ray_terminate__()")
-        if method == "__meshrt_release__" and self.actor_spec is not None and self.actor_spec.name:
-            reason += ("; its name does not keep it, nor do handles from get_actor(): keep a handle "
-                       "its creator made, or create it with lifetime=\"detached\"")
+        reason = actor_hooks.end_reason(method, self.actor_spec)
 
         def terminate():
             if self.pool is not None and self.user_loop is None:  # a threaded actor: its other
-                self._wait_for_other_calls()  # calls finish first (an async one's: _run_async)
+                self.unfinished.wait_for_others()  # calls finish first (an async one's: _run_async)
             raise ActorExit(reason)
         return terminate
 
@@ -444,14 +402,10 @@ class Executor:
             return
         self._finish(call, ((payload,) * max(call.num_returns, 1) if call.num_returns else (), None), error=payload)
 
-    def _hosts_a_mesh(self) -> bool:
-        """A mesh's process (its actors stop with the mesh: Monarch's way, not Ray's)."""
-        return _hosts_a_mesh(type(self.instance))
-
     def _call_name(self, call: Call) -> str:
         """The call as its caller named it: a mesh endpoint by mesh, endpoint and point
         (ProcHost runs it), anything else by its own name."""
-        if not self._hosts_a_mesh() or lanes.split(call.method)[0] not in ("call", "call_sync"):
+        if not _hosts_a_mesh(type(self.instance)) or lanes.split(call.method)[0] not in ("call", "call_sync"):
             return call.name
         try:
             args, kwargs = argpack.unpack(call.args, call.deps, deserialize)
@@ -576,10 +530,9 @@ class Executor:
             try:
                 fn = self._resolve_target(call)
                 target = lanes.split(call.method)[0]
-                if target in _GRACEFUL_ENDS and not self._hosts_a_mesh():
-                    await self.user_loop.run_in_executor(None, self._wait_for_other_calls)
-                    if self._replies:
-                        self._send_replies()  # (the replies of those that just ended leave first)
+                if target in _GRACEFUL_ENDS and not _hosts_a_mesh(type(self.instance)):
+                    await self.user_loop.run_in_executor(None, self.unfinished.wait_for_others)
+                    self._send_replies()  # (the replies of those that just ended leave first)
                 kind = self._kind(target)
                 if kind == "async" or (kind == "other" and (inspect.iscoroutinefunction(fn)
                                                              or inspect.isasyncgenfunction(fn))):
@@ -592,7 +545,7 @@ class Executor:
                 semaphore.release()
         finally:
             self.async_tasks.pop(call.task_id, None)
-            self._count_out()
+            self.unfinished.done()
 
     async def _run_coroutine(self, call: Call, fn) -> None:
         call_record.begin(call)
@@ -640,11 +593,8 @@ class Executor:
 
 
 def _hosts_a_mesh(cls: type) -> bool:
+    """A mesh's process: its actors are Monarch's, and stop with the mesh."""
     from ..mesh.proc_host import ProcHost
 
     return isinstance(cls, type) and issubclass(cls, ProcHost)
 
-
-def _set_if_pending(fut: asyncio.Future) -> None:
-    if not fut.done():
-        fut.set_result(None)
