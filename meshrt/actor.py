@@ -5,7 +5,11 @@ from __future__ import annotations
 from ._private.api import ActorClass, ActorHandle, ActorMethod, method
 from ._private.executor import ActorExit
 
-__all__ = ["exit_actor", "method", "ActorHandle", "ActorClass", "ActorMethod"]
+__all__ = ["exit_actor", "method", "ActorHandle", "ActorClass", "ActorMethod", "ActorClassInheritanceException"]
+
+
+class ActorClassInheritanceException(TypeError):
+    """A class statement named an actor class (``@meshrt.remote``'s result) as a base."""
 
 EXIT_ACTOR = "exit_actor() was called"  # (how such an actor ended: on purpose, no failure to supervise)
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import psutil
 import pytest
@@ -33,6 +35,32 @@ def test_shutdown_then_init_again():
         assert meshrt.get(one.remote()) == 1
         meshrt.shutdown()
         assert not meshrt.is_initialized()
+
+
+@meshrt.remote
+def shuts_down():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        meshrt.shutdown()
+    return [str(w.message) for w in caught]
+
+
+def test_shutdown_inside_a_task_does_nothing_and_says_so(rt):
+    assert meshrt.get(shuts_down.remote(), timeout=60) == [
+        "meshrt.shutdown() inside a task or actor does nothing: the runtime is its driver's to shut down"]
+    assert meshrt.get([shuts_down.remote(), one.remote()], timeout=60)[1] == 1  # (its worker serves on)
+
+
+def test_a_driver_that_listens_says_so_and_returns_ray_s_context_fields(caplog):
+    with caplog.at_level(logging.WARNING, logger="meshrt"):
+        info = meshrt.init(address="127.0.0.1:0", num_cpus=1)
+    try:
+        assert (f"this driver is the cluster's head, listening there for other hosts (`meshrt agent --address "
+                f"{info.tcp_address}`)") in caplog.text  # (Ray's address= attaches: this one did not)
+        assert info.dashboard_url is None and info.address_info["tcp_address"] == info.tcp_address
+    finally:
+        info.disconnect()
+    assert not meshrt.is_initialized()
 
 
 @meshrt.remote

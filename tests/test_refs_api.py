@@ -306,6 +306,7 @@ def test_runtime_context(rt):
         return meshrt.get_runtime_context().get_assigned_resources()
 
     assert meshrt.get(task_resources.options(num_cpus=0.5).remote()) == {"CPU": 0.5}
+    assert repr(meshrt.get(task_resources.remote())) == "{'CPU': 1.0}"  # (floats, as Ray's)
 
     @meshrt.remote(max_restarts=1)
     class Restored:

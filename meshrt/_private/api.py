@@ -189,6 +189,26 @@ class ActorClass:
             f"use {self._name}.remote(...)"
         )
 
+    def __getattr__(self, name: str):
+        """The class's static and class methods, callable here as in Ray (``Cls.helper(2)``)."""
+        cls = self.__dict__.get("_cls")
+        if cls is None or name.startswith("__"):
+            raise AttributeError(name)
+        if isinstance(inspect.getattr_static(cls, name, None), (staticmethod, classmethod)):
+            return getattr(cls, name)
+        hint = (f": {name}() runs in the actor; call it on a handle, {self._name}.remote().{name}.remote(...)"
+                if callable(getattr(cls, name, None)) else "")
+        raise AttributeError(f"actor class {self._name} has no attribute {name!r}{hint}")
+
+    def __mro_entries__(self, bases):
+        """``class Sub(SomeActor)``: refused with Ray's error, naming what to do instead."""
+        from ..actor import ActorClassInheritanceException
+
+        raise ActorClassInheritanceException(
+            f"a class cannot inherit from the actor class {self._name}: keep {self._name} a plain class, "
+            f"subclass that, and make each class you start as an actor remote (@meshrt.remote, or "
+            f"meshrt.remote(Cls))")
+
     def remote(self, *args, **kwargs) -> ActorHandle:
         """Start the actor; returns its handle at once (calls queue until it is up)."""
         self._init_checker.check(args, kwargs)

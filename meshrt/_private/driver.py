@@ -44,6 +44,7 @@ from .host_directory import node_ip, node_ip_resources
 from .lending import Lending
 from .options import ACCELERATOR_PREFIX
 from .portal import LoopThread
+from .runtime_info import RuntimeInfo
 
 log = logging.getLogger("meshrt")
 
@@ -285,26 +286,6 @@ class DriverCore(Lending, Core):
             "meshrt.shutdown() was called while this value was still being computed")))
 
 
-class RuntimeInfo(dict):
-    """What ``init`` returns: a dict (Ray's ``address_info``) with attribute access."""
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    @property
-    def address_info(self) -> dict:
-        return dict(self)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        shutdown()
-
-
 def init(
     address: str | None = None,
     *,
@@ -413,6 +394,10 @@ def init(
                 raise
             core.attach_store(controller.store, controller.store_service)
             io.post(core.start_timers)
+            if tcp is not None:  # (Ray's address= attaches: say that this one listens, as no head ran there)
+                log.warning("meshrt: no head ran at %s, so this driver is the cluster's head, listening there for "
+                            "other hosts (`meshrt agent --address %s`); to attach drivers to a head, start one "
+                            "with `meshrt start --head`", address, controller.public_address.removeprefix("tcp:"))
         context.process.update(
             job_id=config["job_id"], node_id=config["node_id"], namespace=config["namespace"],
             worker_id=0, resources=amounts,
@@ -561,6 +546,10 @@ def shutdown() -> None:
     with state.lock:
         core = state.core_or_none()
         if core is None:
+            return
+        if not core.is_driver:  # (Ray's would take the worker down; this one serves on)
+            warnings.warn("meshrt.shutdown() inside a task or actor does nothing: the runtime is its "
+                          "driver's to shut down", RuntimeWarning, stacklevel=2)
             return
         state.set_core(None)
         runtime_env.set_job(None)

@@ -597,4 +597,3 @@ def _hosts_a_mesh(cls: type) -> bool:
     from ..mesh.proc_host import ProcHost
 
     return isinstance(cls, type) and issubclass(cls, ProcHost)
-

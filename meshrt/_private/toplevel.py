@@ -185,9 +185,8 @@ class RuntimeContext:
     def get_assigned_resources(self) -> dict:
         """What the running task or actor asked for (``{"CPU": 1.0}`` by default)."""
         call = context.current_call()
-        if getattr(call, "is_task", False):
-            return context.resources_of(call.spec)
-        return dict(context.process.get("resources") or {})
+        found = context.resources_of(call.spec) if getattr(call, "is_task", False) else context.process.get("resources")
+        return {name: float(amount) for name, amount in (found or {}).items()}  # (Ray's are floats: 1.0)
 
     def get_placement_group_id(self) -> str | None:
         """The id (hex) of the placement group the running task or actor is in, or None."""

@@ -13,6 +13,7 @@
 * ``ray.get_runtime_context()`` inside the driver, tasks and actors.
 * A threaded actor (``max_concurrency``) serving blocking I/O-style calls
   concurrently, with a lock around its shared state.
+* An actor class's static and class methods called on the class; subclassing one refused.
 """
 import asyncio
 import atexit
@@ -358,3 +359,37 @@ def test_threaded_actor_max_concurrency():
     served, threads = ray.get(pool.stats.remote())
     assert served == 8
     assert threads >= 4
+
+
+class Shape:
+    def __init__(self, sides):
+        self.sides = sides
+
+
+@ray.remote
+class Square(Shape):
+    """A remote class that subclasses a plain one, with static and class methods."""
+
+    def __init__(self):
+        super().__init__(4)
+
+    @staticmethod
+    def area(side):
+        return side * side
+
+    @classmethod
+    def unit_area(cls):
+        return cls.area(1)
+
+    def count(self):
+        return self.sides
+
+
+def test_an_actor_class_s_static_methods_and_its_subclassing():
+    ray.init(num_cpus=1)
+    assert Square.area(3) == 9 and Square.unit_area() == 1  # (on the class, as on a plain one)
+    square = Square.remote()
+    assert ray.get([square.count.remote(), square.area.remote(2)]) == [4, 4]
+    with pytest.raises(ray.actor.ActorClassInheritanceException):
+        class Cube(Square):  # noqa: F841 - (an actor class is no base: subclass Shape instead)
+            pass

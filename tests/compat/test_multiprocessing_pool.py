@@ -41,8 +41,10 @@ def test_a_pool_program_runs_on_the_runtime():
         totals = []
         result = pool.apply_async(scaled, (21,), {"factor": 2}, callback=lambda v: (totals.append(v), done.set()))
         assert result.get(timeout=60) == 42 and done.wait(60) and totals == [42]
-        with pytest.raises(ZeroDivisionError):
+        with pytest.raises(ZeroDivisionError) as raised:
             pool.apply(divmod, (1, 0))
+        assert type(raised.value) is ZeroDivisionError  # (the worker's own, as multiprocessing raises it)
+        assert str(raised.value) == "integer division or modulo by zero"
     pool = Pool(2)
     later = pool.map_async(scaled, range(10))
     pool.close()

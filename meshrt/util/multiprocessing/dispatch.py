@@ -21,6 +21,7 @@ import queue
 import threading
 import time
 from functools import partial
+from multiprocessing.pool import RemoteTraceback
 from typing import Any
 
 from ... import exceptions
@@ -296,9 +297,16 @@ class Dispatcher:
 
 
 def _error(record: bytes) -> BaseException:
-    """The error a chunk raised in its worker (sent as meshrt's error record, so it
-    raises as the original exception's type, with the remote traceback)."""
-    return error_from_payload(Payload(record, is_error=True))
+    """The exception a chunk raised in its worker, itself, as the standard library's
+    Pool raises it (and Ray's): its remote traceback is its ``__cause__``, a
+    ``multiprocessing.pool.RemoteTraceback``. One that could not travel whole stays
+    meshrt's TaskError, an instance of its class all the same."""
+    err = error_from_payload(Payload(record, is_error=True))
+    cause = getattr(err, "cause", None)
+    if not isinstance(cause, BaseException):
+        return err
+    cause.__cause__ = RemoteTraceback(f'\n"""\n{err.traceback_str}"""')
+    return cause
 
 
 def _kill(actor: Any) -> None:
