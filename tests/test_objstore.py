@@ -79,6 +79,22 @@ def test_readers_in_two_processes_map_the_same_pages(rt):
     assert meshrt.get([a.first.remote(), b.first.remote()]) == [42.0, 42.0]
 
 
+def test_gets_of_one_object_share_a_mapping_while_one_lives(rt):
+    torch = pytest.importorskip("torch")
+    before = used()
+    ref = meshrt.put(np.ones(4 * MiB // 8))
+    first, second = meshrt.get(ref), meshrt.get(ref)
+    assert np.shares_memory(first, second)  # (its pages are mapped once: as Ray's readers share the store's)
+    del first, second
+    assert meshrt.get(ref).sum() == 4 * MiB // 8  # (mapped afresh once none lives)
+    mixed = meshrt.put({"array": np.ones(MiB // 8), "tensor": torch.ones(MiB // 4)})
+    one, two = meshrt.get(mixed), meshrt.get(mixed)
+    one["tensor"] += 1  # (a tensor may be written: a value with one keeps a mapping of its own)
+    assert float(two["tensor"].sum()) == MiB // 4 and not np.shares_memory(one["array"], two["array"])
+    del ref, mixed, one, two
+    assert wait_until(lambda: used() == before, 10)  # (every pin went back)
+
+
 def test_refcount_frees_memory(rt):
     baseline = used()
     refs = [meshrt.put(np.ones(MiB)) for _ in range(5)]

@@ -3,7 +3,10 @@
 ``put`` copies a value's large buffers once, straight from the producer's memory
 into an arena block (the one copy in). ``open`` maps a block privately and hands
 out views (zero copies out); the mapping is pinned until the last view of it is
-garbage-collected.
+garbage-collected. A value only read from its mapping (numpy arrays are read-only
+views; a tensor, built over the copy-on-write twin, may be written) lends that mapping
+to the next ``open`` of it while it lives (``share``): another get of the same object
+maps no more pages, as Ray's readers share one mapping of the store.
 
 Backends: in the driver the store is in-process (LocalBackend); a worker reaches it
 through the controller connection (RemoteBackend). Unpins come from garbage
@@ -44,6 +47,7 @@ class StoreClient:
     def __init__(self, arena: Arena, backend) -> None:
         self.arena = arena
         self.backend = backend
+        self._read_only_maps: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # key -> mapping
 
     def put(self, key: int, owner: int, buffers: list, seal: bool = True, at_once: bool = False) -> tuple:
         """Write buffers into a new block; returns the descriptor payloads carry.
@@ -65,10 +69,16 @@ class StoreClient:
 
     def open(self, desc: tuple) -> tuple[list, list]:
         """Read-only and writable (copy-on-write) views of each buffer of a stored value."""
-        _key, _total, layout = desc
-        whole = memoryview(self._map_pinned(desc[0]))
+        key, _total, layout = desc
+        mapping = self._read_only_maps.get(key)
+        whole = memoryview(mapping if mapping is not None else self._map_pinned(key))
         writable = [whole[rel : rel + n] for rel, n in layout]
         return [v.toreadonly() for v in writable], writable
+
+    def share(self, key: int, view: memoryview) -> None:
+        """What was built from ``view``'s mapping (one ``open`` gave) only reads it: later
+        opens of ``key`` may reuse the mapping while it lives (pinned as long)."""
+        self._read_only_maps[key] = view.obj
 
     @contextlib.contextmanager
     def reading(self, desc: tuple):

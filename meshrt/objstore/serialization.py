@@ -334,11 +334,14 @@ def deserialize(payload: Payload) -> Any:
             data, readonly, writable = readonly[0], readonly[1:], writable[1:]
         # Tensors are rebuilt over the writable (copy-on-write) views; see tensors.py.
         previous = getattr(_tls, "writable", None)
-        _tls.writable = {id(r): w for r, w in zip(readonly, writable, strict=True)}
+        twins = _tls.writable = _Twins((id(r), w) for r, w in zip(readonly, writable, strict=True))
         try:
-            return pickle.loads(data, buffers=readonly)
+            value = pickle.loads(data, buffers=readonly)
         finally:
             _tls.writable = previous
+        if not twins.lent and writable:  # (nothing can write to the mapping: the next get may share it)
+            _client.share(payload.shm[0], writable[0])
+        return value
     if payload.buffers:
         return pickle.loads(payload.data, buffers=payload.buffers)
     if payload.loans is not None:  # read from the lender into bytes that unpickling keeps
@@ -351,7 +354,18 @@ def deserialize(payload: Payload) -> Any:
 def writable_twin(buf) -> memoryview | None:
     """The copy-on-write view behind a read-only shared-memory buffer being unpickled."""
     table = getattr(_tls, "writable", None)
-    return table.get(id(buf)) if table else None
+    if not table:
+        return None
+    twin = table.get(id(buf))
+    if twin is not None:
+        table.lent = True
+    return twin
+
+
+class _Twins(dict):
+    """Read-only buffer id -> its writable twin; ``lent`` once one was handed out."""
+
+    lent = False
 
 
 def dumps_code(obj: Any) -> bytes:
