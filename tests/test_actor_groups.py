@@ -43,6 +43,13 @@ class Async:
     async def peak_seen(self):
         return self.peak
 
+    @meshrt.method(concurrency_group="io")
+    def blocking_io(self, g):  # (a plain method of a group: off the loop, as Ray runs it on the group's own)
+        return meshrt.get(g.wait.remote())
+
+    def default_thread(self):
+        return threading.current_thread().name
+
 
 def test_a_busy_group_leaves_the_others_serving(rt):
     g = gate()
@@ -95,3 +102,13 @@ def test_a_group_chosen_per_call(rt):
     assert meshrt.get(actor.peak_seen.remote(), timeout=30) <= 2
     meshrt.get(g.open.remote())
     assert meshrt.get(calls, timeout=30) == [True] * 3
+
+
+def test_an_async_actor_s_plain_method_of_a_group_leaves_its_loop_serving(rt):
+    g = gate()
+    actor = Async.remote()
+    blocked = actor.blocking_io.remote(g)
+    assert meshrt.get(actor.peak_seen.remote(), timeout=30) == 0  # (the loop answers meanwhile)
+    assert meshrt.get(actor.default_thread.remote(), timeout=30) == "MainThread"  # (the default group's: the loop)
+    meshrt.get(g.open.remote())
+    assert meshrt.get(blocked, timeout=30) is True

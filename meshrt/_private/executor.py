@@ -96,7 +96,7 @@ class Executor:
         self._replies: list | None = None  # replies held to go together (_send_replies)
         self._quick: dict[str, int] = {}  # a plain actor's method -> ns its last run took
         self._kinds: dict[str, str] = {}  # method name -> "async", "sync" or "other" (_kind)
-        self.lanes: lanes.Lanes | None = None  # an async actor's helper threads (lanes.py)
+        self.lanes: lanes.Lanes | None = None  # a mesh's (or the driver's) actors' helper threads (lanes.py)
         self.groups: Groups | None = None  # Ray's concurrency groups, when the actor has some
         self.turns = HelperTurns()  # a mesh actor's async calls waiting for their lane's turn
         self.exiting = False
@@ -157,7 +157,8 @@ class Executor:
     # -- submitting work (core loop) ----------------------------------------------------------
 
     def use_helper(self, helper: HelperThread, name: str) -> None:
-        """An async actor's default helper thread; mesh actors get a lane each (lanes.py)."""
+        """The default helper thread of a mesh's process (or the driver's actors): mesh
+        actors get a lane each (lanes.py); Ray's async actors run plain methods on the loop."""
         self.pool = helper
         self.lanes = lanes.Lanes(helper, name)
         self.lanes.on_new_lane = getattr(self.core, "offer_direct_lane", None)
@@ -166,7 +167,7 @@ class Executor:
         if self.user_loop is not None:
             target, lane = lanes.split(call.method)
             if self._runs_on_helper(target):
-                # A plain method of an async actor: straight to its lane's helper thread
+                # A mesh actor's plain endpoint: straight to its lane's helper thread
                 # (one hop, not two through the loop), in arrival order like every call.
                 self.unfinished.add()
                 self.lanes.post(lane, self._run_on_helper, call)
@@ -255,7 +256,7 @@ class Executor:
         if self.actor_spec is None or actor_id != self.actor_spec.actor_id:
             return False
         me = threading.get_ident()
-        if self.user_loop is not None:  # an async actor: plain methods on the helper threads
+        if self.user_loop is not None:  # an async actor: a mesh's plain endpoints on the helper threads
             target, lane_key = lanes.split(method)
             on_helper = self._runs_on_helper(target)
             lane = self.lanes.current() if self.lanes is not None else None
@@ -537,10 +538,10 @@ class Executor:
                 if kind == "async" or (kind == "other" and (inspect.iscoroutinefunction(fn)
                                                              or inspect.isasyncgenfunction(fn))):
                     await self._run_coroutine(call, fn)
-                elif self.pool is None:  # a plain method of Ray's async actor: on the loop, as in Ray
-                    self.run_call(call)
-                else:  # (a mesh's, or the driver's: off the loop, on its helper thread)
-                    await self.user_loop.run_in_executor(self.pool, self.run_call, call)
+                elif self.pool is None and not (self.groups and self.groups.of(call)):
+                    self.run_call(call)  # a plain method of Ray's async actor: on the loop, as in Ray
+                else:  # (a mesh's or the driver's: its helper thread; a concurrency group's: a thread, as
+                    await self.user_loop.run_in_executor(self.pool, self.run_call, call)  # Ray's own loop)
             finally:
                 semaphore.release()
         finally:
