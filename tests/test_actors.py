@@ -6,7 +6,6 @@ import asyncio
 import os
 import sys
 import threading
-import warnings
 
 import pytest
 
@@ -514,10 +513,8 @@ class Mixed:
             return "swallowed"
 
     def blocks(self, started, gate):
-        with warnings.catch_warnings():  # (that get() blocks the loop: said, and meant here)
-            warnings.simplefilter("ignore", RuntimeWarning)
-            meshrt.get(started.open.remote())
-            return meshrt.get(gate.wait.remote())
+        meshrt.get(started.open.remote())  # (a plain method: no warning that it blocks the loop, as in Ray)
+        return meshrt.get(gate.wait.remote())
 
     def ok(self):
         return "ok"

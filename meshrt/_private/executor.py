@@ -56,7 +56,7 @@ from .helper_thread import HelperThread
 from .helper_turns import HelperTurns
 from .inbox import Inbox
 from .portal import new_loop
-from .unfinished_calls import UnfinishedCalls
+from .running_calls import RunningCalls
 
 _CANCEL_SIGNAL = signal.SIGUSR1
 _REPLIES_AT_ONCE = 64  # (a long queue of calls: the caller gets replies on the way)
@@ -95,12 +95,12 @@ class Executor:
         self._async_wake = False
         self._replies: list | None = None  # replies held to go together (_send_replies)
         self._quick: dict[str, int] = {}  # a plain actor's method -> ns its last run took
-        self._kinds: dict[str, str] = {}  # method name -> "async", "sync" or "other" (_kind)
+        self._kinds: dict[str, str] = {}  # method name -> "async", "sync" or "other" (kind_of)
         self.lanes: lanes.Lanes | None = None  # a mesh's (or the driver's) actors' helper threads (lanes.py)
         self.groups: Groups | None = None  # Ray's concurrency groups, when the actor has some
         self.turns = HelperTurns()  # a mesh actor's async calls waiting for their lane's turn
         self.exiting = False
-        self.unfinished = UnfinishedCalls()  # (a concurrent actor's: its graceful end waits for them)
+        self.running_calls = RunningCalls()  # (a concurrent actor's: its graceful end waits for them)
 
     # -- main thread -----------------------------------------------------------------------
 
@@ -169,17 +169,14 @@ class Executor:
             if self._runs_on_helper(target):
                 # A mesh actor's plain endpoint: straight to its lane's helper thread
                 # (one hop, not two through the loop), in arrival order like every call.
-                self.unfinished.add()
                 self.lanes.post(lane, self._run_on_helper, call)
                 return
-            self.unfinished.add()
             self._async_inbox.append(call)
             if not self._async_wake:
                 self._async_wake = True
                 self.user_loop.call_soon_threadsafe(self._drain_async)
         elif self.pool is not None:
             pool = self.groups.pool(call, self.pool) if self.groups is not None else self.pool
-            self.unfinished.add()
             pool.submit(self._run_counted, call)
         else:
             self.queue.put(call)
@@ -196,7 +193,6 @@ class Executor:
         if key != lane.key or self.user_loop is None or not self._runs_on_helper(target):
             return False
         self.lanes.count_in(lane)
-        self.unfinished.add()
         self._run_on_helper(call, lane)
         return True
 
@@ -205,13 +201,10 @@ class Executor:
             self.run_call(call)
         finally:
             lane.done += 1  # only this thread writes it
-            self.unfinished.done()
 
     def _run_counted(self, call: Call) -> None:
-        try:
-            self.run_call(call)
-        finally:
-            self.unfinished.done()
+        """A threaded actor's call, on a thread of its pool (running_calls.py)."""
+        self.running_calls.run(lanes.split(call.method)[0] in _GRACEFUL_ENDS, self.run_call, call)
 
     def helper_busy(self, lane: str = "") -> bool:
         """Plain-method calls for ``lane`` that arrived before now have not all finished."""
@@ -233,7 +226,7 @@ class Executor:
         """Loop: wait until call ``task_id`` may run after its lane's plain calls (helper_turns.py)."""
         await self.turns.wait(self.lanes, lane_key, task_id, self.user_loop)
 
-    def _kind(self, method: str) -> str:
+    def kind_of(self, method: str) -> str:
         """What the actor's class defines under ``method``, remembered: "async" (an
         ``async def`` or async generator), "sync" (a plain function) or "other" (none,
         or a descriptor such as a classmethod: the resolved callable decides)."""
@@ -248,7 +241,7 @@ class Executor:
         return kind
 
     def _runs_on_helper(self, method: str) -> bool:
-        return self.lanes is not None and self._kind(method) == "sync"
+        return self.lanes is not None and self.kind_of(method) == "sync"
 
     def runs_after_me(self, actor_id: int, method: str) -> bool:
         """Whether a call to ``method`` of ``actor_id`` can only start once the calling
@@ -308,8 +301,6 @@ class Executor:
         reason = actor_hooks.end_reason(method, self.actor_spec)
 
         def terminate():
-            if self.pool is not None and self.user_loop is None:  # a threaded actor: its other
-                self.unfinished.wait_for_others()  # calls finish first (an async one's: _run_async)
             raise ActorExit(reason)
         return terminate
 
@@ -528,13 +519,17 @@ class Executor:
                 self.cancel_requested.discard(call.task_id)
                 self._finish(call, self._cancelled(call))
                 return
+            target = lanes.split(call.method)[0]
+            end = target in _GRACEFUL_ENDS
+            if not self.running_calls.admit(end):  # (after the actor's end began: its caller hears it died)
+                semaphore.release()
+                return
             try:
                 fn = self._resolve_target(call)
-                target = lanes.split(call.method)[0]
-                if target in _GRACEFUL_ENDS and not _hosts_a_mesh(type(self.instance)):
-                    await self.user_loop.run_in_executor(None, self.unfinished.wait_for_others)
+                if end and not _hosts_a_mesh(type(self.instance)):
+                    await self.user_loop.run_in_executor(None, self.running_calls.wait_idle)
                     self._send_replies()  # (the replies of those that just ended leave first)
-                kind = self._kind(target)
+                kind = self.kind_of(target)
                 if kind == "async" or (kind == "other" and (inspect.iscoroutinefunction(fn)
                                                              or inspect.isasyncgenfunction(fn))):
                     await self._run_coroutine(call, fn)
@@ -544,9 +539,10 @@ class Executor:
                     await self.user_loop.run_in_executor(self.pool, self.run_call, call)  # Ray's own loop)
             finally:
                 semaphore.release()
+                if not end:
+                    self.running_calls.done()
         finally:
             self.async_tasks.pop(call.task_id, None)
-            self.unfinished.done()
 
     async def _run_coroutine(self, call: Call, fn) -> None:
         call_record.begin(call)

@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import exceptions as exc
 from ..scheduler import bundles
-from . import context, id_types, runtime_env, state
+from . import context, id_types, lanes, runtime_env, state
 from .api import ActorHandle
 from .refs import ObjectRef, ObjectRefGenerator
 
@@ -27,12 +27,22 @@ def _warn_if_in_event_loop(what: str) -> None:
         asyncio.get_running_loop()
     except RuntimeError:
         return
+    if _in_plain_method():  # (of an async actor, on its loop as in Ray: `await` is not there to use)
+        return
     warnings.warn(
         f"meshrt.{what}() blocks the running asyncio event loop; use `await ref` "
         "(or asyncio.gather over refs) in async code",
         RuntimeWarning,
         stacklevel=3,
     )
+
+
+def _in_plain_method() -> bool:
+    call = context.current_call()
+    executor = getattr(state.core_or_none(), "executor", None)
+    if call is None or call.is_task or executor is None or executor.instance is None:
+        return False
+    return executor.kind_of(lanes.split(call.method)[0]) != "async"
 
 
 def get(object_refs, *, timeout: float | None = None) -> Any:

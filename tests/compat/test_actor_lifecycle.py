@@ -246,6 +246,9 @@ class _Job:
     def __ray_shutdown__(self):
         self.mark("shutdown")
 
+    def ping(self):
+        return "pong"
+
 
 @ray.remote(max_concurrency=4)
 class ThreadedJob(_Job):
@@ -261,6 +264,47 @@ class AsyncJob(_Job):
         await self.gate.wait.remote()
         self.mark(f"done:{i}")
         return i * 10
+
+
+@ray.remote(max_concurrency=1)
+class AsyncOneAtATime(_Job):
+    async def work(self, i):
+        await self.gate.wait.remote()
+        self.mark(f"done:{i}")
+        return i * 10
+
+
+@ray.remote(concurrency_groups={"io": 2})
+class ThreadedWithGroups(_Job):  # (its default group: one thread)
+    def work(self, i):
+        ray.get(self.gate.wait.remote())
+        self.mark(f"done:{i}")
+        return i * 10
+
+    @ray.method(concurrency_group="io")
+    def io(self):
+        return "io"
+
+
+@pytest.mark.parametrize("job_class", [ThreadedJob, AsyncOneAtATime, ThreadedWithGroups],
+                         ids=["threaded", "async_one_slot", "threaded_groups"])
+def test_calls_after_an_end_fail_and_a_second_end_changes_nothing(job_class, tmp_path):
+    ray.init(num_cpus=2)
+    path = tmp_path / "marks.txt"
+    gate = Gate.remote()
+    job = job_class.remote(gate, str(path))
+    running = job.work.remote(0)
+    ray.get(gate.holding.remote(1))
+    ends = [job.__ray_terminate__.remote(), job.__ray_terminate__.remote()]
+    # (sent after the end, with no free slot: it fails, as the actor is gone; where a thread
+    # is free, Ray may run it before the end takes hold)
+    after = [job.ping.remote()] if job_class is not ThreadedJob else []
+    gate.open.remote()
+    assert ray.get(running, timeout=60) == 0
+    for ref in (*ends, *after):
+        with pytest.raises(RayActorError):
+            ray.get(ref, timeout=60)
+    assert _marks(path, 2) == ["done:0", "shutdown"]
 
 
 @pytest.mark.parametrize("how", ["handles_dropped", "ray_terminate"])
