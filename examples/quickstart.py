@@ -121,7 +121,7 @@ def main() -> None:
           f"state rebuilt by __init__: n = {meshrt.get(counter.incr.remote(0))}")
 
     step("named actors and Ray-style helpers")
-    Counter.options(name="hits").remote(0)
+    hits = Counter.options(name="hits").remote(0)  # noqa: F841 - (a name alone does not keep it, as in Ray)
     print("get_actor('hits').incr ->", meshrt.get(meshrt.get_actor("hits").incr.remote()))
     pool = ActorPool([Resizer.remote() for _ in range(2)])
     print("ActorPool.map:", list(pool.map(lambda a, v: a.resize.remote(v), [64, 128, 256])))

@@ -90,8 +90,8 @@ async def test_queue_async_api(rt):
 def test_list_named_actors(rt):
     from meshrt.util import list_named_actors
 
-    Doubler.options(name="alpha").remote()
-    Doubler.options(name="beta", namespace="other").remote()
+    kept = [Doubler.options(name="alpha").remote(),  # noqa: F841 - (a name alone does not keep them)
+            Doubler.options(name="beta", namespace="other").remote()]
     assert list_named_actors() == ["alpha"]
     assert {"name": "beta", "namespace": "other"} in list_named_actors(all_namespaces=True)
 
