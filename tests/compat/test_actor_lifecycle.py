@@ -250,12 +250,15 @@ class _Job:
         return "pong"
 
 
-@ray.remote(max_concurrency=4)
-class ThreadedJob(_Job):
+class _ThreadedWork(_Job):
     def work(self, i):
         ray.get(self.gate.wait.remote())
         self.mark(f"done:{i}")
         return i * 10
+
+
+ThreadedJob = ray.remote(max_concurrency=4)(_ThreadedWork)
+ThreadedWithGroups = ray.remote(concurrency_groups={"io": 2})(_ThreadedWork)  # (its default group: one thread)
 
 
 @ray.remote(max_concurrency=4)
@@ -266,33 +269,16 @@ class AsyncJob(_Job):
         return i * 10
 
 
-@ray.remote(max_concurrency=1)
-class AsyncOneAtATime(_Job):
-    async def work(self, i):
-        await self.gate.wait.remote()
-        self.mark(f"done:{i}")
-        return i * 10
-
-
-@ray.remote(concurrency_groups={"io": 2})
-class ThreadedWithGroups(_Job):  # (its default group: one thread)
-    def work(self, i):
-        ray.get(self.gate.wait.remote())
-        self.mark(f"done:{i}")
-        return i * 10
-
-    @ray.method(concurrency_group="io")
-    def io(self):
-        return "io"
-
-
-@pytest.mark.parametrize("job_class", [ThreadedJob, AsyncOneAtATime, ThreadedWithGroups],
-                         ids=["threaded", "async_one_slot", "threaded_groups"])
-def test_calls_after_an_end_fail_and_a_second_end_changes_nothing(job_class, tmp_path):
+@pytest.mark.parametrize("job_class, options", [
+    (ThreadedJob, {}),
+    (AsyncJob, {"max_concurrency": 1}),
+    (ThreadedWithGroups, {}),
+], ids=["threaded", "async_one_slot", "threaded_groups"])
+def test_calls_after_an_end_fail_and_a_second_end_changes_nothing(job_class, options, tmp_path):
     ray.init(num_cpus=2)
     path = tmp_path / "marks.txt"
     gate = Gate.remote()
-    job = job_class.remote(gate, str(path))
+    job = job_class.options(**options).remote(gate, str(path))
     running = job.work.remote(0)
     ray.get(gate.holding.remote(1))
     ends = [job.__ray_terminate__.remote(), job.__ray_terminate__.remote()]
