@@ -44,7 +44,7 @@ class Async:
         return self.peak
 
     @meshrt.method(concurrency_group="io")
-    def blocking_io(self, g):  # (a plain method of a group: off the loop, as Ray runs it on the group's own)
+    def blocking_io(self, g):  # (a plain method of a group: on its group's loop thread, as in Ray)
         return meshrt.get(g.wait.remote())
 
     def default_thread(self):
@@ -112,3 +112,75 @@ def test_an_async_actor_s_plain_method_of_a_group_leaves_its_loop_serving(rt):
     assert meshrt.get(actor.default_thread.remote(), timeout=30) == "MainThread"  # (the default group's: the loop)
     meshrt.get(g.open.remote())
     assert meshrt.get(blocked, timeout=30) is True
+
+
+@meshrt.remote(concurrency_groups={"io": 2, "compute": 1})
+class Loops:
+    """Where each group's calls run: as in Ray, a loop (and thread) per group."""
+
+    def __init__(self):
+        self.init_loop = id(asyncio.get_event_loop())
+        self.release = threading.Event()
+
+    @meshrt.method(concurrency_group="io")
+    async def io_a(self):
+        return id(asyncio.get_running_loop()), threading.current_thread().name
+
+    @meshrt.method(concurrency_group="io")
+    async def io_b(self):
+        return id(asyncio.get_running_loop()), threading.current_thread().name
+
+    @meshrt.method(concurrency_group="io")
+    def io_plain(self):
+        return id(asyncio.get_event_loop()), threading.current_thread().name
+
+    @meshrt.method(concurrency_group="compute")
+    async def compute(self):
+        return id(asyncio.get_running_loop()), threading.current_thread().name
+
+    async def default(self):
+        return id(asyncio.get_running_loop()), self.init_loop
+
+    @meshrt.method(concurrency_group="compute")
+    async def block(self):  # (blocks its loop, not awaiting: only its group waits)
+        return self.release.wait(timeout=60)
+
+    @meshrt.method(concurrency_group="io")
+    async def unblock(self):
+        self.release.set()
+
+    @meshrt.method(concurrency_group="compute")
+    async def forever(self):
+        await asyncio.Event().wait()
+
+
+def test_each_group_of_an_async_actor_runs_on_a_loop_of_its_own(rt):
+    actor = Loops.remote()
+    (io_a, io_thread), (io_b, _), (plain, plain_thread), (compute, compute_thread), (default, init) = meshrt.get(
+        [actor.io_a.remote(), actor.io_b.remote(), actor.io_plain.remote(), actor.compute.remote(),
+         actor.default.remote()], timeout=30)
+    assert io_a == io_b == plain and io_thread == plain_thread == "meshrt-group-io"
+    assert compute_thread == "meshrt-group-compute" and compute not in (io_a, default)
+    assert default == init  # (the default group: the loop the actor was built on)
+
+
+def test_a_group_whose_loop_is_blocked_holds_up_only_itself(rt):
+    actor = Loops.remote()
+    blocked = actor.block.remote()
+    waiting = actor.compute.remote()  # (behind it, in its group)
+    assert meshrt.get(actor.default.remote(), timeout=30)
+    assert meshrt.get(actor.io_a.remote(), timeout=30)[1] == "meshrt-group-io"
+    assert meshrt.wait([waiting], timeout=0.2)[0] == []
+    meshrt.get(actor.unblock.remote(), timeout=30)
+    assert meshrt.get(blocked, timeout=30) is True
+    assert meshrt.get(waiting, timeout=30)[1] == "meshrt-group-compute"
+
+
+def test_a_call_cancelled_on_its_group_s_loop_frees_the_group(rt):
+    actor = Loops.remote()
+    stuck = actor.forever.remote()
+    behind = actor.compute.remote()  # (the group runs one call at a time)
+    meshrt.cancel(stuck)
+    with pytest.raises(meshrt.exceptions.TaskCancelledError):
+        meshrt.get(stuck, timeout=30)
+    assert meshrt.get(behind, timeout=30)[1] == "meshrt-group-compute"

@@ -42,6 +42,25 @@ def test_custom_exception_attributes_read_through(rt):
     assert info.value.code == 42
 
 
+class CodedError(Exception):
+    """Its __init__ cannot take back its own args (pickle's way to rebuild it)."""
+
+    def __init__(self, code, message, *, lock=None):
+        super().__init__(message)
+        self.code, self.lock = code, lock
+
+
+def test_an_exception_whose_init_takes_other_arguments_keeps_its_class_and_attributes(rt):
+    @meshrt.remote
+    def raise_coded():
+        raise CodedError(42, "bad code", lock=threading.Lock())  # (an attribute that cannot travel is left out)
+
+    with pytest.raises(CodedError, match="bad code") as info:
+        meshrt.get(raise_coded.remote())
+    assert info.value.code == 42 and isinstance(info.value.cause, CodedError)
+    assert info.value.cause.args == ("bad code",) and not hasattr(info.value.cause, "lock")
+
+
 def test_errors_chain_through_nested_tasks(rt):
     @meshrt.remote
     def middle():

@@ -321,6 +321,8 @@ def test_runtime_context(rt):
         def crash(self):
             os._exit(1)
 
+    assert meshrt.get(Restored.remote().seen_in_init.remote())[1] == ""  # (unnamed: '', as Ray's)
+    assert meshrt.get_runtime_context().get_actor_name() is None  # (not an actor)
     r = Restored.options(name="restored", num_cpus=1).remote()
     first = meshrt.get(r.seen_in_init.remote())
     assert first[0] and first[1:] == ("restored", False, {"CPU": 1.0})

@@ -11,6 +11,7 @@ a timeout too)."""
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import sys
 import threading
@@ -18,9 +19,13 @@ import traceback
 from collections.abc import Callable
 
 
-def end_gracefully(instance, leave: Callable[[], None]) -> None:
-    """Run the hooks, then ``leave()`` (once, whichever comes first: they end or time out)."""
+def end_gracefully(executor, leave: Callable[[], None]) -> None:
+    """Run the hooks, then ``leave()`` (once, whichever comes first: they end or time out).
+    Last, the executor lets go of its instance, so that its ``__del__`` runs as in Ray
+    (where nothing else holds it: a call still running does)."""
     from ..mesh.proc_host import ProcHost
+
+    instance = executor.instance
 
     lock, left = threading.Lock(), []
 
@@ -46,9 +51,22 @@ def end_gracefully(instance, leave: Callable[[], None]) -> None:
                 print(f"{type(instance).__name__}.__ray_shutdown__() raised:", file=sys.stderr)
                 traceback.print_exc()
         atexit._run_exitfuncs()  # (each handler's error is printed by atexit itself)
+        instance = executor.instance = None
+        gc.collect()  # (__del__ of an instance in a cycle too; an error there is printed by Python)
     finally:
         timer.cancel()
         leave_once()
+
+
+def terminate_fn(method: str, spec) -> Callable[[], None]:
+    """The call behind ``__ray_terminate__`` (and ``__meshrt_release__``): a graceful end."""
+    from .executor import ActorExit
+
+    reason = end_reason(method, spec)
+
+    def terminate():
+        raise ActorExit(reason)
+    return terminate
 
 
 def end_reason(method: str, spec) -> str:

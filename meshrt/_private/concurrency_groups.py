@@ -1,8 +1,10 @@
 """Ray's concurrency groups: an actor's methods split into groups, each with its own
 limit on how many of its calls run at once (``concurrency_groups={"io": 2}`` on the
 actor, ``@meshrt.method(concurrency_group="io")`` on a method). A threaded actor gets
-a thread pool per group, an async actor a semaphore per group; methods naming no
-group share the default one, sized by ``max_concurrency``.
+a thread pool per group; an async actor a semaphore per group and, as in Ray, an event
+loop of its own per group, on a thread of its own, so a call that blocks its group's
+loop holds up only that group. Methods naming no group share the default one (the
+actor's own loop), sized by ``max_concurrency``.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+from .portal import LoopThread
 
 METHOD_OPTIONS = "__meshrt_method_options__"
 _UNSET = object()
@@ -40,8 +44,10 @@ class Groups:
     def __init__(self, groups: tuple, cls: type, is_async: bool) -> None:
         self._cls = cls
         self._of: dict[str, Any] = {}
+        self.loops: dict[str, GroupLoop | None] = {}
         if is_async:
             self.semaphores = {name: asyncio.Semaphore(limit) for name, limit in groups}
+            self.loops = {name: None for name, _ in groups}  # (started with the group's first call)
         else:
             self.pools = {name: ThreadPoolExecutor(limit, thread_name_prefix=f"meshrt-{name}")
                           for name, limit in groups}
@@ -49,11 +55,12 @@ class Groups:
     def of(self, call) -> str | None:
         """The call's group: chosen for this call (``.options(concurrency_group=)``), else
         its method's."""
-        if call.group is not None:
-            return call.group
-        group = self._of.get(call.method, _UNSET)
+        return call.group if call.group is not None else self.of_method(call.method)
+
+    def of_method(self, method: str) -> str | None:
+        group = self._of.get(method, _UNSET)
         if group is _UNSET:
-            group = self._of[call.method] = group_of(getattr(self._cls, call.method, None))
+            group = self._of[method] = group_of(getattr(self._cls, method, None))
         return group
 
     def pool(self, call, default):
@@ -61,3 +68,70 @@ class Groups:
 
     def semaphore(self, call, default):
         return self.semaphores.get(self.of(call), default)
+
+    def loop_of(self, call) -> GroupLoop | None:
+        """An async actor's loop for the call's group (None: the actor's own loop). Loop
+        thread only."""
+        name = self.of(call)
+        if name not in self.loops:
+            return None
+        loop = self.loops[name]
+        if loop is None:
+            loop = self.loops[name] = GroupLoop(name)
+        return loop
+
+    def thread_of(self, method: str, default_ident: int | None) -> int | None:
+        """The thread ``method``'s calls run on in an async actor (None: not started)."""
+        name = self.of_method(method)
+        if name not in self.loops:
+            return default_ident
+        loop = self.loops[name]
+        return loop.ident if loop is not None else None
+
+
+class GroupLoop:
+    """One concurrency group's event loop, on a thread of its own."""
+
+    def __init__(self, name: str) -> None:
+        self._thread = LoopThread(f"meshrt-group-{name}")
+        self.loop = self._thread.loop
+        self.ident = self._thread.thread_id
+
+    async def run(self, coro) -> None:
+        """Run ``coro`` (a call, which answers its caller itself) on this loop and wait
+        for it. A cancel of the waiting task is passed on to it, and the call is still
+        waited for: it holds its group's slot until it has answered."""
+        started: list[asyncio.Task] = []
+
+        def start(settle) -> None:
+            started.append(self.loop.create_task(coro))
+            started[0].add_done_callback(lambda _: settle())
+
+        await self._wait(start, lambda: started[0].cancel())
+
+    async def run_plain(self, fn, *args) -> None:
+        """Run ``fn(*args)``, a plain method's call, on this loop's thread, as Ray runs a
+        group's plain methods (a cancel does not stop it once it runs)."""
+
+        def start(settle) -> None:
+            try:
+                fn(*args)
+            finally:
+                settle()
+
+        await self._wait(start, None)
+
+    async def _wait(self, start, cancel) -> None:
+        here = asyncio.get_running_loop()
+        finished = here.create_future()
+
+        def settle() -> None:
+            here.call_soon_threadsafe(lambda: finished.done() or finished.set_result(None))
+
+        self.loop.call_soon_threadsafe(start, settle)
+        try:
+            await asyncio.shield(finished)
+        except asyncio.CancelledError:
+            if cancel is not None:
+                self.loop.call_soon_threadsafe(cancel)  # (after start: the loop keeps their order)
+            await finished

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
-import queue
 import signal
 import threading
 import time
@@ -157,8 +156,7 @@ class Executor:
     # -- submitting work (core loop) ----------------------------------------------------------
 
     def use_helper(self, helper: HelperThread, name: str) -> None:
-        """The default helper thread of a mesh's process (or the driver's actors): mesh
-        actors get a lane each (lanes.py); Ray's async actors run plain methods on the loop."""
+        """The helper thread of a mesh's process (or the driver's actors): a lane per actor (lanes.py)."""
         self.pool = helper
         self.lanes = lanes.Lanes(helper, name)
         self.lanes.on_new_lane = getattr(self.core, "offer_direct_lane", None)
@@ -257,22 +255,13 @@ class Executor:
                 if target in getattr(type(self.instance), "__meshrt_waits_for_lanes__", ()):
                     return True  # (it waits for every lane, this one too)
                 return on_helper and self.lanes.route(lane_key) is lane
-            return me == self.loop_ident and not on_helper  # (blocking its own loop)
+            loop = self.groups.thread_of(target, self.loop_ident) if self.groups else self.loop_ident
+            return me == loop and not on_helper  # (blocking the loop it runs on)
         return self.pool is None and me == self.main_ident  # one call at a time
 
     def take_unstarted(self) -> list[Call]:
         """Remove the pool tasks still queued here (to hand them back; any thread)."""
-        items = []
-        while True:
-            try:
-                items.append(self.queue.get_nowait())
-            except queue.Empty:
-                break
-        taken = [i for i in items if type(i) is Call and i.is_task]
-        for other in items:
-            if not (type(other) is Call and other.is_task):
-                self.queue.put(other)
-        return taken
+        return self.queue.take(lambda item: type(item) is Call and item.is_task)
 
     def cancel(self, task_id: int) -> None:
         """Core loop: stop a queued or running call (a no-op once it has finished)."""
@@ -294,15 +283,8 @@ class Executor:
         if method == "__ray_call__":
             return lambda fn, *a, **kw: fn(self.instance, *a, **kw)
         if method in _GRACEFUL_ENDS:
-            return self._terminate_fn(method)
+            return actor_hooks.terminate_fn(method, self.actor_spec)
         return getattr(self.instance, method)
-
-    def _terminate_fn(self, method: str):
-        reason = actor_hooks.end_reason(method, self.actor_spec)
-
-        def terminate():
-            raise ActorExit(reason)
-        return terminate
 
     def run_call(self, call: Call) -> None:
         env = call.spec.runtime_env if call.is_task else None
@@ -348,8 +330,10 @@ class Executor:
         except TaskInterrupted:
             self._finish(call, self._cancelled(call))
         except ActorExit as stop:
+            fn = stop.__traceback__ = None  # (only the executor holds the instance now: its __del__ runs)
             self._exit_actor(str(stop.code) if stop.code else "exit_actor() was called")
         except SystemExit as stop:
+            fn = None
             self._system_exit(call, stop)
         except BaseException as err:  # noqa: BLE001 - user errors travel to the caller
             self._failed(call, err)
@@ -530,13 +514,18 @@ class Executor:
                     await self.user_loop.run_in_executor(None, self.running_calls.wait_idle)
                     self._send_replies()  # (the replies of those that just ended leave first)
                 kind = self.kind_of(target)
-                if kind == "async" or (kind == "other" and (inspect.iscoroutinefunction(fn)
-                                                             or inspect.isasyncgenfunction(fn))):
-                    await self._run_coroutine(call, fn)
-                elif self.pool is None and not (self.groups and self.groups.of(call)):
+                there = self.groups.loop_of(call) if self.groups else None  # (a group's own loop, as Ray's)
+                coro = self._run_coroutine(call, fn) if kind == "async" or (kind == "other" and (
+                    inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn))) else None
+                fn = None  # (only the call holds the method: the instance's __del__ can run as it ends)
+                if coro is not None:
+                    await (coro if there is None else there.run(coro))
+                elif there is not None:
+                    await there.run_plain(self.run_call, call)
+                elif self.pool is None:
                     self.run_call(call)  # a plain method of Ray's async actor: on the loop, as in Ray
-                else:  # (a mesh's or the driver's: its helper thread; a concurrency group's: a thread, as
-                    await self.user_loop.run_in_executor(self.pool, self.run_call, call)  # Ray's own loop)
+                else:  # (a mesh's or the driver's: its helper thread)
+                    await self.user_loop.run_in_executor(self.pool, self.run_call, call)
             finally:
                 semaphore.release()
                 if not end:
@@ -563,8 +552,10 @@ class Executor:
         except asyncio.CancelledError:
             self._finish(call, self._cancelled(call))
         except ActorExit as stop:
+            fn = stop.__traceback__ = None  # (as in _run_call)
             self._exit_actor(str(stop.code) if stop.code else "exit_actor() was called")
         except SystemExit as stop:
+            fn = None
             self._system_exit(call, stop)
         except BaseException as err:  # noqa: BLE001
             self._failed(call, err)
@@ -578,6 +569,7 @@ class Executor:
         if call.is_task:
             self._failed(call, stop)
             return
+        stop.__traceback__ = None  # (its frames hold the instance: see _run_call)
         self._exit_actor(f"{self._call_name(call)} called sys.exit({stop.code!r})")
 
     def _exit_actor(self, reason: str) -> None:
@@ -586,7 +578,7 @@ class Executor:
         if self._replies and threading.get_ident() == self.loop_ident:
             self._send_replies()  # (calls that finished before this one are answered)
         self.exiting = True  # (__ray_shutdown__ and atexit first)
-        actor_hooks.end_gracefully(self.instance, lambda: self.core.io.post(self.core.exit_actor, reason))
+        actor_hooks.end_gracefully(self, lambda: self.core.io.post(self.core.exit_actor, reason))
 
 
 def _hosts_a_mesh(cls: type) -> bool:

@@ -57,6 +57,19 @@ class Inbox:
         """Something put waits to be taken (frames unread in the socket aside)."""
         return not self._queue.empty()
 
+    def take(self, wanted: Callable[[Any], bool]) -> list:
+        """Any thread: remove the items put so far that ``wanted`` picks (the rest stay, in order)."""
+        items = []
+        while True:
+            try:
+                items.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        for other in items:
+            if not wanted(other):
+                self._queue.put(other)
+        return [item for item in items if wanted(item)]
+
     def attach_direct(self, sock: socket.socket, on_frame: Callable[[bytes], None]) -> None:
         """Read ``sock`` (SOCK_SEQPACKET, one frame per packet) on the taking thread too,
         and run ``on_frame(packet)`` there for each, before anything put after the

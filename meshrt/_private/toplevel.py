@@ -190,7 +190,10 @@ class RuntimeContext:
         return context.hex_or_none(context.process.get("actor_id"))
 
     def get_actor_name(self) -> str | None:
-        return context.process.get("actor_name")
+        """The actor's name: '' for an unnamed actor, None outside an actor (as Ray's)."""
+        if context.process.get("actor_id") is None:
+            return None
+        return context.process.get("actor_name") or ""
 
     def get_assigned_resources(self) -> dict:
         """What the running task or actor asked for (``{"CPU": 1.0}`` by default)."""

@@ -510,7 +510,42 @@ def _try_dumps(obj: Any) -> bytes | None:
             pickle.loads(data)
             return data
         except Exception:
-            return None
+            return _dumps_by_state(obj) if isinstance(obj, BaseException) else None
+
+
+def _dumps_by_state(err: BaseException) -> bytes | None:
+    """An exception whose ``__init__`` cannot take back its own ``args`` (``__init__(self,
+    code, msg)`` calling ``super().__init__(msg)``) travels as its class, args and the
+    attributes that pickle, and is rebuilt without calling ``__init__``: the caller gets
+    its class with ``err.code`` (Ray gives an UnserializableException instead)."""
+    state = {}
+    for name, value in vars(err).items():
+        try:
+            cloudpickle.dumps(value, protocol=5)
+        except Exception:  # noqa: BLE001 - (left out: the rest still travels)
+            continue
+        state[name] = value
+    try:
+        data = cloudpickle.dumps(_ByState(type(err), err.args, state), protocol=5)
+        pickle.loads(data)
+        return data
+    except Exception:  # noqa: BLE001
+        return None
+
+
+class _ByState:
+    def __init__(self, klass: type, args: tuple, state: dict) -> None:
+        self.recipe = (klass, args, state)
+
+    def __reduce__(self):
+        return (_rebuilt_by_state, self.recipe)
+
+
+def _rebuilt_by_state(klass: type, args: tuple, state: dict) -> BaseException:
+    err = klass.__new__(klass, *args)
+    err.args = args
+    err.__dict__.update(state)
+    return err
 
 
 def _try_loads(blob: bytes | None) -> Any:

@@ -7,7 +7,7 @@
   with ``RayActorError`` / ``ActorDiedError``.
 * Graceful shutdown: a worker that calls ``ray.actor.exit_actor()`` after
   flushing, and ``__ray_terminate__`` letting already-queued calls finish; the
-  ``__ray_shutdown__`` and ``atexit`` hooks of actors that end gracefully (not killed);
+  ``__ray_shutdown__``, ``atexit`` and ``__del__`` hooks of actors that end gracefully (not killed);
   a named actor ends with its last handle; a threaded or async actor ends gracefully only
   once the calls it is running have finished.
 * ``ray.get_runtime_context()`` inside the driver, tasks and actors.
@@ -157,6 +157,9 @@ class CleansUp:
     def __ray_shutdown__(self):
         self.mark("ray_shutdown")
 
+    def __del__(self):  # (last: Ray lets go of the instance as the actor ends)
+        self.mark("del")
+
     def ping(self):
         return self.tag
 
@@ -187,7 +190,7 @@ def test_cleanup_hooks_run_when_an_actor_ends_gracefully(tmp_path):
     with pytest.raises(RayActorError):
         ray.get(quitting.quit.remote())
     ray.kill(killed)  # (no hooks: as a crash)
-    assert _marks(path, 6) == sorted(f"{hook}:{tag}" for hook in ("ray_shutdown", "atexit")
+    assert _marks(path, 9) == sorted(f"{hook}:{tag}" for hook in ("ray_shutdown", "atexit", "del")
                                      for tag in ("dropped", "terminated", "quit"))
 
 
@@ -198,7 +201,7 @@ def test_a_named_actor_ends_with_its_last_handle(tmp_path):
     by_name = ray.get_actor("scratch")
     assert ray.get(by_name.ping.remote()) == "named"
     del named  # (what get_actor() gives does not count: a name alone does not keep it, as in Ray)
-    assert _marks(path, 2) == ["atexit:named", "ray_shutdown:named"]
+    assert _marks(path, 3) == ["atexit:named", "del:named", "ray_shutdown:named"]
     with pytest.raises(RayActorError):  # (a handle from get_actor() fails as it is used)
         ray.get(by_name.ping.remote(), timeout=60)
     deadline = time.monotonic() + 60
