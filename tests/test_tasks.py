@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 
 import numpy as np
 import pytest
@@ -154,7 +155,7 @@ async def test_streaming_async_iteration(rt):
     assert seen == [0, 1, 2, 3]
 
 
-def test_max_retries_on_worker_death(rt, tmp_path):
+def test_max_retries_on_worker_death(rt, tmp_path, caplog):
     marker = tmp_path / "died-once"
 
     @meshrt.remote(max_retries=2)
@@ -165,6 +166,8 @@ def test_max_retries_on_worker_death(rt, tmp_path):
         return "ok"
 
     assert meshrt.get(flaky.remote(str(marker)), timeout=60) == "ok"
+    assert re.search(r"meshrt: the worker running .*flaky \(pid \d+\) died: .*exited with code 1; "
+                     r"retrying it \(retry 1 of 2\)", caplog.text)  # (the driver is told, as Ray's is)
 
 
 def test_worker_death_without_retries_raises(rt):

@@ -559,7 +559,7 @@ class Controller(ActorDirectory, HostDirectory, ClusterNodes, HostChoice, TaskHo
             self._fail_task(spec, system_error_payload(exc.TaskCancelledError(
                 ids.to_hex(spec.task_id), rec.kill_reason or "its worker was killed (cancel(force=True))")))
         elif spec.max_retries < 0 or spec.attempt < spec.max_retries:
-            self._requeue(rec)
+            self._requeue(rec, f"(pid {w.pid}) died: {cause}")
         else:
             tail = "\n".join("    " + line for line in w.stderr_tail)
             detail = f"\nlast lines of its stderr:\n{tail}" if tail else ""

@@ -10,6 +10,7 @@ the other has (Ray's spillback), and to another host, or fails, when its host go
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -21,6 +22,8 @@ from ..scheduler.resources import Allocation
 from . import ids, labels, pip_envs
 from . import messages as m
 from .cluster_nodes import fits_now
+
+log = logging.getLogger("meshrt")
 
 
 @dataclass
@@ -260,8 +263,14 @@ class TaskHosts:
         self._release_worker_alloc(w)
         w.state = "retiring"  # (never idle again: its exit is no failure)
 
-    def _requeue(self, rec) -> None:
-        self.enqueue_task(rec.spec._replace(attempt=rec.spec.attempt + 1))
+    def _requeue(self, rec, died: str | None = None) -> None:
+        """Run a task again; where its worker ``died``, the driver is told, as Ray's is."""
+        spec = rec.spec
+        if died is not None:
+            of = f" of {spec.max_retries}" if spec.max_retries >= 0 else "; max_retries=-1"
+            log.warning("meshrt: the worker running %s %s; retrying it (retry %d%s)",
+                        spec.name, died, spec.attempt + 1, of)
+        self.enqueue_task(spec._replace(attempt=spec.attempt + 1))
 
 
 def _may_move(rec: TaskRecord) -> bool:

@@ -69,8 +69,8 @@ def get(object_refs, *, timeout: float | None = None) -> Any:
         return values
     if _compiled(object_refs):  # (a compiled graph's result: meshrt.dag)
         return object_refs.get(timeout)
-    if isinstance(object_refs, ObjectRefGenerator):
-        raise TypeError("get() of an ObjectRefGenerator: iterate it (for ref in gen) and get each ref")
+    if isinstance(object_refs, ObjectRefGenerator):  # (Ray's get() gives it back: code that gets what
+        return object_refs  # a generator's call returned, as with num_returns="dynamic", goes on)
     raise TypeError(
         f"get() expects an ObjectRef or a list of ObjectRefs, got a "
         f"{type(object_refs).__qualname__}: {object_refs!r:.80}"

@@ -36,6 +36,7 @@ def test_streaming_task_consumed_incrementally():
     ray.init(num_cpus=4)
     stream = tail_log.remote(LOG_LINES)
     assert isinstance(stream, ray.ObjectRefGenerator)
+    assert ray.get(stream) is stream  # (get() gives a generator back as it is)
 
     first = next(stream)
     assert isinstance(first, ray.ObjectRef)
