@@ -99,6 +99,7 @@ class Executor:
         self.groups: Groups | None = None  # Ray's concurrency groups, when the actor has some
         self.turns = HelperTurns()  # a mesh actor's async calls waiting for their lane's turn
         self.exiting = False
+        self.deserialize_args = deserialize  # (the driver's mesh actors own theirs: mesh/proc_host.py)
         self.running_calls = RunningCalls()  # (a concurrent actor's: its graceful end waits for them)
 
     # -- main thread -----------------------------------------------------------------------
@@ -309,7 +310,7 @@ class Executor:
         ctx = context.enter(call, self.core, call.is_task)
         try:
             fn = self._resolve_target(call)
-            args, kwargs = argpack.unpack(call_payloads.arguments(call), call.deps, deserialize)
+            args, kwargs = argpack.unpack(call_payloads.arguments(call), call.deps, self.deserialize_args)
             if on_main:
                 self.running = call.task_id
             try:
@@ -537,7 +538,7 @@ class Executor:
         call_record.begin(call)
         ctx = context.enter(call, self.core)
         try:
-            args, kwargs = argpack.unpack(call_payloads.arguments(call), call.deps, deserialize, fetch=False)
+            args, kwargs = argpack.unpack(call_payloads.arguments(call), call.deps, self.deserialize_args, fetch=False)
             if call.deps:
                 args, kwargs = await argpack.fetched_async(args, kwargs)
             if call.num_returns == -1:

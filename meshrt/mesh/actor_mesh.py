@@ -382,7 +382,10 @@ def _nbytes(args: tuple, kwargs: dict) -> int:
     """Roughly how big the top-level arguments are (arrays, tensors, bytes)."""
     total = 0
     for value in (*args, *kwargs.values()):
-        size = getattr(value, "nbytes", None)
+        try:
+            size = getattr(value, "nbytes", None)
+        except RuntimeError:  # (a sparse torch tensor has no nbytes: it raises)
+            size = None
         if size is None and isinstance(value, (bytes, bytearray, memoryview)):
             size = len(value)
         elif size is None and hasattr(value, "element_size"):  # a torch tensor

@@ -17,6 +17,8 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from ..objstore.serialization import owned_values
+
 
 class Future:
     """A result on its way. ``await fut`` or ``fut.get(timeout=None)``; also a coroutine
@@ -44,7 +46,9 @@ class Future:
 
             _warn_if_in_event_loop("Future.get")
             try:
-                self._settle(self._get(timeout), None)
+                with owned_values():  # (the value is the caller's own, as in Monarch: arrays writable)
+                    value = self._get(timeout)
+                self._settle(value, None)
             except Exception as err:  # noqa: BLE001 - kept and re-raised on every get
                 if isinstance(err, TimeoutError):
                     raise
@@ -82,7 +86,8 @@ class Future:
     def __await__(self):
         if not self._done:
             try:
-                value = yield from self._aget().__await__()
+                with owned_values():
+                    value = yield from self._aget().__await__()
                 self._settle(value, None)
             except Exception as err:  # noqa: BLE001
                 self._settle(None, err)

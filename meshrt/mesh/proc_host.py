@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import dataclasses
 import inspect
 import logging
@@ -26,6 +27,7 @@ from typing import Any
 from .. import exceptions as exc
 from .._private import context as rt_context
 from .._private import debug_sessions, workspace_files
+from ..objstore import serialization
 from ..objstore.serialization import loads_code
 from . import distributed
 from .actor import (
@@ -88,11 +90,19 @@ class ProcHost:
         from .._private import cpu_threads
 
         cpu_threads.undo()  # (a mesh process keeps its threads, as Monarch's do)
+        if executor is None:  # (its values are its own, as in Monarch: arrays writable; in the
+            serialization.own_values_here()  # driver, only its mesh actors' arguments)
+        else:
+            executor.deserialize_args = serialization.deserialize_owned
         os.environ.update(env)
-        if bootstrap is not None:
-            _bootstrap(bootstrap)
         self.mesh_name = mesh_name
         self.point = Point(rank, Extent(labels, sizes))
+        if bootstrap is not None:  # (as Monarch's: current_rank() is the process's point, in actor "setup")
+            tokens = set_context(Context(ActorInstance("setup", self.point, rank, f"setup[{rank}]"), self.point), None)
+            try:
+                _bootstrap(bootstrap)
+            finally:
+                reset_context(tokens)
         # Keyed by each spawn's own key ("name#id"), not by name: calls made through a
         # mesh whose spawn failed (a name already taken here) must never reach the actor
         # that holds the name.
@@ -474,7 +484,7 @@ def _bootstrap(blob: bytes) -> None:
     result = loads_code(blob)()
     if inspect.iscoroutine(result):
         with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="meshrt-bootstrap") as pool:
-            pool.submit(asyncio.run, result).result()
+            pool.submit(contextvars.copy_context().run, asyncio.run, result).result()
 
 
 def _takes_an_argument(fn) -> bool:

@@ -67,10 +67,11 @@ class StoreClient:
             self.backend.seal(key)
         return (key, total, layout)
 
-    def open(self, desc: tuple) -> tuple[list, list]:
-        """Read-only and writable (copy-on-write) views of each buffer of a stored value."""
+    def open(self, desc: tuple, fresh: bool = False) -> tuple[list, list]:
+        """Read-only and writable (copy-on-write) views of each buffer of a stored value
+        (``fresh``: over a mapping of their own, never one shared with earlier reads)."""
         key, _total, layout = desc
-        mapping = self._read_only_maps.get(key)
+        mapping = None if fresh else self._read_only_maps.get(key)
         whole = memoryview(mapping if mapping is not None else self._map_pinned(key))
         writable = [whole[rel : rel + n] for rel, n in layout]
         return [v.toreadonly() for v in writable], writable

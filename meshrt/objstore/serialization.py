@@ -14,6 +14,8 @@ do or would do wrongly (lambdas, local functions, and anything defined in
 from __future__ import annotations
 
 import collections
+import contextlib
+import contextvars
 import copyreg
 import io
 import pickle
@@ -318,7 +320,10 @@ def inline_copy(payload: Payload) -> Payload:
 
 
 def deserialize(payload: Payload) -> Any:
-    """Rebuild a value; numpy arrays come back as read-only views of the stored bytes."""
+    """Rebuild a value; numpy arrays come back as read-only views of the stored bytes, or
+    writable ones where values are owned (``owned_values``)."""
+    if _values_owned or _owned.get():
+        return deserialize_owned(payload)
     if payload.shm is not None:
         if _client is None:
             raise RuntimeError("this value lives in a shared-memory store this process cannot reach")
@@ -349,6 +354,56 @@ def deserialize(payload: Payload) -> Any:
 
         return pickle.loads(payload.data, buffers=[read(loan) for loan in payload.loans])
     return pickle.loads(payload.data)
+
+
+# Monarch's values are their receiver's own (an endpoint may write to an array it was
+# given, the client to one it got back), where Ray's are read-only views of the store.
+# A process of an actor mesh owns every value it reads (``own_values_here``); the client
+# owns what a mesh call gives it (``owned_values()`` around reading it). Stored buffers
+# are then mapped copy-on-write, privately: pages are copied only as they are written.
+_values_owned = False
+_owned: contextvars.ContextVar = contextvars.ContextVar("meshrt_owned_values", default=False)
+
+
+def own_values_here() -> None:
+    global _values_owned
+    _values_owned = True
+
+
+@contextlib.contextmanager
+def owned_values():
+    token = _owned.set(True)
+    try:
+        yield
+    finally:
+        _owned.reset(token)
+
+
+def deserialize_owned(payload: Payload) -> Any:
+    """Rebuild a value its reader owns: arrays over private copy-on-write pages or copies."""
+    if payload.shm is not None and not payload.copied_out:
+        if _client is None:
+            raise RuntimeError("this value lives in a shared-memory store this process cannot reach")
+        _, writable = _client.open(payload.shm[:3], fresh=True)
+        data = payload.data
+        if payload.shm[3]:
+            data, writable = writable[0], writable[1:]
+        return pickle.loads(data, buffers=writable)
+    if payload.buffers:
+        return pickle.loads(payload.data, buffers=[_writable(b) for b in payload.buffers])
+    if payload.loans is not None:
+        from .._private.loans import read
+
+        return pickle.loads(payload.data, buffers=[_writable(read(loan)) for loan in payload.loans])
+    if payload.shm is not None:  # (a large bytes, copied out: bytes are never written to)
+        with _client.reading(payload.shm[:3]) as views:
+            return pickle.loads(payload.data, buffers=views)
+    return pickle.loads(payload.data)
+
+
+def _writable(buf):
+    """``buf``, or a copy of it that may be written to."""
+    return bytearray(buf) if memoryview(buf).readonly else buf
 
 
 def writable_twin(buf) -> memoryview | None:

@@ -58,7 +58,7 @@ def _rebuild_tensor(buf, dtype: str, shape: tuple, requires_grad: bool, is_param
     memory = writable_twin(buf)
     if memory is None:
         view = memoryview(buf)
-        memory = buf if (not view.readonly and isinstance(buf, bytearray)) else bytearray(view)
+        memory = buf if not view.readonly else bytearray(view)  # (writable: a value owned, see serialization)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # copy-on-write memory: writes stay private
         t = torch.frombuffer(memory, dtype=torch.uint8)

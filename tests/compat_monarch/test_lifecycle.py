@@ -42,7 +42,9 @@ async def test_iterating_a_value_mesh():
 def _setup():
     import os
 
+    point = current_rank()  # (the process's own point, as its actors' will be)
     os.environ["SET_BY_BOOTSTRAP"] = "yes"
+    os.environ["BOOTSTRAP_SAW"] = f"{point.rank} {dict(point)} {current_size()} {context().actor_instance.name}"
 
 
 class EnvReader(Actor):
@@ -52,11 +54,24 @@ class EnvReader(Actor):
 
         return os.environ.get("SET_BY_BOOTSTRAP")
 
+    @endpoint
+    def seen_by_bootstrap(self):
+        import os
+
+        return os.environ.get("BOOTSTRAP_SAW")
+
 
 async def test_bootstrap_runs_in_each_process_first():
     procs = this_host().spawn_procs(per_host={"gpus": 2}, bootstrap=_setup)
     readers = procs.spawn("readers", EnvReader)
     assert list((await readers.read.call()).values()) == ["yes", "yes"]
+    await procs.stop()
+
+
+async def test_bootstrap_sees_its_process_s_rank():
+    procs = this_host().spawn_procs(per_host={"hosts": 2, "gpus": 2}, bootstrap=_setup)
+    seen = list((await procs.spawn("readers", EnvReader).seen_by_bootstrap.call()).values())
+    assert seen == [f"{r} {{'hosts': {r // 2}, 'gpus': {r % 2}}} {{'hosts': 2, 'gpus': 2}} setup" for r in range(4)]
     await procs.stop()
 
 

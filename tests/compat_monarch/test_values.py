@@ -1,8 +1,9 @@
 """A Monarch-style program: working with the ValueMesh a call returns, and failed futures."""
 
+import numpy as np
 import pytest
 
-from meshrt import Actor, ActorError, current_rank, endpoint, this_host
+from meshrt import Actor, ActorError, current_rank, endpoint, this_host, this_proc
 
 
 class Square(Actor):
@@ -38,3 +39,28 @@ def test_a_sync_endpoint_error_through_get_and_exception():
     assert squares.slice(gpus=1).odd_fails.call_one().exception() is None  # (rank 0 of its slice)
     assert isinstance(squares.odd_fails.call().exception(), ActorError)
     procs.stop().get()
+
+
+class Scaler(Actor):
+    @endpoint
+    def scale(self, arrays, factor):
+        for a in arrays.values():
+            a *= factor  # (in place: the arrays an endpoint is given are its own, as in Monarch)
+        return arrays
+
+    @endpoint
+    def ones(self, n):
+        return np.ones(n)
+
+
+async def test_large_arrays_are_their_receiver_s_own():
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    sent = {"small": np.ones(16), "large": np.ones(1 << 20)}  # (the large one goes through the store)
+    for scaler in (procs.spawn("scaler", Scaler), this_proc().spawn("scaler_here", Scaler)):
+        scaled = await scaler.scale.call_one(sent, 3.0)
+        assert scaled["large"][0] == 3.0 and scaled["small"][-1] == 3.0
+        assert sent["large"][0] == 1.0  # (the caller's array is untouched)
+        got = await scaler.ones.call_one(1 << 20)
+        got += 1  # (what the client gets back is its own too)
+        assert got[0] == 2.0 and got.flags.writeable
+    await procs.stop()
