@@ -184,6 +184,21 @@ async def test_endpoints_the_mesh_hides_are_named_at_spawn_and_reachable(rt):
     await procs.stop()
 
 
+class NamedEndpoint(Actor):
+    @endpoint
+    def endpoint(self):
+        return "mine"
+
+
+async def test_an_endpoint_named_endpoint_is_the_actor_s(rt):
+    """Monarch's meshes have no endpoint() of their own: an endpoint of that name works."""
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    mesh = procs.spawn("e", NamedEndpoint)  # (no warning: nothing hides it)
+    assert await mesh.endpoint.call_one() == "mine"
+    assert await mesh.slice(gpus=0).endpoint.call_one() == "mine"
+    await procs.stop()
+
+
 async def test_initialized_and_host_mesh(rt):
     procs = this_host().spawn_procs(per_host={"gpus": 2})
     assert await procs.initialized is True

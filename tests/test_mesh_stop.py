@@ -262,3 +262,25 @@ async def test_stop_fails_the_calls_queued_behind_a_running_one(rt, failures, cl
     _supervision_done()
     seen, _ = failures
     assert seen == []  # (stopped on purpose: no failure)
+
+
+class Stuck(Actor):
+    @endpoint
+    def wait_for_ever(self, started):
+        started.send("in")
+        threading.Event().wait()  # (a sync call nothing can interrupt)
+
+
+async def test_stopping_an_actor_stuck_in_a_call_gives_up_after_its_timeout(rt, caplog):
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    stuck = procs.spawn("stuck", Stuck)
+    port, started = Channel.open()
+    call = stuck.wait_for_ever.call_one(port)
+    assert await started.recv() == "in"
+    await stuck.stop(timeout=0.5)  # (returns: it used to wait for ever)
+    assert "stop() of actor mesh 'stuck': the actor(s) at Point(gpus=0) still run a call after 0.5 s" in caplog.text
+    await procs.stop(timeout=0.5)  # (kills the process, which ends the call)
+    with pytest.raises(ActorDiedError):
+        await call
+    with pytest.raises(ValueError, match="stop\\(timeout=...\\)"):
+        stuck.stop(timeout=-1)

@@ -9,7 +9,9 @@ from there (large buffers zero-copy).
 
 from __future__ import annotations
 
+import asyncio
 import difflib
+import logging
 import random
 import threading
 from typing import Any
@@ -24,6 +26,8 @@ from .future import Future
 from .proc_host import ENDED_ITSELF, STOPPED, UNANSWERED
 from .shape import Point, Shape, Shaped
 from .values import ValueMesh
+
+log = logging.getLogger("meshrt")
 
 
 class MeshState:
@@ -73,6 +77,8 @@ class ActorMesh(Shaped):
         self._shape = shape
         self._state = mesh_state
         self._spawned = spawned  # refs of the constructor calls, one per process as spawned
+        if "endpoint" in endpoints:  # (an endpoint of that name works, as in Monarch, which has no mesh.endpoint())
+            self.endpoint = Endpoint(self, "endpoint", *endpoints["endpoint"])
 
     # -- shape ----------------------------------------------------------------------------
 
@@ -117,11 +123,16 @@ class ActorMesh(Shaped):
         return _gather(self, refs, [Point(i, self._origin.extent) for i in range(len(refs))], None,
                        build=lambda values: None)
 
-    def stop(self, reason: str = "stopped by client") -> Future:
-        """Remove these actors from their processes (``__cleanup__`` runs if defined);
-        ``reason`` (Monarch's argument) is in the error of every later call from here."""
+    def stop(self, reason: str = "stopped by client", timeout: float | None = 30.0) -> Future:
+        """Remove these actors from their processes (``__cleanup__`` runs if defined), each
+        once the calls it was given before have run; ``reason`` (Monarch's argument) is in
+        the error of every later call from here. Resolves after at most ``timeout`` s (None:
+        as long as it takes): an actor still in a call then is named in a warning, and
+        its process mesh's stop() ends it."""
         if not isinstance(reason, str):
             raise TypeError(f"stop(reason=...): give the reason as a str; got {reason!r}")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
+            raise ValueError(f"stop(timeout=...): give the seconds to wait for running calls, or None; got {timeout!r}")
         if not self._owned:
             raise NotImplementedError(
                 f"stop() of actor mesh {self._name!r}: this is a slice of it or a copy passed between processes, "
@@ -144,7 +155,8 @@ class ActorMesh(Shaped):
                 client = core.actor_clients.get(self._procs[r]._actor_id)
                 if client is not None and client.worker_id is not None:
                     direct.drop(client.worker_id, self._key)
-        return _gather(self, refs, points, None, build=lambda values: None)
+        stopped = _gather(self, refs, points, None, build=lambda values: None)
+        return stopped if timeout is None else _bounded_stop(self._name, stopped, refs, points, timeout)
 
     # -- endpoints ------------------------------------------------------------------------
 
@@ -153,7 +165,7 @@ class ActorMesh(Shaped):
             raise AttributeError(name)
         if name not in self._endpoints and name in self._plain:
             return NotAnEndpoint(self, name)
-        return self.endpoint(name)
+        return ActorMesh.endpoint(self, name)
 
     def endpoint(self, name: str) -> Endpoint:
         """The endpoint ``name``; also one the mesh's own methods hide (``stop``, ``slice``...)."""
@@ -458,6 +470,34 @@ def _gather(mesh: ActorMesh, refs: list, points: list, endpoint: str | None, bui
             raise _timed_out(mesh, endpoint, f"{late} of {len(refs)} replies", timeout) from None
         raise_first_failure(core)
         return build(values_in_order(core))
+
+    return Future(aget, get)
+
+
+def _bounded_stop(name: str, stopped: Future, refs: list, points: list, timeout: float) -> Future:
+    """``stopped``, given up on after ``timeout`` s: an actor stuck in a call (a sync one
+    cannot be interrupted) must not leave stop() waiting for ever."""
+
+    def give_up() -> None:
+        entries = state.core().table.entries
+        busy = [str(p) for r, p in zip(refs, points, strict=True) if (e := entries.get(r._id)) is None or e.payload is None]
+        if busy:
+            log.warning("meshrt: stop() of actor mesh %r: the actor(s) at %s still run a call after %s s; no longer "
+                        "waiting for them (their process mesh's stop() ends them)", name, ", ".join(busy), timeout)
+
+    async def aget():
+        try:
+            return await asyncio.wait_for(stopped._aget(), timeout)
+        except asyncio.TimeoutError:
+            give_up()
+
+    def get(wait_s):
+        try:
+            return stopped._get(timeout if wait_s is None else min(wait_s, timeout))
+        except exc.GetTimeoutError:
+            if wait_s is not None and wait_s <= timeout:
+                raise
+            give_up()
 
     return Future(aget, get)
 

@@ -242,7 +242,7 @@ class ProcMesh(Shaped, StoppedOnExit):
         endpoints = {n: (_endpoint_checker(cls, n, name), is_async) for n, is_async in endpoint_names(cls).items()}
         plain = {n: (_endpoint_checker(cls, n, name), is_async)
                  for n, is_async in plain_method_names(cls, endpoints).items()}
-        hidden = sorted(n for n in endpoints if hasattr(ActorMesh, n))
+        hidden = sorted(n for n in endpoints if hasattr(ActorMesh, n) and n != "endpoint")
         if hidden:
             warnings.warn(f"spawn({name!r}, {cls.__name__}, ...): the mesh's own {hidden} hide the endpoint(s) "
                           f"of the same name; call them as mesh.endpoint({hidden[0]!r}).call(...), or rename them",
