@@ -202,9 +202,12 @@ class Broken(Actor):
         return "pong"
 
 
-async def test_constructor_failure_is_reported_per_point(rt):
+async def test_constructor_failure_is_reported_per_point(rt, failures):
+    seen, reported = failures
     procs = this_host().spawn_procs(per_host={"gpus": 2})
     mesh = procs.spawn("b", Broken)
+    assert await asyncio.to_thread(reported.wait, 30)  # (a failure of the mesh, as in Monarch: to the hook)
+    assert [(f.mesh_name, f.rank) for f in seen] == [("b", 1)] and "no GPU memory left" in seen[0].report()
     assert await mesh.slice(gpus=0).ping.call_one() == "pong"
     with pytest.raises(meshrt.exceptions.ActorDiedError, match="no GPU memory left") as info:
         await mesh.slice(gpus=1).ping.call_one()

@@ -262,6 +262,9 @@ class ProcMesh(Shaped, StoppedOnExit):
                             {}, 1, inline=self._hosts[r] != core.host_id)
             for i, r in enumerate(self._shape.ranks())
         ]
+        for ref in spawned:  # (a constructor that raises is reported to supervision: its ref is no unread error)
+            if (entry := core.table.entries.get(ref._id)) is not None:
+                entry.seen = True
         if self._state is not None:  # (its actors fail with these processes: supervision.py reports them)
             self._state.actor_meshes[key] = (name, tuple(self._shape.ranks()), extent)
         mesh = ActorMesh(name, cls.__name__, endpoints, self._procs, self._shape, self._state, spawned,

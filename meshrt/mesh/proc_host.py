@@ -139,9 +139,12 @@ class ProcHost:
         except BaseException as err:
             self._early_ends.pop(key, None)
             tb = err.__traceback__.tb_next if err.__traceback__ is not None else None  # (not this frame)
-            self.actors[key] = _Hosted(None, info, err, owner, "".join(traceback.format_exception(type(err), err, tb)))
+            hosted = self.actors[key] = _Hosted(None, info, err, owner,
+                                                "".join(traceback.format_exception(type(err), err, tb)))
             self._executor.lanes.retire(key)
             _label(err, f"{getattr(cls, '__name__', 'the class')}.__init__ of actor mesh {name!r} at {point}")
+            if failures is not None:  # (a failure of the mesh, as in Monarch: its owner's __supervise__, else
+                failures.send((name, point, f"its constructor raised {err!r}\n{hosted.error_tb}".rstrip()))  # the hook)
             raise
         finally:
             self.constructing.discard(key)

@@ -5,7 +5,7 @@ import os
 import threading
 
 import meshrt
-from meshrt import Actor, endpoint, this_host
+from meshrt import Actor, current_rank, endpoint, this_host
 
 
 class Fragile(Actor):
@@ -35,6 +35,36 @@ def test_an_unhandled_crash_reaches_the_replaced_hook():
         assert event.wait(60)
         assert "9" in seen[0]  # (how it died)
         assert fragile.slice(gpus=0).ok.call_one().get() == "ok"  # (the rest still serves)
+        procs.stop().get()
+    finally:
+        meshrt.unhandled_fault_hook = default
+
+
+class Refuses(Actor):
+    def __init__(self, refuse_at):
+        if current_rank().rank == refuse_at:
+            raise RuntimeError("no device to run on")
+
+    @endpoint
+    def ok(self):
+        return "ok"
+
+
+def test_a_constructor_that_raises_reaches_the_replaced_hook():
+    seen = []
+    event = threading.Event()
+
+    def hook(failure):
+        seen.append(failure.report())
+        event.set()
+
+    default, meshrt.unhandled_fault_hook = meshrt.unhandled_fault_hook, hook
+    try:
+        procs = this_host().spawn_procs(per_host={"gpus": 2})
+        refuses = procs.spawn("refuses", Refuses, 1)  # (nobody calls it: the hook hears it all the same)
+        assert event.wait(60)
+        assert len(seen) == 1 and "no device to run on" in seen[0]
+        assert refuses.slice(gpus=0).ok.call_one().get() == "ok"  # (the rest still serves)
         procs.stop().get()
     finally:
         meshrt.unhandled_fault_hook = default

@@ -1,8 +1,8 @@
 """A Monarch-style program: constructors, actors in the driver, ValueMesh items.
 
-(Not here: a constructor that raises, and a call to a stopped actor mesh, are
-unhandled faults in Monarch 0.7, which by default end the program; meshrt fails
-those calls, naming the constructor's error or the stop: tests/test_mesh.py.)"""
+(Not here: a call to a stopped actor mesh is an unhandled fault in Monarch 0.7, which
+by default ends the program; meshrt fails that call, naming the stop:
+tests/test_mesh_stop.py. A constructor that raises: test_fault_hook.py.)"""
 
 from meshrt import Actor, context, current_rank, current_size, endpoint, this_host, this_proc
 
