@@ -22,7 +22,7 @@ EXPECTED = {
     "get_or_spawn_controller", "hosts", "returns_future", "send", "shutdown_context", "this_host", "this_proc",
     "unhandled_fault_hook",
     # Monarch's way to bring up hosts (mesh/bootstrap.py)
-    "attach_to_workers", "enable_transport", "run_worker_loop_forever",
+    "attach_to_workers", "enable_transport", "run_worker_loop_forever", "ChannelTransport",
 }
 
 

@@ -101,12 +101,16 @@ def test_bad_attachments_are_named(workers, monkeypatch):
 
 
 def test_enable_transport_chooses_where_the_runtime_listens(monkeypatch):
-    from meshrt import enable_transport
+    from meshrt import ChannelTransport, enable_transport
     from meshrt._private import driver, state
 
     monkeypatch.setattr(driver, "auto_init_address", None)
-    with pytest.raises(NotImplementedError, match="TLS is not supported"):
+    with pytest.raises(NotImplementedError, match="TLS and QUIC are not supported"):
         enable_transport("metatls-hostname")
+    with pytest.raises(NotImplementedError, match="TLS and QUIC are not supported"):
+        enable_transport(ChannelTransport.Quic)  # (Monarch's enum, by its name)
+    enable_transport(ChannelTransport.Unix)  # (this machine: as "ipc")
+    assert driver.auto_init_address is None
     with pytest.raises(ValueError, match="give 'tcp', 'ipc'"):
         enable_transport("carrier-pigeon")
     enable_transport("tcp://127.0.0.1:0")

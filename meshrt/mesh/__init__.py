@@ -14,7 +14,12 @@ from .actor import (
     endpoint,
 )
 from .actor_mesh import ActorMesh, Endpoint
-from .bootstrap import attach_to_workers, enable_transport, run_worker_loop_forever
+from .bootstrap import (
+    ChannelTransport,
+    attach_to_workers,
+    enable_transport,
+    run_worker_loop_forever,
+)
 from .channel import Channel, Port, PortReceiver
 from .client import shutdown_context
 from .controllers import get_or_spawn_controller
@@ -28,7 +33,7 @@ from .values import ValueMesh
 from .workspace import Workspace
 
 __all__ = [
-    "Accumulator", "Actor", "ActorInstance", "ActorMesh", "Channel", "Context", "Endpoint", "Extent", "Future",
+    "Accumulator", "Actor", "ActorInstance", "ActorMesh", "Channel", "ChannelTransport", "Context", "Endpoint", "Extent", "Future",
     "HostMesh", "MeshFailure", "Point", "Port", "PortReceiver", "ProcMesh", "Shape", "ValueMesh",
     "as_endpoint", "attach_to_workers", "concurrent_endpoint", "context", "current_actor_name", "current_rank", "current_size",
     "device_mesh", "enable_transport", "endpoint", "get_or_spawn_controller", "hosts", "returns_future", "send", "shutdown_context",

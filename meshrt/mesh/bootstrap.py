@@ -14,6 +14,7 @@ as Monarch's does.
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import os
 import signal
@@ -150,6 +151,23 @@ def _reap(agent: subprocess.Popen) -> None:
 # -- the client -------------------------------------------------------------------------------
 
 
+class ChannelTransport(enum.Enum):
+    """Monarch's transports, for ``enable_transport(ChannelTransport.Unix)``: meshrt takes
+    Unix and Local as ``"ipc"`` (this machine), the Tcp ones as ``"tcp"``, and refuses
+    the TLS and QUIC ones (its hosts prove the cluster token instead)."""
+
+    Unix = "unix"
+    Local = "local"
+    TcpWithHostname = "tcpwithhostname"
+    TcpWithLocalhost = "tcpwithlocalhost"
+    Tls = "tls"
+    Quic = "quic"
+    MetaTlsWithHostname = "metatlswithhostname"
+    MetaTlsWithIpV6 = "metatlswithipv6"
+    MetaQuicWithHostname = "metaquicwithhostname"
+    MetaQuicWithIpV6 = "metaquicwithipv6"
+
+
 def enable_transport(transport: Any) -> None:
     """Monarch's transport choice, made before anything else: ``"tcp"`` (or
     ``"tcp://HOST:PORT"``) has the runtime this program starts listen for hosts on TCP (at
@@ -165,15 +183,16 @@ def enable_transport(transport: Any) -> None:
         raise TypeError(f"enable_transport({transport!r}): give 'tcp', 'ipc' or 'tcp://HOST:PORT'")
     if value.lower() in ("tcp", "tcpwithhostname", "tcpwithlocalhost"):
         listen = "127.0.0.1:0" if value.lower() == "tcpwithlocalhost" else "0.0.0.0:0"
-    elif value.lower() in ("ipc", "unix"):
+    elif value.lower() in ("ipc", "unix", "local"):
         listen = None
     elif value.startswith("tcp://"):
         host, port = _tcp(value, f"enable_transport({value!r})")
         listen = f"{host}:{port}"
-    elif value.lower().replace("-", "").replace("_", "") in ("tls", "metatls", "metatlshostname",
-                                                             "metatlswithipv6", "metatlswithhostname"):
-        raise NotImplementedError(f"enable_transport({value!r}): TLS is not supported; meshrt's hosts prove the "
-                                  f"cluster token (MESHRT_TOKEN) instead; use 'tcp'")
+    elif value.lower().replace("-", "").replace("_", "") in ("tls", "metatls", "metatlshostname", "metatlswithipv6",
+                                                             "metatlswithhostname", "quic", "metaquicwithhostname",
+                                                             "metaquicwithipv6"):
+        raise NotImplementedError(f"enable_transport({value!r}): TLS and QUIC are not supported; meshrt's hosts "
+                                  f"prove the cluster token (MESHRT_TOKEN) instead; use 'tcp'")
     else:
         raise ValueError(f"enable_transport({transport!r}): give 'tcp', 'ipc' or 'tcp://HOST:PORT'")
     if meshrt.is_initialized():
