@@ -153,6 +153,21 @@ class Loops:
     async def forever(self):
         await asyncio.Event().wait()
 
+    async def block_default(self):  # (blocks the actor's own loop)
+        return self.release.wait(timeout=60)
+
+    @meshrt.method(concurrency_group="io")
+    async def block_io(self):
+        return self.release.wait(timeout=60)
+
+    async def unblock_default(self):
+        self.release.set()
+
+    @meshrt.method(concurrency_group="io")
+    def io_waits_for(self, group):
+        me = meshrt.get_runtime_context().current_actor
+        return meshrt.get(me.io_a.options(concurrency_group=group).remote(), timeout=30)[1]
+
 
 def test_each_group_of_an_async_actor_runs_on_a_loop_of_its_own(rt):
     actor = Loops.remote()
@@ -184,3 +199,30 @@ def test_a_call_cancelled_on_its_group_s_loop_frees_the_group(rt):
     with pytest.raises(meshrt.exceptions.TaskCancelledError):
         meshrt.get(stuck, timeout=30)
     assert meshrt.get(behind, timeout=30)[1] == "meshrt-group-compute"
+
+
+def test_a_blocked_actor_loop_holds_up_no_group(rt):
+    actor = Loops.remote()
+    blocked = actor.block_default.remote()
+    assert meshrt.get(actor.io_a.remote(), timeout=30)[1] == "meshrt-group-io"  # (straight to its loop)
+    meshrt.get(actor.unblock.remote(), timeout=30)
+    assert meshrt.get(blocked, timeout=30) is True
+
+
+def test_a_call_cancelled_before_its_group_s_loop_took_it_is_answered(rt):
+    actor = Loops.remote()
+    assert meshrt.get(actor.io_a.remote(), timeout=30)
+    blocked = actor.block_io.remote()  # (holds the io loop: the next io call waits to start there)
+    victim = actor.io_b.remote()
+    meshrt.cancel(victim)
+    meshrt.get(actor.unblock_default.remote(), timeout=30)
+    assert meshrt.get(blocked, timeout=30) is True
+    with pytest.raises(meshrt.exceptions.TaskCancelledError):
+        meshrt.get(victim, timeout=30)
+
+
+def test_a_call_s_own_group_decides_whether_waiting_on_it_deadlocks(rt):
+    actor = Loops.remote()
+    assert meshrt.get(actor.io_waits_for.remote("compute"), timeout=30) == "meshrt-group-compute"
+    with pytest.raises(RuntimeError, match="would wait forever"):
+        meshrt.get(actor.io_waits_for.remote("io"), timeout=30)

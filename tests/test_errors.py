@@ -61,6 +61,34 @@ def test_an_exception_whose_init_takes_other_arguments_keeps_its_class_and_attri
     assert info.value.cause.args == ("bad code",) and not hasattr(info.value.cause, "lock")
 
 
+class MissingConfig(FileNotFoundError):
+    def __init__(self, path):
+        super().__init__(2, "no such config", path)
+
+
+class Slotted(Exception):
+    __slots__ = ("code",)
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+
+
+def test_os_errors_and_slotted_exceptions_keep_their_fields(rt):
+    @meshrt.remote
+    def raise_it(which):
+        raise MissingConfig("/etc/app.toml") if which == "os" else Slotted(7, "bad")
+
+    with pytest.raises(MissingConfig) as info:
+        meshrt.get(raise_it.remote("os"))
+    cause = info.value.cause
+    assert (cause.errno, cause.strerror, cause.filename) == (2, "no such config", "/etc/app.toml")
+    assert str(cause) == "[Errno 2] no such config: '/etc/app.toml'"
+    with pytest.raises(Slotted) as info:
+        meshrt.get(raise_it.remote("slots"))
+    assert info.value.cause.code == 7
+
+
 def test_errors_chain_through_nested_tasks(rt):
     @meshrt.remote
     def middle():

@@ -70,8 +70,8 @@ class Groups:
         return self.semaphores.get(self.of(call), default)
 
     def loop_of(self, call) -> GroupLoop | None:
-        """An async actor's loop for the call's group (None: the actor's own loop). Loop
-        thread only."""
+        """An async actor's loop for the call's group (None: the actor's own loop). The
+        core loop's thread only (it starts a group's loop on its first call)."""
         name = self.of(call)
         if name not in self.loops:
             return None
@@ -80,9 +80,10 @@ class Groups:
             loop = self.loops[name] = GroupLoop(name)
         return loop
 
-    def thread_of(self, method: str, default_ident: int | None) -> int | None:
-        """The thread ``method``'s calls run on in an async actor (None: not started)."""
-        name = self.of_method(method)
+    def thread_of(self, method: str, default_ident: int | None, group: str | None = None) -> int | None:
+        """The thread a call of ``method`` (in ``group``, where it chose one) runs on in an
+        async actor (None: not started)."""
+        name = group if group is not None else self.of_method(method)
         if name not in self.loops:
             return default_ident
         loop = self.loops[name]
@@ -90,48 +91,10 @@ class Groups:
 
 
 class GroupLoop:
-    """One concurrency group's event loop, on a thread of its own."""
+    """One concurrency group's event loop, on a thread of its own: its calls go straight
+    there (executor.submit), so a busy actor loop holds none of them up."""
 
     def __init__(self, name: str) -> None:
         self._thread = LoopThread(f"meshrt-group-{name}")
         self.loop = self._thread.loop
         self.ident = self._thread.thread_id
-
-    async def run(self, coro) -> None:
-        """Run ``coro`` (a call, which answers its caller itself) on this loop and wait
-        for it. A cancel of the waiting task is passed on to it, and the call is still
-        waited for: it holds its group's slot until it has answered."""
-        started: list[asyncio.Task] = []
-
-        def start(settle) -> None:
-            started.append(self.loop.create_task(coro))
-            started[0].add_done_callback(lambda _: settle())
-
-        await self._wait(start, lambda: started[0].cancel())
-
-    async def run_plain(self, fn, *args) -> None:
-        """Run ``fn(*args)``, a plain method's call, on this loop's thread, as Ray runs a
-        group's plain methods (a cancel does not stop it once it runs)."""
-
-        def start(settle) -> None:
-            try:
-                fn(*args)
-            finally:
-                settle()
-
-        await self._wait(start, None)
-
-    async def _wait(self, start, cancel) -> None:
-        here = asyncio.get_running_loop()
-        finished = here.create_future()
-
-        def settle() -> None:
-            here.call_soon_threadsafe(lambda: finished.done() or finished.set_result(None))
-
-        self.loop.call_soon_threadsafe(start, settle)
-        try:
-            await asyncio.shield(finished)
-        except asyncio.CancelledError:
-            if cancel is not None:
-                self.loop.call_soon_threadsafe(cancel)  # (after start: the loop keeps their order)
-            await finished

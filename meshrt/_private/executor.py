@@ -170,6 +170,10 @@ class Executor:
                 # (one hop, not two through the loop), in arrival order like every call.
                 self.lanes.post(lane, self._run_on_helper, call)
                 return
+            there = self.groups.loop_of(call) if self.groups else None
+            if there is not None:  # (a named group's own loop, as Ray's: not held up by the actor's)
+                there.loop.call_soon_threadsafe(self._start_async, call)
+                return
             self._async_inbox.append(call)
             if not self._async_wake:
                 self._async_wake = True
@@ -242,9 +246,10 @@ class Executor:
     def _runs_on_helper(self, method: str) -> bool:
         return self.lanes is not None and self.kind_of(method) == "sync"
 
-    def runs_after_me(self, actor_id: int, method: str) -> bool:
-        """Whether a call to ``method`` of ``actor_id`` can only start once the calling
-        thread of this actor is free again (so blocking on it here never ends)."""
+    def runs_after_me(self, actor_id: int, method: str, group: str | None = None) -> bool:
+        """Whether a call to ``method`` of ``actor_id`` (in concurrency ``group``, where
+        the call chose one) can only start once the calling thread of this actor is free
+        again (so blocking on it here never ends)."""
         if self.actor_spec is None or actor_id != self.actor_spec.actor_id:
             return False
         me = threading.get_ident()
@@ -256,7 +261,7 @@ class Executor:
                 if target in getattr(type(self.instance), "__meshrt_waits_for_lanes__", ()):
                     return True  # (it waits for every lane, this one too)
                 return on_helper and self.lanes.route(lane_key) is lane
-            loop = self.groups.thread_of(target, self.loop_ident) if self.groups else self.loop_ident
+            loop = self.groups.thread_of(target, self.loop_ident, group) if self.groups else self.loop_ident
             return me == loop and not on_helper  # (blocking the loop it runs on)
         return self.pool is None and me == self.main_ident  # one call at a time
 
@@ -269,7 +274,7 @@ class Executor:
         self.cancel_requested.add(task_id)
         task = self.async_tasks.get(task_id)
         if task is not None and self.user_loop is not None:
-            self.user_loop.call_soon_threadsafe(task.cancel)
+            task.get_loop().call_soon_threadsafe(task.cancel)  # (the actor's loop, or its group's)
         elif self.running == task_id:
             signal.pthread_kill(self.main_ident, _CANCEL_SIGNAL)
 
@@ -414,6 +419,8 @@ class Executor:
         """The replies of calls that arrived together leave in one write per caller: on
         an async actor's loop, once all took their first step; on a plain actor's main
         thread, once it has run those queued (or many of them)."""
+        if threading.get_ident() != self.loop_ident:
+            return  # (a concurrency group's loop: its replies were not held)
         batch, self._replies = self._replies, None
         if not batch:  # (sent already: the actor is exiting)
             return
@@ -483,13 +490,16 @@ class Executor:
         self._async_wake = False
         inbox, self._async_inbox = self._async_inbox, []
         for call in inbox:
-            task = self.user_loop.create_task(self._run_async(call))
-            self.async_tasks[call.task_id] = task
+            self._start_async(call)
         if len(inbox) > 1 and self._replies is None:
             # A burst: the replies of calls done in their first step are held back until
             # all have taken it (this runs after them), then written together.
             self._replies = []
             self.user_loop.call_soon(self._send_replies)
+
+    def _start_async(self, call: Call) -> None:
+        """On the loop that runs the call (the actor's, or its concurrency group's)."""
+        self.async_tasks[call.task_id] = asyncio.get_running_loop().create_task(self._run_async(call))
 
     async def _run_async(self, call: Call) -> None:
         try:
@@ -511,22 +521,20 @@ class Executor:
                 return
             try:
                 fn = self._resolve_target(call)
+                loop = asyncio.get_running_loop()
                 if end and not _hosts_a_mesh(type(self.instance)):
-                    await self.user_loop.run_in_executor(None, self.running_calls.wait_idle)
+                    await loop.run_in_executor(None, self.running_calls.wait_idle)
                     self._send_replies()  # (the replies of those that just ended leave first)
                 kind = self.kind_of(target)
-                there = self.groups.loop_of(call) if self.groups else None  # (a group's own loop, as Ray's)
                 coro = self._run_coroutine(call, fn) if kind == "async" or (kind == "other" and (
                     inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn))) else None
                 fn = None  # (only the call holds the method: the instance's __del__ can run as it ends)
                 if coro is not None:
-                    await (coro if there is None else there.run(coro))
-                elif there is not None:
-                    await there.run_plain(self.run_call, call)
+                    await coro
                 elif self.pool is None:
-                    self.run_call(call)  # a plain method of Ray's async actor: on the loop, as in Ray
+                    self.run_call(call)  # a plain method of Ray's async actor: on its loop, as in Ray
                 else:  # (a mesh's or the driver's: its helper thread)
-                    await self.user_loop.run_in_executor(self.pool, self.run_call, call)
+                    await loop.run_in_executor(self.pool, self.run_call, call)
             finally:
                 semaphore.release()
                 if not end:
@@ -579,6 +587,7 @@ class Executor:
         if self._replies and threading.get_ident() == self.loop_ident:
             self._send_replies()  # (calls that finished before this one are answered)
         self.exiting = True  # (__ray_shutdown__ and atexit first)
+        self.running_calls.admit(True)  # (no call starts after this: its caller hears that the actor died)
         actor_hooks.end_gracefully(self, lambda: self.core.io.post(self.core.exit_actor, reason))
 
 

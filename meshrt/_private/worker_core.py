@@ -540,7 +540,7 @@ def refuse_if_waiting_on_itself(core, executor, entries: list) -> None:
     pending = core.pending
 
     def after_me(pt) -> bool:
-        return pt is not None and pt.kind == "call" and executor.runs_after_me(pt.actor_id, pt.method)
+        return pt is not None and pt.kind == "call" and executor.runs_after_me(pt.actor_id, pt.method, pt.group)
 
     for entry in entries:
         pt = pending.get(ids.task_of(entry.id))
@@ -555,7 +555,7 @@ def refuse_if_waiting_on_itself(core, executor, entries: list) -> None:
             pt = next((dep for t in deps if t in mine and after_me(dep := pending.get(t))), None)
         if pt is not None:
             mesh = pt.name.startswith("ProcHost.")
-            if threading.get_ident() == executor.loop_ident and executor.user_loop is not None:
+            if executor.user_loop is not None and _on_a_loop():  # (the actor's, or a concurrency group's)
                 fix = "`await` the call instead of calling get() (this already runs on the event loop)"
             elif mesh:
                 fix = "Make the waiting endpoint `async def` and `await` the call"
@@ -564,6 +564,14 @@ def refuse_if_waiting_on_itself(core, executor, entries: list) -> None:
             raise RuntimeError(
                 f"get() on {_call_name(pt)} would wait forever: that call runs on the thread now "
                 f"waiting for it, after the current call returns. {fix}")
+
+
+def _on_a_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _call_name(pt) -> str:

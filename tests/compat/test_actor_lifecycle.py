@@ -426,3 +426,36 @@ def test_an_actor_class_s_static_methods_and_its_subclassing():
     with pytest.raises(ray.actor.ActorClassInheritanceException):
         class Cube(Square):  # noqa: F841 - (an actor class is no base: subclass Shape instead)
             pass
+
+
+@ray.remote(max_concurrency=4)
+class Leaving:
+    """Its exit hook holds until the test lets it go, so a call can come meanwhile."""
+
+    def __init__(self, in_hook, release):
+        self.in_hook, self.release = in_hook, release
+
+    def quit(self):
+        ray.actor.exit_actor()
+
+    def __ray_shutdown__(self):
+        ray.get(self.in_hook.wait.remote())  # (counted by holding(): the test knows it got here)
+        ray.get(self.release.wait.remote())
+
+    def ping(self):
+        return "pong"
+
+
+def test_a_call_that_comes_while_an_actor_ends_is_not_run():
+    ray.init(num_cpus=2)
+    in_hook, release = Gate.remote(), Gate.remote()
+    leaving = Leaving.remote(in_hook, release)
+    assert ray.get(leaving.ping.remote()) == "pong"
+    quitting = leaving.quit.remote()
+    ray.get(in_hook.holding.remote(1))  # (its exit hook runs now)
+    in_hook.open.remote()
+    late = leaving.ping.remote()
+    release.open.remote()
+    for ref in (quitting, late):
+        with pytest.raises(RayActorError):
+            ray.get(ref, timeout=60)
