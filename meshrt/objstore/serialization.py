@@ -391,10 +391,10 @@ def deserialize_owned(payload: Payload) -> Any:
         return pickle.loads(data, buffers=writable)
     if payload.buffers:
         return pickle.loads(payload.data, buffers=[_writable(b) for b in payload.buffers])
-    if payload.loans is not None:
-        from .._private.loans import read
+    if payload.loans is not None:  # (only large bytes are lent: never written to, and an echo of them
+        from .._private.loans import read  # is known by the very object read, loans.py)
 
-        return pickle.loads(payload.data, buffers=[_writable(read(loan)) for loan in payload.loans])
+        return pickle.loads(payload.data, buffers=[read(loan) for loan in payload.loans])
     if payload.shm is not None:  # (a large bytes, copied out: bytes are never written to)
         with _client.reading(payload.shm[:3]) as views:
             return pickle.loads(payload.data, buffers=views)
@@ -402,8 +402,9 @@ def deserialize_owned(payload: Payload) -> Any:
 
 
 def _writable(buf):
-    """``buf``, or a copy of it that may be written to."""
-    return bytearray(buf) if memoryview(buf).readonly else buf
+    """``buf``, or a copy of it that may be written to. A ``bytes`` is a lent bytes value
+    (loans.py): immutable anyway, and kept as the very object (an echo is known by it)."""
+    return bytearray(buf) if type(buf) is not bytes and memoryview(buf).readonly else buf
 
 
 def writable_twin(buf) -> memoryview | None:
