@@ -278,7 +278,7 @@ async def test_stopping_an_actor_stuck_in_a_call_gives_up_after_its_timeout(rt, 
     call = stuck.wait_for_ever.call_one(port)
     assert await started.recv() == "in"
     await stuck.stop(timeout=0.5)  # (returns: it used to wait for ever)
-    assert "stop() of actor mesh 'stuck': the actor(s) at Point(gpus=0) still run a call after 0.5 s" in caplog.text
+    assert "stop() of actor mesh 'stuck': the actor(s) at Point(gpus=0) have not stopped 0.5 s after stop()" in caplog.text
     await procs.stop(timeout=0.5)  # (kills the process, which ends the call)
     with pytest.raises(ActorDiedError):
         await call

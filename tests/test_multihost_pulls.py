@@ -63,6 +63,12 @@ class Peer(Actor):
         return float(value.sum()), _peer_traffic() - before
 
     @endpoint
+    def fetch_twice(self, refs):
+        first, second = meshrt.get(refs[0], timeout=60), meshrt.get(refs[0], timeout=60)
+        first += 1  # (a mesh process's values are its own: the other get's array does not change)
+        return float(first[1]), float(second[1])
+
+    @endpoint
     def open_port(self):
         self.port, self.receiver = Channel.open()
         return self.port
@@ -174,6 +180,7 @@ def test_objects_fetched_between_hosts_are_pulled(pull_path, peers):  # noqa: F8
     value, moved = b.fetch.call_one(refs).get(timeout=60)
     assert value == float(np.arange(N, dtype=np.float64).sum())
     _check(pull_path, moved, N * 8)
+    assert b.fetch_twice.call_one(refs).get(timeout=60) == (2.0, 1.0)
     assert wait_until(lambda: a.still_lent.call_one().get(timeout=30) == 0, 15)
 
 

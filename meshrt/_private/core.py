@@ -23,6 +23,7 @@ from .. import exceptions as exc
 from ..objstore.serialization import (
     Payload,
     deserialize,
+    deserialize_owned,
     error_from_payload,
     serialize,
     system_error_payload,
@@ -263,12 +264,12 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls, InlineReads):
         finally:
             self.on_block(False)
 
-    def value_of(self, entry: ObjectEntry) -> Any:
+    def value_of(self, entry: ObjectEntry, owned: bool = False) -> Any:
         entry.seen = True
         payload = entry.payload
         if payload.is_error:
             raise error_from_payload(payload)
-        return deserialize(payload)
+        return deserialize_owned(payload) if owned else deserialize(payload)  # (owned: a Monarch value)
 
     def _entry_for_unknown(self, ref: ObjectRef) -> ObjectEntry:
         if ref._owner == self.worker_id:
@@ -296,7 +297,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls, InlineReads):
             yield from fut.__await__()
         return self.value_of(entry)
 
-    def concurrent_future(self, ref: ObjectRef) -> concurrent.futures.Future:
+    def concurrent_future(self, ref: ObjectRef, owned: bool = False) -> concurrent.futures.Future:
         cf: concurrent.futures.Future = concurrent.futures.Future()
         entry = self.table.entries.get(ref._id) or self._entry_for_unknown(ref)
 
@@ -304,7 +305,7 @@ class Core(Ownership, ActorCalls, MeshSupport, StoreSide, Pulls, InlineReads):
             if cf.done():
                 return
             try:
-                cf.set_result(self.value_of(e))
+                cf.set_result(self.value_of(e, owned))
             except BaseException as err:  # noqa: BLE001 - handed to the future
                 cf.set_exception(err)
 

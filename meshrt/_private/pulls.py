@@ -204,7 +204,8 @@ async def pull_payload(key: int | None, lent: m.LentPayload, client=None, owner:
         if in_store:
             client.seal(key)
             return Payload(lent.data, (), (), False, (key, total, layout, False))
-        return Payload(lent.data, tuple(block[rel:rel + n] for rel, n in layout))
+        return Payload(lent.data, tuple(block[rel:rel + n].toreadonly() for rel, n in layout))  # (as the store's:
+        # each reader gets read-only arrays or its own copy, never memory another reader writes)
     except Exception as err:  # noqa: BLE001 - the receiver gets the error
         if in_store:
             client.free((key, total, layout))

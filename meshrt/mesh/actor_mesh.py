@@ -14,6 +14,7 @@ import difflib
 import logging
 import random
 import threading
+import time
 from typing import Any
 
 from .. import exceptions as exc
@@ -370,7 +371,7 @@ class Endpoint:
         core = state.core()
         owner = _owner(mesh) if port is None else None
         for ref, point, rank in zip(refs, points, ranks, strict=True):
-            core.concurrent_future(ref).add_done_callback(
+            core.concurrent_future(ref, owned=True).add_done_callback(  # (the client's own values, as in Monarch)
                 lambda f, point=point, proc=mesh._procs[rank]: _unanswered_done(mesh, point, proc, owner, port,
                                                                                 self._name, f))
 
@@ -382,7 +383,7 @@ class Endpoint:
         arrivals = _Arrivals(len(refs))
         core = state.core()
         for ref, point in zip(refs, mesh._points(), strict=True):
-            core.concurrent_future(ref).add_done_callback(
+            core.concurrent_future(ref, owned=True).add_done_callback(  # (the client's own values, as in Monarch)
                 lambda f, point=point: arrivals.arrived(f, _relabel(mesh, point, self._name)))
         return (arrivals.future(k) for k in range(len(refs)))
 
@@ -475,27 +476,30 @@ def _gather(mesh: ActorMesh, refs: list, points: list, endpoint: str | None, bui
 
 
 def _bounded_stop(name: str, stopped: Future, refs: list, points: list, timeout: float) -> Future:
-    """``stopped``, given up on after ``timeout`` s: an actor stuck in a call (a sync one
-    cannot be interrupted) must not leave stop() waiting for ever."""
+    """``stopped``, given up on ``timeout`` s after stop(): an actor stuck in a call (a
+    sync one cannot be interrupted) must not leave stop() waiting for ever."""
+    deadline = time.monotonic() + timeout
 
     def give_up() -> None:
         entries = state.core().table.entries
         busy = [str(p) for r, p in zip(refs, points, strict=True) if (e := entries.get(r._id)) is None or e.payload is None]
         if busy:
-            log.warning("meshrt: stop() of actor mesh %r: the actor(s) at %s still run a call after %s s; no longer "
-                        "waiting for them (their process mesh's stop() ends them)", name, ", ".join(busy), timeout)
+            log.warning("meshrt: stop() of actor mesh %r: the actor(s) at %s have not stopped %s s after stop() (a "
+                        "call or their __cleanup__ still runs); no longer waiting for them (their process mesh's "
+                        "stop() ends them)", name, ", ".join(busy), timeout)
 
     async def aget():
         try:
-            return await asyncio.wait_for(stopped._aget(), timeout)
+            return await asyncio.wait_for(stopped._aget(), max(deadline - time.monotonic(), 0))
         except asyncio.TimeoutError:
             give_up()
 
     def get(wait_s):
+        left = max(deadline - time.monotonic(), 0)
         try:
-            return stopped._get(timeout if wait_s is None else min(wait_s, timeout))
+            return stopped._get(left if wait_s is None else min(wait_s, left))
         except exc.GetTimeoutError:
-            if wait_s is not None and wait_s <= timeout:
+            if wait_s is not None and wait_s < left:
                 raise
             give_up()
 

@@ -244,8 +244,9 @@ class ProcMesh(Shaped, StoppedOnExit):
                  for n, is_async in plain_method_names(cls, endpoints).items()}
         hidden = sorted(n for n in endpoints if hasattr(ActorMesh, n) and n != "endpoint")
         if hidden:
+            how = "ActorMesh.endpoint(mesh, " if "endpoint" in endpoints else "mesh.endpoint("
             warnings.warn(f"spawn({name!r}, {cls.__name__}, ...): the mesh's own {hidden} hide the endpoint(s) "
-                          f"of the same name; call them as mesh.endpoint({hidden[0]!r}).call(...), or rename them",
+                          f"of the same name; call them as {how}{hidden[0]!r}).call(...), or rename them",
                           stacklevel=2)
         core = state.core()
         extent = self.extent

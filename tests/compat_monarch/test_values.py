@@ -63,4 +63,8 @@ async def test_large_arrays_are_their_receiver_s_own():
         got = await scaler.ones.call_one(1 << 20)
         got += 1  # (what the client gets back is its own too)
         assert got[0] == 2.0 and got.flags.writeable
+        for reply in scaler.ones.stream(1 << 20):  # (streamed too)
+            streamed = await reply
+            streamed += 1
+            assert streamed[0] == 2.0
     await procs.stop()
