@@ -371,7 +371,7 @@ class Endpoint:
         core = state.core()
         owner = _owner(mesh) if port is None else None
         for ref, point, rank in zip(refs, points, ranks, strict=True):
-            core.concurrent_future(ref, owned=True).add_done_callback(  # (the client's own values, as in Monarch)
+            core.concurrent_future(ref).add_done_callback(
                 lambda f, point=point, proc=mesh._procs[rank]: _unanswered_done(mesh, point, proc, owner, port,
                                                                                 self._name, f))
 
