@@ -44,7 +44,7 @@ class Groups:
     def __init__(self, groups: tuple, cls: type, is_async: bool) -> None:
         self._cls = cls
         self._of: dict[str, Any] = {}
-        self.loops: dict[str, GroupLoop | None] = {}
+        self.loops: dict[str, LoopThread | None] = {}
         if is_async:
             self.semaphores = {name: asyncio.Semaphore(limit) for name, limit in groups}
             self.loops = {name: None for name, _ in groups}  # (started with the group's first call)
@@ -69,15 +69,17 @@ class Groups:
     def semaphore(self, call, default):
         return self.semaphores.get(self.of(call), default)
 
-    def loop_of(self, call) -> GroupLoop | None:
-        """An async actor's loop for the call's group (None: the actor's own loop). The
-        core loop's thread only (it starts a group's loop on its first call)."""
+    def loop_of(self, call) -> LoopThread | None:
+        """An async actor's loop for the call's group (None: the actor's own loop), on a
+        thread of its own: the call goes straight there (executor.submit), so a busy
+        actor loop holds none of them up. The core loop's thread only (it starts a
+        group's loop on its first call)."""
         name = self.of(call)
         if name not in self.loops:
             return None
         loop = self.loops[name]
         if loop is None:
-            loop = self.loops[name] = GroupLoop(name)
+            loop = self.loops[name] = LoopThread(f"meshrt-group-{name}")
         return loop
 
     def thread_of(self, method: str, default_ident: int | None, group: str | None = None) -> int | None:
@@ -87,14 +89,5 @@ class Groups:
         if name not in self.loops:
             return default_ident
         loop = self.loops[name]
-        return loop.ident if loop is not None else None
+        return loop.thread_id if loop is not None else None
 
-
-class GroupLoop:
-    """One concurrency group's event loop, on a thread of its own: its calls go straight
-    there (executor.submit), so a busy actor loop holds none of them up."""
-
-    def __init__(self, name: str) -> None:
-        self._thread = LoopThread(f"meshrt-group-{name}")
-        self.loop = self._thread.loop
-        self.ident = self._thread.thread_id

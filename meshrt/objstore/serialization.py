@@ -26,6 +26,8 @@ from typing import Any
 
 import cloudpickle
 
+from .exception_state import dumps_by_state
+
 # Buffers smaller than this stay inside the pickle stream: a separate frame costs
 # more than copying a few KiB.
 INBAND_LIMIT = 64 * 1024
@@ -324,6 +326,10 @@ def deserialize(payload: Payload) -> Any:
     writable ones where values are owned (``owned_values``)."""
     if _values_owned or _owned.get():
         return deserialize_owned(payload)
+    return _deserialize_shared(payload)
+
+
+def _deserialize_shared(payload: Payload) -> Any:
     if payload.shm is not None:
         if _client is None:
             raise RuntimeError("this value lives in a shared-memory store this process cannot reach")
@@ -381,9 +387,7 @@ def owned_values():
 
 def deserialize_owned(payload: Payload) -> Any:
     """Rebuild a value its reader owns: arrays over private copy-on-write pages or copies."""
-    if payload.shm is not None and not payload.copied_out:
-        if _client is None:
-            raise RuntimeError("this value lives in a shared-memory store this process cannot reach")
+    if payload.shm is not None and not payload.copied_out and _client is not None:
         _, writable = _client.open(payload.shm[:3], fresh=True)
         data = payload.data
         if payload.shm[3]:
@@ -391,14 +395,9 @@ def deserialize_owned(payload: Payload) -> Any:
         return pickle.loads(data, buffers=writable)
     if payload.buffers:
         return pickle.loads(payload.data, buffers=[_writable(b) for b in payload.buffers])
-    if payload.loans is not None:  # (only large bytes are lent: never written to, and an echo of them
-        from .._private.loans import read  # is known by the very object read, loans.py)
-
-        return pickle.loads(payload.data, buffers=[read(loan) for loan in payload.loans])
-    if payload.shm is not None:  # (a large bytes, copied out: bytes are never written to)
-        with _client.reading(payload.shm[:3]) as views:
-            return pickle.loads(payload.data, buffers=views)
-    return pickle.loads(payload.data)
+    # (lent or copied-out large bytes are never written to, and an echo of a lent one is
+    # known by the very object read, loans.py; the rest holds no buffer at all)
+    return _deserialize_shared(payload)
 
 
 def _writable(buf):
@@ -566,54 +565,7 @@ def _try_dumps(obj: Any) -> bytes | None:
             pickle.loads(data)
             return data
         except Exception:
-            return _dumps_by_state(obj) if isinstance(obj, BaseException) else None
-
-
-def _dumps_by_state(err: BaseException) -> bytes | None:
-    """An exception whose ``__init__`` cannot take back its own ``args`` (``__init__(self,
-    code, msg)`` calling ``super().__init__(msg)``) travels as its class, args and the
-    attributes that pickle, and is rebuilt without calling ``__init__``: the caller gets
-    its class with ``err.code`` (Ray gives an UnserializableException instead)."""
-    state = {}
-    slots = [n for klass in type(err).__mro__ for n in getattr(klass, "__slots__", ()) if isinstance(n, str)]
-    fields = _OS_ERROR_FIELDS if isinstance(err, OSError) else ()
-    for name in (*vars(err), *slots, *fields):  # (slots and OSError's fields are not in vars())
-        try:
-            value = getattr(err, name)
-            cloudpickle.dumps(value, protocol=5)
-        except Exception:  # noqa: BLE001 - (left out: the rest still travels)
-            continue
-        if value is None and name in fields:
-            continue  # (unset: set to None, OSError's str would show it)
-        state[name] = value
-    try:
-        data = cloudpickle.dumps(_ByState(type(err), err.args, state), protocol=5)
-        pickle.loads(data)
-        return data
-    except Exception:  # noqa: BLE001
-        return None
-
-
-class _ByState:
-    def __init__(self, klass: type, args: tuple, state: dict) -> None:
-        self.recipe = (klass, args, state)
-
-    def __reduce__(self):
-        return (_rebuilt_by_state, self.recipe)
-
-
-_OS_ERROR_FIELDS = ("errno", "strerror", "filename", "filename2")
-
-
-def _rebuilt_by_state(klass: type, args: tuple, state: dict) -> BaseException:
-    err = klass.__new__(klass, *args)
-    err.args = args
-    for name, value in state.items():
-        try:
-            setattr(err, name, value)
-        except Exception:  # noqa: BLE001 - (a read-only attribute: the rest still apply)
-            pass
-    return err
+            return dumps_by_state(obj) if isinstance(obj, BaseException) else None
 
 
 def _try_loads(blob: bytes | None) -> Any:
